@@ -1,0 +1,28 @@
+//===- AttnResOps.h - attnres operations ------------------------*- C++ -*-===//
+
+#ifndef ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_H
+#define ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_H
+
+#include "attnres/Dialect/AttnRes/IR/AttnResDialect.h"
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "attnres/Dialect/AttnRes/IR/AttnResEnums.h.inc"
+
+#define GET_OP_CLASSES
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h.inc"
+
+namespace mlir::attnres {
+
+/// The largest number of queries one op may carry (DESIGN.md section 1).
+constexpr int64_t kMaxQueries = 16;
+
+/// True for the element types a value tensor may have: bf16, f16, f32.
+bool isSupportedValueType(Type type);
+
+} // namespace mlir::attnres
+
+#endif // ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_H

@@ -1,0 +1,265 @@
+//===- AttnResOps.td - attnres operations -------------------*- tablegen -*-===//
+
+#ifndef ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_TD
+#define ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_TD
+
+include "attnres/Dialect/AttnRes/IR/AttnResDialect.td"
+include "attnres/Dialect/AttnRes/IR/AttnResEnums.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// Shared by the forward and the backward: the sources, the query and the two
+// optional weights, in that order.
+defvar AttnRes_SourceOperands = (ins
+    Variadic<AnyRankedTensor>:$sources,
+    UnitAttr:$packed,
+    AnyRankedTensor:$query,
+    Optional<AnyRankedTensor>:$key_norm_weight,
+    Optional<AnyRankedTensor>:$output_norm_weight);
+
+defvar AttnRes_NormAttrs = (ins
+    DefaultValuedAttr<F64Attr, "1.0e-6">:$eps,
+    DefaultValuedAttr<F64Attr, "1.0">:$scale);
+
+defvar AttnRes_SourceFormat = [{
+    custom<SourceList>($sources, type($sources), $packed)
+    `query` `(` $query `:` type($query) `)`
+    (`key_norm` `(` $key_norm_weight^ `:` type($key_norm_weight) `)`)?
+    (`output_norm` `(` $output_norm_weight^ `:` type($output_norm_weight) `)`)?
+}];
+
+defvar AttnRes_SourceAccessors = [{
+    /// The number of sources L (operands, or the leading dimension when packed).
+    int64_t getNumSourceValues();
+    /// The width D of every source.
+    int64_t getWidth();
+    /// The query rank R (the key is the last R coordinates of a source).
+    int64_t getRank();
+    /// The number of queries M (1 for a rank-1 query).
+    int64_t getNumQueries();
+    /// True when the query is [M, R] and every per-token result gains a
+    /// leading M dimension.
+    bool isMultiQuery();
+    /// The type of one source, [T..., D], packed or not.
+    ::mlir::RankedTensorType getSourceType();
+}];
+
+//===----------------------------------------------------------------------===//
+// attnres.forward
+//===----------------------------------------------------------------------===//
+
+def AttnRes_ForwardOp : AttnRes_Op<"forward",
+    [Pure, AttrSizedOperandSegments]> {
+  let summary = "softmax over sources with a learned query (AttnRes forward)";
+  let description = [{
+    Computes, for every token, the AttnRes mixture of the sources (see the
+    dialect description for the equations).
+
+    Sources are either a list of same-typed tensors `[T..., D]`
+    (`sources(...)`, no stacking copy) or one packed tensor `[L, T..., D]`
+    (`packed(...)`). `T...` are the token dimensions (any number, possibly
+    dynamic); `D` is static.
+
+    The query is `[R]` (one query) or `[M, R]` with `1 <= M <= 16` (several
+    queries read the sources once; each has its own softmax and output). The
+    key of a source is its last `R <= D` coordinates. Per-token results get a
+    leading `M` dimension for an `[M, R]` query.
+
+    * `key_norm`: optional key-norm weight `g`, `[R]`, shared by all queries.
+    * `output_norm`: optional output-norm weight `h`, `[D]` or `[M, D]`; when
+      present `o` is the RMS-normalized `o_pre` times `h`.
+    * `eps` (default `1e-6`) must be finite and positive; `scale` (default
+      `1.0`) multiplies every logit and must be finite.
+    * `save` (default `o_pre`) tells what the backward will get: with `o_pre`
+      and an output norm, the op has a third result `o_pre` (with no output
+      norm `o` itself is `o_pre`); with `lse` the backward recomputes.
+
+    Results: `o` (`[M?, T..., D]`, the source element type or `f32` for FP32
+    partial results), `lse` (`[M?, T...]`, `f32`, natural log), and `o_pre`
+    when saved (same type as `o`).
+
+    Example: three sources in a list, one query and a key norm.
+
+    ```mlir
+    func.func @forward(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                       %v2: tensor<?x64xbf16>, %q: tensor<16xf32>,
+                       %g: tensor<16xf32>) -> (tensor<?x64xbf16>, tensor<?xf32>) {
+      %o, %lse = attnres.forward sources(%v0, %v1, %v2 : tensor<?x64xbf16>)
+          query(%q : tensor<16xf32>) key_norm(%g : tensor<16xf32>)
+          -> tensor<?x64xbf16>, tensor<?xf32>
+      return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
+    }
+    ```
+
+    Four queries over a packed tensor of eight sources, with an output norm,
+    saving `o_pre` for a single-pass backward:
+
+    ```mlir
+    func.func @block(%v: tensor<8x?x128xbf16>, %q: tensor<4x128xf32>,
+                     %h: tensor<4x128xf32>) -> tensor<4x?x128xbf16> {
+      %o, %lse, %o_pre = attnres.forward packed(%v : tensor<8x?x128xbf16>)
+          query(%q : tensor<4x128xf32>) output_norm(%h : tensor<4x128xf32>)
+          {eps = 1.0e-05 : f64}
+          -> tensor<4x?x128xbf16>, tensor<4x?xf32>, tensor<4x?x128xbf16>
+      return %o : tensor<4x?x128xbf16>
+    }
+    ```
+  }];
+
+  let arguments = !con(AttnRes_SourceOperands, AttnRes_NormAttrs, (ins
+      DefaultValuedAttr<AttnRes_SaveMode, "::mlir::attnres::SaveMode::OPre">:$save));
+  let results = (outs
+      AnyRankedTensor:$output,
+      AnyRankedTensor:$lse,
+      Optional<AnyRankedTensor>:$o_pre);
+
+  let assemblyFormat = AttnRes_SourceFormat # [{
+    (`save` `(` $save^ `)`)?
+    attr-dict `->` type(results)
+  }];
+
+  let extraClassDeclaration = AttnRes_SourceAccessors;
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// attnres.backward
+//===----------------------------------------------------------------------===//
+
+def AttnRes_BackwardOp : AttnRes_Op<"backward",
+    [Pure, AttrSizedOperandSegments, AttrSizedResultSegments]> {
+  let summary = "gradients of attnres.forward";
+  let description = [{
+    Computes the gradients of `attnres.forward` with respect to every source,
+    the query, and the key-norm and output-norm weights when present. The
+    source, query and weight operands, `eps` and `scale` are those of the
+    forward.
+
+    * `grad(%do)`: the gradient of the forward's `o`.
+    * `lse(%lse)`: the forward's `lse`.
+    * `saved(%o_pre)`: optional; the forward's `o_pre` (or `o` when there is
+      no output norm). With it the backward reads every source once; without
+      it the backward recomputes `o_pre` from the sources and `lse` (one more
+      pass over the sources).
+
+    The query, key-norm and output-norm gradients are reductions over every
+    token; they are computed in FP32 in a fixed order (deterministic) and
+    stored in the element type of their parameter. Results, in order: one
+    gradient per source operand (a single packed gradient when the sources
+    are packed), the query gradient, then the key-norm and output-norm
+    weight gradients when those weights are present. Their types are those
+    of the matching operands.
+
+    Example: the single-pass backward of a two-source forward (no output
+    norm, so the forward's `o` is its `o_pre`).
+
+    ```mlir
+    func.func @backward(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                        %q: tensor<16xf32>, %g: tensor<16xf32>,
+                        %do: tensor<?x64xbf16>, %lse: tensor<?xf32>,
+                        %o: tensor<?x64xbf16>) -> tensor<16xf32> {
+      %dv:2, %dq, %dg = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+          query(%q : tensor<16xf32>) key_norm(%g : tensor<16xf32>)
+          grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>)
+          saved(%o : tensor<?x64xbf16>)
+          -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>, tensor<16xf32>
+      return %dq : tensor<16xf32>
+    }
+    ```
+  }];
+
+  let arguments = !con(AttnRes_SourceOperands, (ins
+      AnyRankedTensor:$grad_output,
+      AnyRankedTensor:$lse,
+      Optional<AnyRankedTensor>:$saved_output), AttnRes_NormAttrs);
+  let results = (outs
+      Variadic<AnyRankedTensor>:$grad_sources,
+      AnyRankedTensor:$grad_query,
+      Optional<AnyRankedTensor>:$grad_key_norm_weight,
+      Optional<AnyRankedTensor>:$grad_output_norm_weight);
+
+  let assemblyFormat = AttnRes_SourceFormat # [{
+    `grad` `(` $grad_output `:` type($grad_output) `)`
+    `lse` `(` $lse `:` type($lse) `)`
+    (`saved` `(` $saved_output^ `:` type($saved_output) `)`)?
+    attr-dict
+    custom<GradientTypes>(ref(type($sources)), ref(type($key_norm_weight)),
+        ref(type($output_norm_weight)), type($grad_sources), type($grad_query),
+        type($grad_key_norm_weight), type($grad_output_norm_weight))
+  }];
+
+  let extraClassDeclaration = AttnRes_SourceAccessors;
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// attnres.partition_reduce
+//===----------------------------------------------------------------------===//
+
+def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
+    [Pure, AttrSizedOperandSegments]> {
+  let summary = "merge per-partition partial results";
+  let description = [{
+    Combines `P` partial results packed along a leading dimension.
+
+    `softmax` merges partial attention outputs by their log-sum-exps (the
+    split-K / flash-decoding algebra): `partials` is `[P, T..., D]` `f32`
+    (each a normalized partial output), `lse(...)` is `[P, T...]` `f32`, and
+    the optional `sink(...)` is `[T...]` `f32`, an extra logit that has no
+    value. With `m = max(max_p lse_p, sink)`, `w_p = exp(lse_p - m)` and
+    `S = sum_p w_p + exp(sink - m)`, the results are `o = sum_p w_p * o_p / S`
+    (`[T..., D]`, `bf16`, `f16` or `f32`) and `lse = m + log(S)` (`[T...]`,
+    `f32`). An empty partition has `lse_p = -inf` and contributes nothing,
+    whatever its `o_p` holds (NaN included); when every partition is empty
+    (and the sink, if any, is `-inf`) `o` is 0 and `lse` is `-inf`. A `+inf`
+    sink takes all the mass.
+
+    `sum` adds `P` FP32 partials `[P, S...]` in FP32 in the fixed order
+    `p = 0, 1, ..., P-1` and stores the result `[S...]` in `bf16`, `f16` or
+    `f32`: the deterministic finalize step of a split reduction.
+
+    Examples:
+
+    ```mlir
+    func.func @merge(%op: tensor<4x?x64xf32>, %lp: tensor<4x?xf32>,
+                     %s: tensor<?xf32>) -> (tensor<?x64xbf16>, tensor<?xf32>) {
+      %o, %lse = attnres.partition_reduce softmax %op : tensor<4x?x64xf32>
+          lse(%lp : tensor<4x?xf32>) sink(%s : tensor<?xf32>)
+          -> tensor<?x64xbf16>, tensor<?xf32>
+      return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
+    }
+
+    func.func @finalize(%partials: tensor<7x16xf32>) -> tensor<16xf32> {
+      %dq = attnres.partition_reduce sum %partials : tensor<7x16xf32>
+          -> tensor<16xf32>
+      return %dq : tensor<16xf32>
+    }
+    ```
+  }];
+
+  let arguments = (ins
+      AttnRes_ReduceKind:$kind,
+      AnyRankedTensor:$partials,
+      Optional<AnyRankedTensor>:$partial_lse,
+      Optional<AnyRankedTensor>:$sink);
+  let results = (outs
+      AnyRankedTensor:$output,
+      Optional<AnyRankedTensor>:$lse);
+
+  let assemblyFormat = [{
+    $kind $partials `:` type($partials)
+    (`lse` `(` $partial_lse^ `:` type($partial_lse) `)`)?
+    (`sink` `(` $sink^ `:` type($sink) `)`)?
+    attr-dict `->` type(results)
+  }];
+
+  let extraClassDeclaration = [{
+    /// The number of partitions P (the leading dimension of the partials).
+    int64_t getNumPartitions();
+  }];
+  let hasVerifier = 1;
+  let hasCanonicalizer = 1;
+}
+
+#endif // ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_TD

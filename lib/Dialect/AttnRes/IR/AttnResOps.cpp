@@ -1,0 +1,528 @@
+//===- AttnResOps.cpp - attnres operations: syntax and verifiers ----------===//
+//
+// Every rule of DESIGN.md section 4 is checked here, and each diagnostic names
+// the operand or result it is about and the rule it breaks, so that a user
+// reading it does not need to know the verifier's internals.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/TypeUtilities.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::attnres;
+
+#include "attnres/Dialect/AttnRes/IR/AttnResEnums.cpp.inc"
+
+bool mlir::attnres::isSupportedValueType(Type type) {
+  return type.isBF16() || type.isF16() || type.isF32();
+}
+
+//===----------------------------------------------------------------------===//
+// Custom syntax
+//===----------------------------------------------------------------------===//
+
+/// `sources(%a, %b : T)` (one type for all, or one per source) or
+/// `packed(%v : T)`.
+static ParseResult
+parseSourceList(OpAsmParser &parser,
+                SmallVectorImpl<OpAsmParser::UnresolvedOperand> &operands,
+                SmallVectorImpl<Type> &types, UnitAttr &packed) {
+  if (succeeded(parser.parseOptionalKeyword("packed"))) {
+    packed = parser.getBuilder().getUnitAttr();
+    OpAsmParser::UnresolvedOperand operand;
+    Type type;
+    if (parser.parseLParen() || parser.parseOperand(operand) ||
+        parser.parseColonType(type) || parser.parseRParen())
+      return failure();
+    operands.push_back(operand);
+    types.push_back(type);
+    return success();
+  }
+  if (parser.parseKeyword("sources", " or 'packed'") || parser.parseLParen())
+    return failure();
+  if (succeeded(parser.parseOptionalRParen()))
+    return success();
+  SMLoc typesLoc;
+  if (parser.parseOperandList(operands) || parser.parseColon() ||
+      parser.getCurrentLocation(&typesLoc) || parser.parseTypeList(types) ||
+      parser.parseRParen())
+    return failure();
+  if (types.size() == 1 && operands.size() > 1)
+    types.append(operands.size() - 1, types.front());
+  if (types.size() != operands.size())
+    return parser.emitError(typesLoc)
+           << "expected one type for all " << operands.size()
+           << " sources or one type per source, got " << types.size();
+  return success();
+}
+
+static void printSourceList(OpAsmPrinter &printer, Operation *,
+                            OperandRange sources, TypeRange types,
+                            UnitAttr packed) {
+  printer << (packed ? "packed(" : "sources(");
+  printer << sources;
+  if (!sources.empty()) {
+    printer << " : ";
+    if (llvm::all_equal(types))
+      printer << types.front();
+    else
+      llvm::interleaveComma(types, printer);
+  }
+  printer << ")";
+}
+
+/// The result types of attnres.backward: one per source gradient, then the
+/// query gradient, then one per weight that is present.
+static ParseResult parseGradientTypes(OpAsmParser &parser, TypeRange sources,
+                                      Type keyNormWeight, Type outputNormWeight,
+                                      SmallVectorImpl<Type> &gradSources,
+                                      Type &gradQuery, Type &gradKeyNormWeight,
+                                      Type &gradOutputNormWeight) {
+  SmallVector<Type> types;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseArrow() || parser.parseTypeList(types))
+    return failure();
+  size_t expected =
+      sources.size() + 1 + (keyNormWeight ? 1 : 0) + (outputNormWeight ? 1 : 0);
+  if (types.size() != expected)
+    return parser.emitError(loc)
+           << "expected " << expected
+           << " result types (one per source gradient, the query gradient, "
+              "then one per weight gradient), got "
+           << types.size();
+  ArrayRef<Type> rest(types);
+  gradSources.append(rest.begin(), rest.begin() + sources.size());
+  rest = rest.drop_front(sources.size());
+  gradQuery = rest.front();
+  rest = rest.drop_front();
+  if (keyNormWeight) {
+    gradKeyNormWeight = rest.front();
+    rest = rest.drop_front();
+  }
+  if (outputNormWeight)
+    gradOutputNormWeight = rest.front();
+  return success();
+}
+
+static void printGradientTypes(OpAsmPrinter &printer, Operation *op, TypeRange,
+                               Type, Type, TypeRange, Type, Type, Type) {
+  printer << "-> ";
+  llvm::interleaveComma(op->getResultTypes(), printer);
+}
+
+//===----------------------------------------------------------------------===//
+// Shared verification of the sources, the query and the weights
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// What the source-side operands of a forward or backward imply.
+struct SourceSignature {
+  int64_t numSources; // L
+  int64_t width;      // D
+  int64_t rank;       // R
+  int64_t numQueries; // M
+  bool multiQuery;    // the query is [M, R]
+  RankedTensorType sourceType;
+
+  /// [M?, T..., D]: the shape of o, o_pre and do.
+  SmallVector<int64_t> outputShape() const {
+    SmallVector<int64_t> shape;
+    if (multiQuery)
+      shape.push_back(numQueries);
+    llvm::append_range(shape, sourceType.getShape());
+    return shape;
+  }
+  /// [M?, T...]: the shape of lse.
+  SmallVector<int64_t> lseShape() const {
+    SmallVector<int64_t> shape = outputShape();
+    shape.pop_back();
+    return shape;
+  }
+};
+} // namespace
+
+static std::string formatShape(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  llvm::raw_string_ostream os(text);
+  llvm::interleaveComma(shape, os, [&](int64_t dim) {
+    if (ShapedType::isDynamic(dim))
+      os << "?";
+    else
+      os << dim;
+  });
+  os << "]";
+  return text;
+}
+
+static LogicalResult verifyValueElementType(Operation *op, Type type,
+                                            StringRef what) {
+  Type element = getElementTypeOrSelf(type);
+  if (isSupportedValueType(element))
+    return success();
+  return op->emitOpError() << what << " has element type " << element
+                           << "; it must be bf16, f16 or f32";
+}
+
+/// Checks a tensor against an expected shape (dynamic dimensions match
+/// anything) and, when given, an exact element type.
+static LogicalResult verifyShapedLike(Operation *op, Type type,
+                                      ArrayRef<int64_t> shape, Type elementType,
+                                      StringRef what, StringRef layout) {
+  auto tensor = cast<RankedTensorType>(type);
+  if (tensor.getRank() != static_cast<int64_t>(shape.size()) ||
+      failed(verifyCompatibleShape(tensor.getShape(), shape)))
+    return op->emitOpError() << what << " must be " << layout << " = "
+                             << formatShape(shape) << ", got " << type;
+  if (elementType && tensor.getElementType() != elementType)
+    return op->emitOpError() << what << " must have element type "
+                             << elementType << ", got " << type;
+  return success();
+}
+
+static FailureOr<SourceSignature>
+verifySources(Operation *op, ValueRange sources, bool packed, Value query,
+              Value keyNormWeight, Value outputNormWeight) {
+  SourceSignature sig;
+  if (sources.empty())
+    return op->emitOpError("requires at least one source (L >= 1), got none");
+  if (packed && sources.size() != 1)
+    return op->emitOpError() << "packed sources must be exactly one tensor "
+                                "[L, T..., D], got "
+                             << sources.size();
+
+  auto first = cast<RankedTensorType>(sources.front().getType());
+  for (auto [index, source] : llvm::enumerate(sources)) {
+    if (source.getType() != first)
+      return op->emitOpError()
+             << "source #" << index << " has type " << source.getType()
+             << " but source #0 has type " << first
+             << ": all sources must have the same shape and element type";
+  }
+  if (failed(verifyValueElementType(op, first, "source")))
+    return failure();
+
+  if (packed) {
+    if (first.getRank() < 2)
+      return op->emitOpError()
+             << "packed source must have rank >= 2 ([L, T..., D]), got "
+             << first;
+    if (first.isDynamicDim(0))
+      return op->emitOpError()
+             << "packed source count L (leading dimension) must be static, got "
+             << first;
+    sig.numSources = first.getDimSize(0);
+    if (sig.numSources < 1)
+      return op->emitOpError("requires at least one source (L >= 1), got a "
+                             "packed source dimension of 0");
+    sig.sourceType = RankedTensorType::get(first.getShape().drop_front(),
+                                           first.getElementType());
+  } else {
+    if (first.getRank() < 1)
+      return op->emitOpError()
+             << "source must have rank >= 1 ([T..., D]), got " << first;
+    sig.numSources = sources.size();
+    sig.sourceType = first;
+  }
+  if (sig.sourceType.isDynamicDim(sig.sourceType.getRank() - 1))
+    return op->emitOpError()
+           << "source width D (last dimension) must be static, got " << first;
+  sig.width = sig.sourceType.getShape().back();
+  if (sig.width < 1)
+    return op->emitOpError() << "source width D must be >= 1, got " << first;
+
+  auto queryType = cast<RankedTensorType>(query.getType());
+  if (queryType.getRank() != 1 && queryType.getRank() != 2)
+    return op->emitOpError()
+           << "query must be [R] or [M, R], got " << queryType;
+  if (!queryType.hasStaticShape())
+    return op->emitOpError()
+           << "query shape must be static (M and R are static), got "
+           << queryType;
+  if (failed(verifyValueElementType(op, queryType, "query")))
+    return failure();
+  sig.multiQuery = queryType.getRank() == 2;
+  sig.rank = queryType.getShape().back();
+  sig.numQueries = sig.multiQuery ? queryType.getDimSize(0) : 1;
+  if (sig.rank < 1)
+    return op->emitOpError()
+           << "query rank R = " << sig.rank << " must be at least 1";
+  if (sig.rank > sig.width)
+    return op->emitOpError()
+           << "query rank R = " << sig.rank
+           << " exceeds the source width D = " << sig.width
+           << " (the key is the last R coordinates of a source)";
+  if (sig.numQueries < 1 || sig.numQueries > kMaxQueries)
+    return op->emitOpError() << "query count M = " << sig.numQueries
+                             << " is out of range [1, " << kMaxQueries << "]";
+
+  if (keyNormWeight) {
+    if (failed(verifyShapedLike(op, keyNormWeight.getType(), {sig.rank}, Type(),
+                                "key_norm weight", "[R]")) ||
+        failed(verifyValueElementType(op, keyNormWeight.getType(),
+                                      "key_norm weight")))
+      return failure();
+  }
+  if (outputNormWeight) {
+    auto weightType = cast<RankedTensorType>(outputNormWeight.getType());
+    bool perQuery = weightType.getRank() == 2;
+    if (perQuery && !sig.multiQuery)
+      return op->emitOpError()
+             << "output_norm weight must be [D] = " << formatShape(sig.width)
+             << " for a single [R] query, got " << weightType;
+    SmallVector<int64_t> expected;
+    if (perQuery)
+      expected.push_back(sig.numQueries);
+    expected.push_back(sig.width);
+    if (failed(verifyShapedLike(op, weightType, expected, Type(),
+                                "output_norm weight",
+                                perQuery ? "[M, D]" : "[D]")) ||
+        failed(verifyValueElementType(op, weightType, "output_norm weight")))
+      return failure();
+  }
+  return sig;
+}
+
+static LogicalResult verifyNormAttrs(Operation *op, double eps, double scale) {
+  if (!std::isfinite(eps) || eps <= 0.0)
+    return op->emitOpError() << "eps must be finite and > 0, got " << eps;
+  if (!std::isfinite(scale))
+    return op->emitOpError() << "scale must be finite, got " << scale;
+  return success();
+}
+
+#define ATTNRES_SOURCE_ACCESSORS(OP)                                           \
+  int64_t OP::getNumSourceValues() {                                           \
+    if (!getPacked())                                                          \
+      return getSources().size();                                              \
+    return cast<RankedTensorType>(getSources().front().getType())              \
+        .getDimSize(0);                                                        \
+  }                                                                            \
+  int64_t OP::getWidth() {                                                     \
+    return cast<RankedTensorType>(getSources().front().getType())              \
+        .getShape()                                                            \
+        .back();                                                               \
+  }                                                                            \
+  int64_t OP::getRank() {                                                      \
+    return cast<RankedTensorType>(getQuery().getType()).getShape().back();     \
+  }                                                                            \
+  int64_t OP::getNumQueries() {                                                \
+    return isMultiQuery()                                                      \
+               ? cast<RankedTensorType>(getQuery().getType()).getDimSize(0)    \
+               : 1;                                                            \
+  }                                                                            \
+  bool OP::isMultiQuery() {                                                    \
+    return cast<RankedTensorType>(getQuery().getType()).getRank() == 2;        \
+  }                                                                            \
+  RankedTensorType OP::getSourceType() {                                       \
+    auto type = cast<RankedTensorType>(getSources().front().getType());        \
+    if (!getPacked())                                                          \
+      return type;                                                             \
+    return RankedTensorType::get(type.getShape().drop_front(),                 \
+                                 type.getElementType());                       \
+  }
+
+ATTNRES_SOURCE_ACCESSORS(ForwardOp)
+ATTNRES_SOURCE_ACCESSORS(BackwardOp)
+#undef ATTNRES_SOURCE_ACCESSORS
+
+//===----------------------------------------------------------------------===//
+// ForwardOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult ForwardOp::verify() {
+  FailureOr<SourceSignature> sig =
+      verifySources(*this, getSources(), getPacked(), getQuery(),
+                    getKeyNormWeight(), getOutputNormWeight());
+  if (failed(sig) || failed(verifyNormAttrs(*this, getEps().convertToDouble(),
+                                            getScale().convertToDouble())))
+    return failure();
+
+  StringRef outputLayout = sig->multiQuery ? "[M, T..., D]" : "[T..., D]";
+  StringRef lseLayout = sig->multiQuery ? "[M, T...]" : "[T...]";
+  SmallVector<int64_t> outputShape = sig->outputShape();
+  if (failed(verifyShapedLike(*this, getOutput().getType(), outputShape, Type(),
+                              "output", outputLayout)))
+    return failure();
+  Type sourceElement = sig->sourceType.getElementType();
+  Type outputElement = getOutput().getType().getElementType();
+  if (outputElement != sourceElement && !outputElement.isF32())
+    return emitOpError() << "output element type must be the source element "
+                            "type "
+                         << sourceElement << " or f32 (an FP32 partial), got "
+                         << outputElement;
+
+  Type f32 = Float32Type::get(getContext());
+  if (failed(verifyShapedLike(*this, getLse().getType(), sig->lseShape(), f32,
+                              "lse", lseLayout)))
+    return failure();
+
+  bool savesOPre = getSave() == SaveMode::OPre && getOutputNormWeight();
+  if (savesOPre && !getOPre())
+    return emitOpError("with save(o_pre) and an output norm, the forward must "
+                       "return o_pre as its third result");
+  if (!savesOPre && getOPre())
+    return emitOpError("o_pre is a result only with save(o_pre) and an output "
+                       "norm (without an output norm, o is o_pre)");
+  if (getOPre() && getOPre().getType() != getOutput().getType())
+    return emitOpError() << "o_pre must have the type of the output "
+                         << getOutput().getType() << ", got "
+                         << getOPre().getType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// BackwardOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult BackwardOp::verify() {
+  FailureOr<SourceSignature> sig =
+      verifySources(*this, getSources(), getPacked(), getQuery(),
+                    getKeyNormWeight(), getOutputNormWeight());
+  if (failed(sig) || failed(verifyNormAttrs(*this, getEps().convertToDouble(),
+                                            getScale().convertToDouble())))
+    return failure();
+
+  StringRef outputLayout = sig->multiQuery ? "[M, T..., D]" : "[T..., D]";
+  SmallVector<int64_t> outputShape = sig->outputShape();
+  if (failed(verifyShapedLike(*this, getGradOutput().getType(), outputShape,
+                              Type(), "grad (the gradient of the output)",
+                              outputLayout)) ||
+      failed(verifyValueElementType(*this, getGradOutput().getType(),
+                                    "grad (the gradient of the output)")))
+    return failure();
+  if (failed(verifyShapedLike(*this, getLse().getType(), sig->lseShape(),
+                              Float32Type::get(getContext()),
+                              "lse (the forward's log-sum-exp)",
+                              sig->multiQuery ? "[M, T...]" : "[T...]")))
+    return failure();
+  if (Value saved = getSavedOutput()) {
+    if (failed(verifyShapedLike(*this, saved.getType(), outputShape, Type(),
+                                "saved (the forward's o_pre)", outputLayout)) ||
+        failed(verifyValueElementType(*this, saved.getType(),
+                                      "saved (the forward's o_pre)")))
+      return failure();
+  }
+
+  if (getGradSources().size() != getSources().size())
+    return emitOpError() << "expects one source gradient per source operand ("
+                         << getSources().size() << "), got "
+                         << getGradSources().size();
+  for (auto [index, pair] :
+       llvm::enumerate(llvm::zip(getSources(), getGradSources()))) {
+    auto [source, grad] = pair;
+    if (source.getType() != grad.getType())
+      return emitOpError() << "source gradient #" << index
+                           << " must have the type of source #" << index << " "
+                           << source.getType() << ", got " << grad.getType();
+  }
+  if (getGradQuery().getType() != getQuery().getType())
+    return emitOpError() << "query gradient must have the type of the query "
+                         << getQuery().getType() << ", got "
+                         << getGradQuery().getType();
+
+  auto verifyWeightGrad = [&](Value weight, Value grad,
+                              StringRef name) -> LogicalResult {
+    if (!weight && grad)
+      return emitOpError() << "has a " << name << " weight gradient but no "
+                           << name << " weight";
+    if (weight && !grad)
+      return emitOpError() << "has a " << name << " weight but no " << name
+                           << " weight gradient result";
+    if (weight && weight.getType() != grad.getType())
+      return emitOpError() << name << " weight gradient must have the type "
+                           << weight.getType() << " of the weight, got "
+                           << grad.getType();
+    return success();
+  };
+  if (failed(verifyWeightGrad(getKeyNormWeight(), getGradKeyNormWeight(),
+                              "key_norm")) ||
+      failed(verifyWeightGrad(getOutputNormWeight(), getGradOutputNormWeight(),
+                              "output_norm")))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// PartitionReduceOp
+//===----------------------------------------------------------------------===//
+
+int64_t PartitionReduceOp::getNumPartitions() {
+  return getPartials().getType().getDimSize(0);
+}
+
+LogicalResult PartitionReduceOp::verify() {
+  RankedTensorType partials = getPartials().getType();
+  StringRef kind = stringifyReduceKind(getKind());
+  bool softmax = getKind() == ReduceKind::Softmax;
+  int64_t minRank = softmax ? 2 : 1;
+  if (partials.getRank() < minRank)
+    return emitOpError() << "partials must be "
+                         << (softmax ? "[P, T..., D]" : "[P, S...]")
+                         << " (rank >= " << minRank << ") for the " << kind
+                         << " kind, got " << partials;
+  if (partials.isDynamicDim(0))
+    return emitOpError()
+           << "partition count P (leading dimension of partials) must be "
+              "static, got "
+           << partials;
+  if (partials.getDimSize(0) < 1)
+    return emitOpError() << "requires at least one partition (P >= 1), got "
+                         << partials;
+  if (!partials.getElementType().isF32())
+    return emitOpError() << "partials must be f32 (partials are FP32), got "
+                         << partials;
+
+  Type f32 = Float32Type::get(getContext());
+  ArrayRef<int64_t> resultShape = partials.getShape().drop_front();
+  if (!softmax) {
+    if (getPartialLse())
+      return emitOpError("the sum kind takes no lse(...) operand");
+    if (getSink())
+      return emitOpError("the sum kind takes no sink(...) operand");
+    if (getLse())
+      return emitOpError("the sum kind has one result, the sum");
+    return failure(
+        failed(verifyShapedLike(*this, getOutput().getType(), resultShape,
+                                Type(), "output", "[S...]")) ||
+        failed(verifyValueElementType(*this, getOutput().getType(), "output")));
+  }
+
+  SmallVector<int64_t> rowShape(resultShape.drop_back());
+  if (!getPartialLse())
+    return emitOpError("the softmax kind requires the partitions' "
+                       "lse(...) operand");
+  auto partialLse = cast<RankedTensorType>(getPartialLse().getType());
+  if (partialLse.getRank() >= 1 && !partialLse.isDynamicDim(0) &&
+      partialLse.getDimSize(0) != partials.getDimSize(0))
+    return emitOpError() << "lse has " << partialLse.getDimSize(0)
+                         << " partitions but partials have "
+                         << partials.getDimSize(0);
+  SmallVector<int64_t> partialLseShape{partials.getDimSize(0)};
+  llvm::append_range(partialLseShape, rowShape);
+  if (failed(verifyShapedLike(*this, partialLse, partialLseShape, f32, "lse",
+                              "[P, T...]")))
+    return failure();
+  if (getSink() && failed(verifyShapedLike(*this, getSink().getType(), rowShape,
+                                           f32, "sink", "[T...]")))
+    return failure();
+  if (!getLse())
+    return emitOpError("the softmax kind has two results, the merged output "
+                       "and the merged lse");
+  if (failed(verifyShapedLike(*this, getOutput().getType(), resultShape, Type(),
+                              "output", "[T..., D]")) ||
+      failed(verifyValueElementType(*this, getOutput().getType(), "output")) ||
+      failed(verifyShapedLike(*this, getLse().getType(), rowShape, f32,
+                              "merged lse", "[T...]")))
+    return failure();
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.cpp.inc"

@@ -1,0 +1,163 @@
+// RUN: attnres-opt %s --split-input-file --verify-diagnostics
+// Verifier rules of attnres.partition_reduce.
+
+func.func @softmax_rank(%p: tensor<4xf32>, %l: tensor<4xf32>) {
+  // expected-error @+1 {{partials must be [P, T..., D] (rank >= 2) for the softmax kind, got 'tensor<4xf32>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4xf32> lse(%l : tensor<4xf32>)
+      -> tensor<f32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sum_rank(%p: tensor<f32>) {
+  // expected-error @+1 {{partials must be [P, S...] (rank >= 1) for the sum kind, got 'tensor<f32>'}}
+  %o = attnres.partition_reduce sum %p : tensor<f32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @dynamic_partition_count(%p: tensor<?x16xf32>) {
+  // expected-error @+1 {{partition count P (leading dimension of partials) must be static, got 'tensor<?x16xf32>'}}
+  %o = attnres.partition_reduce sum %p : tensor<?x16xf32> -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @zero_partitions(%p: tensor<0x16xf32>) {
+  // expected-error @+1 {{requires at least one partition (P >= 1), got 'tensor<0x16xf32>'}}
+  %o = attnres.partition_reduce sum %p : tensor<0x16xf32> -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @partials_not_f32(%p: tensor<4x?x64xbf16>, %l: tensor<4x?xf32>) {
+  // expected-error @+1 {{partials must be f32 (partials are FP32), got 'tensor<4x?x64xbf16>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x?x64xbf16> lse(%l : tensor<4x?xf32>)
+      -> tensor<?x64xbf16>, tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_without_lse(%p: tensor<4x?x64xf32>) {
+  // expected-error @+1 {{the softmax kind requires the partitions' lse(...) operand}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x?x64xf32>
+      -> tensor<?x64xf32>, tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @mismatched_partition_count(%p: tensor<4x?x64xf32>, %l: tensor<3x?xf32>) {
+  // expected-error @+1 {{lse has 3 partitions but partials have 4}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x?x64xf32> lse(%l : tensor<3x?xf32>)
+      -> tensor<?x64xf32>, tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @lse_shape(%p: tensor<4x8x64xf32>, %l: tensor<4x9xf32>) {
+  // expected-error @+1 {{lse must be [P, T...] = [4, 8], got 'tensor<4x9xf32>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x9xf32>)
+      -> tensor<8x64xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @lse_type(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf16>) {
+  // expected-error @+1 {{lse must have element type 'f32', got 'tensor<4x8xf16>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf16>)
+      -> tensor<8x64xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @sink_shape(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>, %s: tensor<4x8xf32>) {
+  // expected-error @+1 {{sink must be [T...] = [8], got 'tensor<4x8xf32>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      sink(%s : tensor<4x8xf32>) -> tensor<8x64xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_one_result(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{the softmax kind has two results, the merged output and the merged lse}}
+  %o = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_output_shape(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{output must be [T..., D] = [8, 64], got 'tensor<4x8x64xf32>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      -> tensor<4x8x64xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @softmax_output_type(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{output has element type 'f64'; it must be bf16, f16 or f32}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      -> tensor<8x64xf64>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @merged_lse_type(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{merged lse must have element type 'f32', got 'tensor<8xbf16>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      -> tensor<8x64xf32>, tensor<8xbf16>
+  return
+}
+
+// -----
+
+func.func @sum_with_lse(%p: tensor<4x16xf32>, %l: tensor<4xf32>) {
+  // expected-error @+1 {{the sum kind takes no lse(...) operand}}
+  %o = attnres.partition_reduce sum %p : tensor<4x16xf32> lse(%l : tensor<4xf32>) -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @sum_with_sink(%p: tensor<4x16xf32>, %s: tensor<f32>) {
+  // expected-error @+1 {{the sum kind takes no sink(...) operand}}
+  %o = attnres.partition_reduce sum %p : tensor<4x16xf32> sink(%s : tensor<f32>) -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @sum_two_results(%p: tensor<4x16xf32>) {
+  // expected-error @+1 {{the sum kind has one result, the sum}}
+  %o, %l = attnres.partition_reduce sum %p : tensor<4x16xf32> -> tensor<16xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sum_output_shape(%p: tensor<4x16xf32>) {
+  // expected-error @+1 {{output must be [S...] = [16], got 'tensor<4x16xf32>'}}
+  %o = attnres.partition_reduce sum %p : tensor<4x16xf32> -> tensor<4x16xf32>
+  return
+}
+
+// -----
+
+func.func @unknown_kind(%p: tensor<4x16xf32>) {
+  // expected-error @+1 {{expected string or keyword containing one of the following enum values for attribute 'kind' [softmax, sum]}}
+  %o = attnres.partition_reduce max %p : tensor<4x16xf32> -> tensor<16xf32>
+  return
+}
