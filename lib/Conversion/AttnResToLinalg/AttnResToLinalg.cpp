@@ -1,0 +1,861 @@
+//===- AttnResToLinalg.cpp - attnres ops to linalg.generic ----------------===//
+//
+// The executable reference: each attnres op becomes a short sequence of
+// linalg.generic ops on FP32 tensors that follows DESIGN.md equation by
+// equation. Inside, every tensor is in a canonical layout:
+//
+//   sources V [L, N, D]   key T [L, N, R]   query Q [M, R]   g [R]
+//   output-norm weight h [Mh, D] (Mh = 1 or M)   per-query results [M, N, ...]
+//
+// where N is the product of the token dimensions. The layout is restored on
+// the results. Every reduction is a linalg reduction dimension, so when lowered
+// to loops the summation order is fixed: results are deterministic.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attnres/Conversion/Passes.h"
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/AffineMap.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <limits>
+
+namespace mlir::attnres {
+#define GEN_PASS_DEF_CONVERTATTNRESTOLINALG
+#include "attnres/Conversion/Passes.h.inc"
+} // namespace mlir::attnres
+
+using namespace mlir;
+using namespace mlir::attnres;
+
+namespace {
+
+using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
+constexpr utils::IteratorType kPar = utils::IteratorType::parallel;
+constexpr utils::IteratorType kRed = utils::IteratorType::reduction;
+
+/// Builds FP32 tensor computations at one location.
+class Emitter {
+public:
+  Emitter(OpBuilder &builder, Location loc)
+      : b(builder), loc(loc), f32(b.getF32Type()) {}
+
+  OpBuilder &b;
+  Location loc;
+  Type f32;
+
+  Value cst(double value) {
+    return arith::ConstantOp::create(b, loc, f32, b.getF32FloatAttr(value));
+  }
+  Value cst(OpBuilder &builder, double value) {
+    return arith::ConstantOp::create(builder, loc, f32,
+                                     builder.getF32FloatAttr(value));
+  }
+  static double inf() { return std::numeric_limits<double>::infinity(); }
+
+  /// A tensor of `shape` filled with `value` (the init of a reduction).
+  Value filled(ArrayRef<OpFoldResult> shape, double value) {
+    Value empty = tensor::EmptyOp::create(b, loc, shape, f32);
+    return linalg::FillOp::create(b, loc, cst(value), empty).getResult(0);
+  }
+  Value empty(ArrayRef<OpFoldResult> shape) {
+    return tensor::EmptyOp::create(b, loc, shape, f32);
+  }
+
+  /// The affine map (d0, ..., d{numDims-1}) -> (d{dims[0]}, ...).
+  AffineMap map(unsigned numDims, ArrayRef<unsigned> dims) {
+    SmallVector<AffineExpr> exprs;
+    for (unsigned dim : dims)
+      exprs.push_back(b.getAffineDimExpr(dim));
+    return AffineMap::get(numDims, 0, exprs, b.getContext());
+  }
+
+  /// One linalg.generic with FP32 block arguments (inputs of other element
+  /// types are extended first) and one FP32 result written into `init`.
+  Value generic(ArrayRef<Value> inputs, ArrayRef<AffineMap> inputMaps,
+                Value init, AffineMap initMap,
+                ArrayRef<utils::IteratorType> iterators, Body body) {
+    SmallVector<AffineMap> maps(inputMaps);
+    maps.push_back(initMap);
+    auto op = linalg::GenericOp::create(
+        b, loc, TypeRange{init.getType()}, inputs, ValueRange{init}, maps,
+        iterators, [&](OpBuilder &nested, Location nestedLoc, ValueRange args) {
+          SmallVector<Value> widened;
+          for (Value arg : args)
+            widened.push_back(
+                arg.getType() == f32
+                    ? arg
+                    : arith::ExtFOp::create(nested, nestedLoc, f32, arg)
+                          .getResult());
+          Value result = body(nested, nestedLoc, widened);
+          linalg::YieldOp::create(nested, nestedLoc, result);
+        });
+    return op.getResult(0);
+  }
+
+  /// Converts an FP32 tensor to `elementType` (truncation of each element).
+  Value toElementType(Value value, Type elementType) {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getElementType() == elementType)
+      return value;
+    auto target = type.clone(elementType);
+    Value init = tensor::EmptyOp::create(
+        b, loc, tensor::getMixedSizes(b, loc, value), elementType);
+    unsigned rank = type.getRank();
+    SmallVector<unsigned> identity =
+        llvm::to_vector(llvm::seq<unsigned>(0, rank));
+    SmallVector<utils::IteratorType> iterators(rank, kPar);
+    SmallVector<AffineMap> maps{map(rank, identity), map(rank, identity)};
+    auto op = linalg::GenericOp::create(
+        b, loc, TypeRange{target}, ValueRange{value}, ValueRange{init}, maps,
+        iterators, [&](OpBuilder &nested, Location nestedLoc, ValueRange args) {
+          Value narrowed =
+              arith::TruncFOp::create(nested, nestedLoc, elementType, args[0]);
+          linalg::YieldOp::create(nested, nestedLoc, narrowed);
+        });
+    return op.getResult(0);
+  }
+
+  /// Converts a tensor of any float type to FP32.
+  Value toF32(Value value) {
+    auto type = cast<RankedTensorType>(value.getType());
+    if (type.getElementType() == f32)
+      return value;
+    unsigned rank = type.getRank();
+    SmallVector<unsigned> identity =
+        llvm::to_vector(llvm::seq<unsigned>(0, rank));
+    SmallVector<utils::IteratorType> iterators(rank, kPar);
+    return generic(
+        {value}, {map(rank, identity)},
+        empty(tensor::getMixedSizes(b, loc, value)), map(rank, identity),
+        iterators,
+        [](OpBuilder &, Location, ValueRange args) { return args[0]; });
+  }
+
+  // Scalar arithmetic inside bodies.
+  Value add(OpBuilder &n, Value x, Value y) {
+    return arith::AddFOp::create(n, loc, x, y);
+  }
+  Value sub(OpBuilder &n, Value x, Value y) {
+    return arith::SubFOp::create(n, loc, x, y);
+  }
+  Value mul(OpBuilder &n, Value x, Value y) {
+    return arith::MulFOp::create(n, loc, x, y);
+  }
+  Value div(OpBuilder &n, Value x, Value y) {
+    return arith::DivFOp::create(n, loc, x, y);
+  }
+  Value exp(OpBuilder &n, Value x) { return math::ExpOp::create(n, loc, x); }
+  Value log(OpBuilder &n, Value x) { return math::LogOp::create(n, loc, x); }
+  Value rsqrt(OpBuilder &n, Value x) {
+    return math::RsqrtOp::create(n, loc, x);
+  }
+  Value maxOf(OpBuilder &n, Value x, Value y) {
+    return arith::MaximumFOp::create(n, loc, x, y);
+  }
+  Value cmp(OpBuilder &n, arith::CmpFPredicate predicate, Value x, Value y) {
+    return arith::CmpFOp::create(n, loc, predicate, x, y);
+  }
+  Value select(OpBuilder &n, Value condition, Value x, Value y) {
+    return arith::SelectOp::create(n, loc, condition, x, y);
+  }
+};
+
+/// Merges dimensions [start, start + count) of `value` into one: the token
+/// dimensions become N. With count == 0 a unit dimension is inserted.
+Value flattenDims(OpBuilder &b, Location loc, Value value, int64_t start,
+                  int64_t count) {
+  auto type = cast<RankedTensorType>(value.getType());
+  int64_t rank = type.getRank();
+  if (count == 1)
+    return value;
+  SmallVector<ReassociationIndices> groups;
+  if (count == 0) {
+    // Insert a unit dimension at `start`, grouped with a neighbour.
+    SmallVector<int64_t> shape(type.getShape());
+    shape.insert(shape.begin() + start, 1);
+    auto expanded = RankedTensorType::get(shape, type.getElementType());
+    for (int64_t dim = 0; dim < rank; ++dim) {
+      int64_t outDim = dim < start ? dim : dim + 1;
+      groups.push_back({outDim});
+    }
+    if (rank > 0) {
+      if (start < rank)
+        groups[start].insert(groups[start].begin(), start);
+      else
+        groups.back().push_back(start);
+    }
+    SmallVector<OpFoldResult> outputShape =
+        tensor::getMixedSizes(b, loc, value);
+    outputShape.insert(outputShape.begin() + start, b.getIndexAttr(1));
+    return tensor::ExpandShapeOp::create(b, loc, expanded, value, groups,
+                                         outputShape);
+  }
+  for (int64_t dim = 0; dim < start; ++dim)
+    groups.push_back({dim});
+  ReassociationIndices merged;
+  for (int64_t dim = start; dim < start + count; ++dim)
+    merged.push_back(dim);
+  groups.push_back(merged);
+  for (int64_t dim = start + count; dim < rank; ++dim)
+    groups.push_back({dim});
+  return tensor::CollapseShapeOp::create(b, loc, value, groups);
+}
+
+/// The inverse of flattenDims: dimension `start` of `value` becomes
+/// `sizes` (the original token dimensions) and the result gets `type`.
+Value unflattenDims(OpBuilder &b, Location loc, Value value, int64_t start,
+                    ArrayRef<OpFoldResult> sizes, RankedTensorType type) {
+  auto valueType = cast<RankedTensorType>(value.getType());
+  int64_t rank = valueType.getRank();
+  int64_t count = sizes.size();
+  Value result = value;
+  if (count == 0) {
+    SmallVector<ReassociationIndices> groups;
+    for (int64_t dim = 0; dim < rank; ++dim) {
+      if (dim == start)
+        continue;
+      groups.push_back({dim});
+    }
+    if (!groups.empty()) {
+      if (start < rank - 1)
+        groups[start].insert(groups[start].begin(), start);
+      else
+        groups.back().push_back(start);
+    }
+    result = tensor::CollapseShapeOp::create(b, loc, value, groups);
+  } else if (count > 1) {
+    SmallVector<ReassociationIndices> groups;
+    SmallVector<OpFoldResult> outputShape;
+    SmallVector<OpFoldResult> valueSizes = tensor::getMixedSizes(b, loc, value);
+    int64_t outDim = 0;
+    for (int64_t dim = 0; dim < rank; ++dim) {
+      if (dim == start) {
+        ReassociationIndices group;
+        for (int64_t i = 0; i < count; ++i)
+          group.push_back(outDim++);
+        groups.push_back(group);
+        llvm::append_range(outputShape, sizes);
+      } else {
+        groups.push_back({outDim++});
+        outputShape.push_back(valueSizes[dim]);
+      }
+    }
+    SmallVector<int64_t> staticShape;
+    for (OpFoldResult size : outputShape) {
+      std::optional<int64_t> constant = getConstantIntValue(size);
+      staticShape.push_back(constant ? *constant : ShapedType::kDynamic);
+    }
+    auto expanded =
+        RankedTensorType::get(staticShape, valueType.getElementType());
+    result = tensor::ExpandShapeOp::create(b, loc, expanded, value, groups,
+                                           outputShape);
+  }
+  if (result.getType() != type)
+    result = tensor::CastOp::create(b, loc, type, result);
+  return result;
+}
+
+/// What forward and backward both derive from the sources and the query.
+struct SourceTerms {
+  int64_t numSources, width, rank, numQueries;
+  SmallVector<OpFoldResult> tokenSizes; // T...
+  OpFoldResult numTokens;               // N
+  Value sources;                        // V [L, N, D], storage type
+  Value key;                            // T [L, N, R], storage type
+  Value query;                          // Q [M, R] f32
+  Value keyNormWeight;                  // g [R] f32, or null
+  Value keyQuery;                       // a = g * q [M, R] f32
+  Value keyRho;                         // rho [L, N] f32
+  Value ell;                            // rho * <t, a> [M, L, N] f32
+};
+
+template <typename OpT> SourceTerms computeSourceTerms(Emitter &e, OpT op) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  SourceTerms terms;
+  terms.numSources = op.getNumSourceValues();
+  terms.width = op.getWidth();
+  terms.rank = op.getRank();
+  terms.numQueries = op.getNumQueries();
+  int64_t L = terms.numSources, D = terms.width, R = terms.rank,
+          M = terms.numQueries;
+  int64_t numTokenDims = op.getSourceType().getRank() - 1;
+
+  // V [L, N, D]: the packed tensor with its token dimensions merged, or the
+  // list of sources copied side by side.
+  Value first = op.getSources().front();
+  SmallVector<OpFoldResult> firstSizes = tensor::getMixedSizes(b, loc, first);
+  if (op.getPacked()) {
+    terms.tokenSizes.assign(firstSizes.begin() + 1, firstSizes.end() - 1);
+    terms.sources = flattenDims(b, loc, first, 1, numTokenDims);
+  } else {
+    terms.tokenSizes.assign(firstSizes.begin(), firstSizes.end() - 1);
+    Value flatFirst = flattenDims(b, loc, first, 0, numTokenDims);
+    OpFoldResult n = tensor::getMixedSize(b, loc, flatFirst, 0);
+    Type element = op.getSourceType().getElementType();
+    Value packed = tensor::EmptyOp::create(
+        b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(L), n, b.getIndexAttr(D)},
+        element);
+    for (auto [index, source] : llvm::enumerate(op.getSources())) {
+      Value flat = flattenDims(b, loc, source, 0, numTokenDims);
+      SmallVector<OpFoldResult> offsets{b.getIndexAttr(index),
+                                        b.getIndexAttr(0), b.getIndexAttr(0)};
+      SmallVector<OpFoldResult> sizes{b.getIndexAttr(1), n, b.getIndexAttr(D)};
+      SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
+      packed = tensor::InsertSliceOp::create(b, loc, flat, packed, offsets,
+                                             sizes, strides);
+    }
+    terms.sources = packed;
+  }
+  terms.numTokens = tensor::getMixedSize(b, loc, terms.sources, 1);
+  OpFoldResult N = terms.numTokens;
+  auto idx = [&](int64_t v) -> OpFoldResult { return b.getIndexAttr(v); };
+
+  // The key is the last R coordinates of every source.
+  terms.key = tensor::ExtractSliceOp::create(
+      b, loc, terms.sources, ArrayRef<OpFoldResult>{idx(0), idx(0), idx(D - R)},
+      ArrayRef<OpFoldResult>{idx(L), N, idx(R)},
+      ArrayRef<OpFoldResult>{idx(1), idx(1), idx(1)});
+
+  Value query = e.toF32(op.getQuery());
+  if (!op.isMultiQuery())
+    query = flattenDims(b, loc, query, 0, 0);
+  terms.query = query;
+  if (Value g = op.getKeyNormWeight())
+    terms.keyNormWeight = e.toF32(g);
+
+  // a[m, r] = g[r] * q[m, r]
+  if (terms.keyNormWeight) {
+    terms.keyQuery = e.generic(
+        {terms.query, terms.keyNormWeight}, {e.map(2, {0, 1}), e.map(2, {1})},
+        e.empty({idx(M), idx(R)}), e.map(2, {0, 1}), {kPar, kPar},
+        [&](OpBuilder &n, Location, ValueRange x) {
+          return e.mul(n, x[0], x[1]);
+        });
+  } else {
+    terms.keyQuery = terms.query;
+  }
+
+  // rho[l, n] = 1 / sqrt(mean_r t^2 + eps)
+  Value sumSquares =
+      e.generic({terms.key}, {e.map(3, {0, 1, 2})}, e.filled({idx(L), N}, 0.0),
+                e.map(3, {0, 1}), {kPar, kPar, kRed},
+                [&](OpBuilder &n, Location, ValueRange x) {
+                  return e.add(n, x[1], e.mul(n, x[0], x[0]));
+                });
+  double eps = op.getEps().convertToDouble();
+  terms.keyRho = e.generic(
+      {sumSquares}, {e.map(2, {0, 1})}, e.empty({idx(L), N}), e.map(2, {0, 1}),
+      {kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
+        Value mean = e.div(n, x[0], e.cst(n, static_cast<double>(R)));
+        return e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
+      });
+
+  // ell[m, l, n] = rho[l, n] * sum_r t[l, n, r] * a[m, r]
+  Value dot = e.generic(
+      {terms.key, terms.keyQuery}, {e.map(4, {1, 2, 3}), e.map(4, {0, 3})},
+      e.filled({idx(M), idx(L), N}, 0.0), e.map(4, {0, 1, 2}),
+      {kPar, kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
+        return e.add(n, x[2], e.mul(n, x[0], x[1]));
+      });
+  terms.ell =
+      e.generic({dot, terms.keyRho}, {e.map(3, {0, 1, 2}), e.map(3, {1, 2})},
+                e.empty({idx(M), idx(L), N}), e.map(3, {0, 1, 2}),
+                {kPar, kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
+                  return e.mul(n, x[0], x[1]);
+                });
+  return terms;
+}
+
+/// p[m, l, n] = exp(scale * ell[m, l, n] - lse[m, n]).
+Value softmaxWeights(Emitter &e, const SourceTerms &terms, double scale,
+                     Value lse) {
+  OpFoldResult N = terms.numTokens;
+  return e.generic({terms.ell, lse}, {e.map(3, {0, 1, 2}), e.map(3, {0, 2})},
+                   e.empty({e.b.getIndexAttr(terms.numQueries),
+                            e.b.getIndexAttr(terms.numSources), N}),
+                   e.map(3, {0, 1, 2}), {kPar, kPar, kPar},
+                   [&](OpBuilder &n, Location, ValueRange x) {
+                     return e.exp(
+                         n, e.sub(n, e.mul(n, e.cst(n, scale), x[0]), x[1]));
+                   });
+}
+
+/// o_pre[m, n, d] = sum_l p[m, l, n] * v[l, n, d]
+Value mixSources(Emitter &e, const SourceTerms &terms, Value p) {
+  OpBuilder &b = e.b;
+  return e.generic({p, terms.sources},
+                   {e.map(4, {0, 3, 1}), e.map(4, {3, 1, 2})},
+                   e.filled({b.getIndexAttr(terms.numQueries), terms.numTokens,
+                             b.getIndexAttr(terms.width)},
+                            0.0),
+                   e.map(4, {0, 1, 2}), {kPar, kPar, kPar, kRed},
+                   [&](OpBuilder &n, Location, ValueRange x) {
+                     return e.add(n, x[2], e.mul(n, x[0], x[1]));
+                   });
+}
+
+/// The output-norm weight as [Mh, D] in FP32 and the map that reads it from
+/// an (m, n, d) iteration space.
+std::pair<Value, AffineMap> outputNormWeight(Emitter &e, Value weight) {
+  Value h = e.toF32(weight);
+  if (cast<RankedTensorType>(h.getType()).getRank() == 1)
+    return {h, e.map(3, {2})};
+  return {h, e.map(3, {0, 2})};
+}
+
+/// rho_o[m, n] = 1 / sqrt(mean_d o_pre^2 + eps)
+Value outputRho(Emitter &e, const SourceTerms &terms, Value oPre, double eps) {
+  OpBuilder &b = e.b;
+  OpFoldResult M = b.getIndexAttr(terms.numQueries), N = terms.numTokens;
+  Value sumSquares = e.generic(
+      {oPre}, {e.map(3, {0, 1, 2})}, e.filled({M, N}, 0.0), e.map(3, {0, 1}),
+      {kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
+        return e.add(n, x[1], e.mul(n, x[0], x[0]));
+      });
+  return e.generic(
+      {sumSquares}, {e.map(2, {0, 1})}, e.empty({M, N}), e.map(2, {0, 1}),
+      {kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
+        Value mean = e.div(n, x[0], e.cst(n, static_cast<double>(terms.width)));
+        return e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
+      });
+}
+
+/// Restores a per-query result [M, N, ...] to the op's layout
+/// [M?, T..., ...] and storage type `type`.
+Value restorePerQuery(Emitter &e, const SourceTerms &terms, Value value,
+                      bool multiQuery, RankedTensorType type) {
+  OpBuilder &b = e.b;
+  value = e.toElementType(value, type.getElementType());
+  int64_t tokenDim = 1;
+  if (!multiQuery) {
+    auto valueType = cast<RankedTensorType>(value.getType());
+    SmallVector<int64_t> shape(valueType.getShape().drop_front());
+    auto dropped = RankedTensorType::get(shape, valueType.getElementType());
+    value = tensor::createCanonicalRankReducingExtractSliceOp(b, e.loc, value,
+                                                              dropped);
+    tokenDim = 0;
+  }
+  return unflattenDims(b, e.loc, value, tokenDim, terms.tokenSizes, type);
+}
+
+struct ForwardLowering : OpRewritePattern<ForwardOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(ForwardOp op,
+                                PatternRewriter &rewriter) const override {
+    Emitter e(rewriter, op.getLoc());
+    SourceTerms terms = computeSourceTerms(e, op);
+    OpBuilder &b = e.b;
+    double scale = op.getScale().convertToDouble();
+    double eps = op.getEps().convertToDouble();
+    OpFoldResult M = b.getIndexAttr(terms.numQueries), N = terms.numTokens;
+
+    // lse[m, n] = max_l z + log(sum_l exp(z - max_l z)), z = scale * ell
+    Value maxLogit = e.generic(
+        {terms.ell}, {e.map(3, {0, 2, 1})}, e.filled({M, N}, -Emitter::inf()),
+        e.map(3, {0, 1}), {kPar, kPar, kRed},
+        [&](OpBuilder &n, Location, ValueRange x) {
+          return e.maxOf(n, x[1], e.mul(n, e.cst(n, scale), x[0]));
+        });
+    Value sumExp = e.generic(
+        {terms.ell, maxLogit}, {e.map(3, {0, 2, 1}), e.map(3, {0, 1})},
+        e.filled({M, N}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
+        [&](OpBuilder &n, Location, ValueRange x) {
+          Value z = e.mul(n, e.cst(n, scale), x[0]);
+          return e.add(n, x[2], e.exp(n, e.sub(n, z, x[1])));
+        });
+    Value lse =
+        e.generic({maxLogit, sumExp}, {e.map(2, {0, 1}), e.map(2, {0, 1})},
+                  e.empty({M, N}), e.map(2, {0, 1}), {kPar, kPar},
+                  [&](OpBuilder &n, Location, ValueRange x) {
+                    return e.add(n, x[0], e.log(n, x[1]));
+                  });
+
+    Value p = softmaxWeights(e, terms, scale, lse);
+    Value oPre = mixSources(e, terms, p);
+    Value output = oPre;
+    if (Value weight = op.getOutputNormWeight()) {
+      auto [h, hMap] = outputNormWeight(e, weight);
+      Value rho = outputRho(e, terms, oPre, eps);
+      output = e.generic(
+          {oPre, rho, h}, {e.map(3, {0, 1, 2}), e.map(3, {0, 1}), hMap},
+          e.empty({M, N, b.getIndexAttr(terms.width)}), e.map(3, {0, 1, 2}),
+          {kPar, kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
+            return e.mul(n, e.mul(n, x[0], x[1]), x[2]);
+          });
+    }
+
+    bool multi = op.isMultiQuery();
+    SmallVector<Value> results{
+        restorePerQuery(e, terms, output, multi, op.getOutput().getType()),
+        restorePerQuery(e, terms, lse, multi, op.getLse().getType())};
+    if (Value saved = op.getOPre())
+      results.push_back(restorePerQuery(
+          e, terms, oPre, multi, cast<RankedTensorType>(saved.getType())));
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
+/// Brings a per-query operand [M?, T..., ...] of a backward to [M, N, ...]
+/// in FP32.
+Value normalizePerQuery(Emitter &e, Value value, bool multiQuery,
+                        int64_t numTokenDims) {
+  Value result = e.toF32(value);
+  if (!multiQuery)
+    result = flattenDims(e.b, e.loc, result, 0, 0);
+  return flattenDims(e.b, e.loc, result, 1, numTokenDims);
+}
+
+struct BackwardLowering : OpRewritePattern<BackwardOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(BackwardOp op,
+                                PatternRewriter &rewriter) const override {
+    Emitter e(rewriter, op.getLoc());
+    SourceTerms terms = computeSourceTerms(e, op);
+    OpBuilder &b = e.b;
+    double scale = op.getScale().convertToDouble();
+    double eps = op.getEps().convertToDouble();
+    int64_t L = terms.numSources, D = terms.width, R = terms.rank;
+    OpFoldResult M = b.getIndexAttr(terms.numQueries), N = terms.numTokens;
+    auto idx = [&](int64_t v) -> OpFoldResult { return b.getIndexAttr(v); };
+    bool multi = op.isMultiQuery();
+    int64_t numTokenDims = op.getSourceType().getRank() - 1;
+
+    Value lse = normalizePerQuery(e, op.getLse(), multi, numTokenDims);
+    Value gradOutput =
+        normalizePerQuery(e, op.getGradOutput(), multi, numTokenDims);
+    Value p = softmaxWeights(e, terms, scale, lse);
+    Value oPre = op.getSavedOutput() ? normalizePerQuery(e, op.getSavedOutput(),
+                                                         multi, numTokenDims)
+                                     : mixSources(e, terms, p);
+
+    // do_pre: the gradient of o_pre, through the output norm if there is one.
+    Value gradOPre = gradOutput;
+    Value gradOutputNorm;
+    if (Value weight = op.getOutputNormWeight()) {
+      auto [h, hMap] = outputNormWeight(e, weight);
+      Value rho = outputRho(e, terms, oPre, eps);
+      // mean_d(xhat * h * do), xhat = o_pre * rho_o
+      Value meanTerm = e.generic(
+          {oPre, rho, h, gradOutput},
+          {e.map(3, {0, 1, 2}), e.map(3, {0, 1}), hMap, e.map(3, {0, 1, 2})},
+          e.filled({M, N}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
+          [&](OpBuilder &n, Location, ValueRange x) {
+            Value xhat = e.mul(n, x[0], x[1]);
+            return e.add(n, x[4], e.mul(n, e.mul(n, xhat, x[2]), x[3]));
+          });
+      gradOPre = e.generic(
+          {oPre, rho, h, gradOutput, meanTerm},
+          {e.map(3, {0, 1, 2}), e.map(3, {0, 1}), hMap, e.map(3, {0, 1, 2}),
+           e.map(3, {0, 1})},
+          e.empty({M, N, idx(D)}), e.map(3, {0, 1, 2}), {kPar, kPar, kPar},
+          [&](OpBuilder &n, Location, ValueRange x) {
+            Value xhat = e.mul(n, x[0], x[1]);
+            Value mean = e.div(n, x[4], e.cst(n, static_cast<double>(D)));
+            return e.mul(n, x[1],
+                         e.sub(n, e.mul(n, x[2], x[3]), e.mul(n, xhat, mean)));
+          });
+      // dh = sum over tokens (and queries, for a shared [D] weight) of
+      // xhat * do.
+      bool perQuery = cast<RankedTensorType>(h.getType()).getRank() == 2;
+      if (perQuery) {
+        gradOutputNorm = e.generic(
+            {oPre, rho, gradOutput},
+            {e.map(3, {0, 2, 1}), e.map(3, {0, 2}), e.map(3, {0, 2, 1})},
+            e.filled({M, idx(D)}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
+            [&](OpBuilder &n, Location, ValueRange x) {
+              return e.add(n, x[3], e.mul(n, e.mul(n, x[0], x[1]), x[2]));
+            });
+      } else {
+        gradOutputNorm = e.generic(
+            {oPre, rho, gradOutput},
+            {e.map(3, {1, 2, 0}), e.map(3, {1, 2}), e.map(3, {1, 2, 0})},
+            e.filled({idx(D)}, 0.0), e.map(3, {0}), {kPar, kRed, kRed},
+            [&](OpBuilder &n, Location, ValueRange x) {
+              return e.add(n, x[3], e.mul(n, e.mul(n, x[0], x[1]), x[2]));
+            });
+      }
+    }
+
+    // delta[m, n] = <do_pre, o_pre>
+    Value delta =
+        e.generic({gradOPre, oPre}, {e.map(3, {0, 1, 2}), e.map(3, {0, 1, 2})},
+                  e.filled({M, N}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
+                  [&](OpBuilder &n, Location, ValueRange x) {
+                    return e.add(n, x[2], e.mul(n, x[0], x[1]));
+                  });
+    // ds[m, l, n] = scale * p * (<do_pre, v_l> - delta)
+    Value gradDot = e.generic(
+        {gradOPre, terms.sources}, {e.map(4, {0, 2, 3}), e.map(4, {1, 2, 3})},
+        e.filled({M, idx(L), N}, 0.0), e.map(4, {0, 1, 2}),
+        {kPar, kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
+          return e.add(n, x[2], e.mul(n, x[0], x[1]));
+        });
+    Value ds = e.generic(
+        {p, gradDot, delta},
+        {e.map(3, {0, 1, 2}), e.map(3, {0, 1, 2}), e.map(3, {0, 2})},
+        e.empty({M, idx(L), N}), e.map(3, {0, 1, 2}), {kPar, kPar, kPar},
+        [&](OpBuilder &n, Location, ValueRange x) {
+          Value diff = e.sub(n, x[1], x[2]);
+          return e.mul(n, e.cst(n, scale), e.mul(n, x[0], diff));
+        });
+
+    // dv[l, n, d] = sum_m p * do_pre, plus on the key coordinates
+    // sum_m ds * rho * (a - khat * ell / R) with khat = rho * t.
+    Value gradSources = e.generic(
+        {p, gradOPre}, {e.map(4, {3, 0, 1}), e.map(4, {3, 1, 2})},
+        e.filled({idx(L), N, idx(D)}, 0.0), e.map(4, {0, 1, 2}),
+        {kPar, kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
+          return e.add(n, x[2], e.mul(n, x[0], x[1]));
+        });
+    Value keyPart = tensor::ExtractSliceOp::create(
+        b, e.loc, gradSources,
+        ArrayRef<OpFoldResult>{idx(0), idx(0), idx(D - R)},
+        ArrayRef<OpFoldResult>{idx(L), N, idx(R)},
+        ArrayRef<OpFoldResult>{idx(1), idx(1), idx(1)});
+    Value keyGrad = e.generic(
+        {ds, terms.keyRho, terms.keyQuery, terms.key, terms.ell},
+        {e.map(4, {3, 0, 1}), e.map(4, {0, 1}), e.map(4, {3, 2}),
+         e.map(4, {0, 1, 2}), e.map(4, {3, 0, 1})},
+        keyPart, e.map(4, {0, 1, 2}), {kPar, kPar, kPar, kRed},
+        [&](OpBuilder &n, Location, ValueRange x) {
+          Value rho = x[1];
+          Value khat = e.mul(n, rho, x[3]);
+          Value correction =
+              e.div(n, e.mul(n, khat, x[4]), e.cst(n, static_cast<double>(R)));
+          Value term =
+              e.mul(n, e.mul(n, x[0], rho), e.sub(n, x[2], correction));
+          return e.add(n, x[5], term);
+        });
+    gradSources = tensor::InsertSliceOp::create(
+        b, e.loc, keyGrad, gradSources,
+        ArrayRef<OpFoldResult>{idx(0), idx(0), idx(D - R)},
+        ArrayRef<OpFoldResult>{idx(L), N, idx(R)},
+        ArrayRef<OpFoldResult>{idx(1), idx(1), idx(1)});
+
+    // da[m, r] = sum_l sum_n ds * rho * t, a reduction over every token in
+    // a fixed order.
+    Value gradKeyQuery = e.generic(
+        {ds, terms.keyRho, terms.key},
+        {e.map(4, {0, 2, 3}), e.map(4, {2, 3}), e.map(4, {2, 3, 1})},
+        e.filled({M, idx(R)}, 0.0), e.map(4, {0, 1}), {kPar, kPar, kRed, kRed},
+        [&](OpBuilder &n, Location, ValueRange x) {
+          return e.add(n, x[3], e.mul(n, x[0], e.mul(n, x[1], x[2])));
+        });
+    Value gradQuery = gradKeyQuery;
+    Value gradKeyNorm;
+    if (terms.keyNormWeight) {
+      gradQuery =
+          e.generic({gradKeyQuery, terms.keyNormWeight},
+                    {e.map(2, {0, 1}), e.map(2, {1})}, e.empty({M, idx(R)}),
+                    e.map(2, {0, 1}), {kPar, kPar},
+                    [&](OpBuilder &n, Location, ValueRange x) {
+                      return e.mul(n, x[0], x[1]);
+                    });
+      gradKeyNorm = e.generic(
+          {gradKeyQuery, terms.query}, {e.map(2, {1, 0}), e.map(2, {1, 0})},
+          e.filled({idx(R)}, 0.0), e.map(2, {0}), {kPar, kRed},
+          [&](OpBuilder &n, Location, ValueRange x) {
+            return e.add(n, x[2], e.mul(n, x[0], x[1]));
+          });
+    }
+
+    // Results in the op's layout and types.
+    SmallVector<Value> results;
+    Type sourceElement = op.getSourceType().getElementType();
+    gradSources = e.toElementType(gradSources, sourceElement);
+    if (op.getPacked()) {
+      results.push_back(unflattenDims(
+          b, e.loc, gradSources, 1, terms.tokenSizes,
+          cast<RankedTensorType>(op.getGradSources().front().getType())));
+    } else {
+      for (auto [index, grad] : llvm::enumerate(op.getGradSources())) {
+        std::optional<int64_t> staticTokens = getConstantIntValue(N);
+        auto sliceType = RankedTensorType::get(
+            {staticTokens ? *staticTokens : ShapedType::kDynamic, D},
+            sourceElement);
+        Value slice = tensor::ExtractSliceOp::create(
+            b, e.loc, sliceType, gradSources,
+            ArrayRef<OpFoldResult>{idx(index), idx(0), idx(0)},
+            ArrayRef<OpFoldResult>{idx(1), N, idx(D)},
+            ArrayRef<OpFoldResult>{idx(1), idx(1), idx(1)});
+        results.push_back(
+            unflattenDims(b, e.loc, slice, 0, terms.tokenSizes,
+                          cast<RankedTensorType>(grad.getType())));
+      }
+    }
+    auto queryType = op.getGradQuery().getType();
+    Value gradQueryResult =
+        e.toElementType(gradQuery, queryType.getElementType());
+    if (!multi)
+      gradQueryResult = unflattenDims(b, e.loc, gradQueryResult, 0, {},
+                                      cast<RankedTensorType>(queryType));
+    results.push_back(gradQueryResult);
+    if (Value grad = op.getGradKeyNormWeight())
+      results.push_back(
+          e.toElementType(gradKeyNorm, getElementTypeOrSelf(grad.getType())));
+    if (Value grad = op.getGradOutputNormWeight())
+      results.push_back(e.toElementType(gradOutputNorm,
+                                        getElementTypeOrSelf(grad.getType())));
+    rewriter.replaceOp(op, results);
+    return success();
+  }
+};
+
+struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(PartitionReduceOp op,
+                                PatternRewriter &rewriter) const override {
+    Emitter e(rewriter, op.getLoc());
+    OpBuilder &b = e.b;
+    Value partials = op.getPartials();
+    auto partialsType = op.getPartials().getType();
+    int64_t rank = partialsType.getRank();
+    int64_t P = partialsType.getDimSize(0);
+
+    if (op.getKind() == ReduceKind::Sum) {
+      // out[s...] = sum_p partials[p, s...], p innermost so the order is
+      // p = 0, 1, ..., P-1.
+      unsigned numDims = rank;
+      SmallVector<unsigned> readDims{static_cast<unsigned>(rank - 1)};
+      SmallVector<unsigned> outDims;
+      for (unsigned dim = 0; dim + 1 < numDims; ++dim) {
+        readDims.push_back(dim);
+        outDims.push_back(dim);
+      }
+      SmallVector<utils::IteratorType> iterators(rank - 1, kPar);
+      iterators.push_back(kRed);
+      SmallVector<OpFoldResult> outShape =
+          tensor::getMixedSizes(b, e.loc, partials);
+      outShape.erase(outShape.begin());
+      Value sum =
+          e.generic({partials}, {e.map(numDims, readDims)},
+                    e.filled(outShape, 0.0), e.map(numDims, outDims), iterators,
+                    [&](OpBuilder &n, Location, ValueRange x) {
+                      return e.add(n, x[1], x[0]);
+                    });
+      Value result =
+          e.toElementType(sum, getElementTypeOrSelf(op.getOutput().getType()));
+      if (result.getType() != op.getOutput().getType())
+        result =
+            tensor::CastOp::create(b, e.loc, op.getOutput().getType(), result);
+      rewriter.replaceOp(op, result);
+      return success();
+    }
+
+    // Softmax merge over [P, N, D] partials with [P, N] lse and [N] sink.
+    int64_t numTokenDims = rank - 2;
+    SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, e.loc, partials);
+    SmallVector<OpFoldResult> tokenSizes(sizes.begin() + 1, sizes.end() - 1);
+    Value flatPartials = flattenDims(b, e.loc, partials, 1, numTokenDims);
+    Value partialLse =
+        flattenDims(b, e.loc, op.getPartialLse(), 1, numTokenDims);
+    OpFoldResult N = tensor::getMixedSize(b, e.loc, flatPartials, 1);
+    OpFoldResult D = tensor::getMixedSize(b, e.loc, flatPartials, 2);
+    double inf = Emitter::inf();
+
+    // m = max(max_p lse_p, sink)
+    Value sink;
+    Value maxInit = e.filled({N}, -inf);
+    if (op.getSink()) {
+      sink = flattenDims(b, e.loc, op.getSink(), 0, numTokenDims);
+      maxInit = sink;
+    }
+    Value maxLse =
+        e.generic({partialLse}, {e.map(2, {1, 0})}, maxInit, e.map(2, {0}),
+                  {kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
+                    return e.maxOf(n, x[1], x[0]);
+                  });
+    // w(x) = 0 for an empty partition (x = -inf), 1 for the maximum itself
+    // (which keeps a +inf sink from producing inf - inf), exp(x - m) else.
+    auto weight = [&](OpBuilder &n, Value x, Value m) {
+      Value isEmpty = e.cmp(n, arith::CmpFPredicate::OEQ, x, e.cst(n, -inf));
+      Value isMax = e.cmp(n, arith::CmpFPredicate::OEQ, x, m);
+      Value w = e.select(n, isMax, e.cst(n, 1.0), e.exp(n, e.sub(n, x, m)));
+      return e.select(n, isEmpty, e.cst(n, 0.0), w);
+    };
+    // S = w(sink) + sum_p w(lse_p)
+    Value sumInit = e.filled({N}, 0.0);
+    if (sink)
+      sumInit = e.generic({sink, maxLse}, {e.map(1, {0}), e.map(1, {0})},
+                          e.empty({N}), e.map(1, {0}), {kPar},
+                          [&](OpBuilder &n, Location, ValueRange x) {
+                            return weight(n, x[0], x[1]);
+                          });
+    Value total = e.generic(
+        {partialLse, maxLse}, {e.map(2, {1, 0}), e.map(2, {0})}, sumInit,
+        e.map(2, {0}), {kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
+          return e.add(n, x[2], weight(n, x[0], x[1]));
+        });
+    // o = sum_p w_p * o_p / S, skipping empty partitions so that their
+    // garbage (NaN included) never reaches the sum.
+    Value weighted =
+        e.generic({flatPartials, partialLse, maxLse},
+                  {e.map(3, {2, 0, 1}), e.map(3, {2, 0}), e.map(3, {0})},
+                  e.filled({N, D}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
+                  [&](OpBuilder &n, Location, ValueRange x) {
+                    Value w = weight(n, x[1], x[2]);
+                    Value contributes =
+                        e.cmp(n, arith::CmpFPredicate::OGT, w, e.cst(n, 0.0));
+                    Value term = e.select(n, contributes, e.mul(n, w, x[0]),
+                                          e.cst(n, 0.0));
+                    return e.add(n, x[3], term);
+                  });
+    Value output = e.generic(
+        {weighted, total}, {e.map(2, {0, 1}), e.map(2, {0})}, e.empty({N, D}),
+        e.map(2, {0, 1}), {kPar, kPar},
+        [&](OpBuilder &n, Location, ValueRange x) {
+          Value any = e.cmp(n, arith::CmpFPredicate::OGT, x[1], e.cst(n, 0.0));
+          return e.select(n, any, e.div(n, x[0], x[1]), e.cst(n, 0.0));
+        });
+    Value lse = e.generic(
+        {maxLse, total}, {e.map(1, {0}), e.map(1, {0})}, e.empty({N}),
+        e.map(1, {0}), {kPar}, [&](OpBuilder &n, Location, ValueRange x) {
+          Value any = e.cmp(n, arith::CmpFPredicate::OGT, x[1], e.cst(n, 0.0));
+          return e.select(n, any, e.add(n, x[0], e.log(n, x[1])),
+                          e.cst(n, -inf));
+        });
+
+    auto outputType = op.getOutput().getType();
+    output = e.toElementType(output, outputType.getElementType());
+    rewriter.replaceOp(
+        op, {unflattenDims(b, e.loc, output, 0, tokenSizes,
+                           cast<RankedTensorType>(outputType)),
+             unflattenDims(b, e.loc, lse, 0, tokenSizes,
+                           cast<RankedTensorType>(op.getLse().getType()))});
+    return success();
+  }
+};
+
+struct ConvertAttnResToLinalgPass
+    : attnres::impl::ConvertAttnResToLinalgBase<ConvertAttnResToLinalgPass> {
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    populateAttnResToLinalgPatterns(patterns);
+    ConversionTarget target(getContext());
+    target.addIllegalDialect<AttnResDialect>();
+    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+    if (failed(applyPartialConversion(getOperation(), target,
+                                      std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+} // namespace
+
+void mlir::attnres::populateAttnResToLinalgPatterns(
+    RewritePatternSet &patterns) {
+  patterns.add<ForwardLowering, BackwardLowering, PartitionReduceLowering>(
+      patterns.getContext());
+}
