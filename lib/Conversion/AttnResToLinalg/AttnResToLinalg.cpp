@@ -17,6 +17,7 @@
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -254,8 +255,22 @@ Value unflattenDims(OpBuilder &b, Location loc, Value value, int64_t start,
     }
     auto expanded =
         RankedTensorType::get(staticShape, valueType.getElementType());
-    result = tensor::ExpandShapeOp::create(b, loc, expanded, value, groups,
-                                           outputShape);
+    int64_t dynamicTokenDims = llvm::count_if(
+        sizes, [](OpFoldResult size) { return !getConstantIntValue(size); });
+    if (dynamicTokenDims <= 1) {
+      result = tensor::ExpandShapeOp::create(b, loc, expanded, value, groups,
+                                             outputShape);
+    } else {
+      // LLVM 22's expand-strided-metadata crashes on an expand_shape that
+      // splits one dimension into several dynamic ones
+      // (llvm/llvm-project#186830, fixed in LLVM 23); a reshape by a shape
+      // tensor expresses the same thing and lowers.
+      SmallVector<Value> shapeValues;
+      for (OpFoldResult size : outputShape)
+        shapeValues.push_back(getValueOrCreateConstantIndexOp(b, loc, size));
+      Value shape = tensor::FromElementsOp::create(b, loc, shapeValues);
+      result = tensor::ReshapeOp::create(b, loc, expanded, value, shape);
+    }
   }
   if (result.getType() != type)
     result = tensor::CastOp::create(b, loc, type, result);
@@ -297,22 +312,13 @@ template <typename OpT> SourceTerms computeSourceTerms(Emitter &e, OpT op) {
     terms.sources = flattenDims(b, loc, first, 1, numTokenDims);
   } else {
     terms.tokenSizes.assign(firstSizes.begin(), firstSizes.end() - 1);
-    Value flatFirst = flattenDims(b, loc, first, 0, numTokenDims);
-    OpFoldResult n = tensor::getMixedSize(b, loc, flatFirst, 0);
-    Type element = op.getSourceType().getElementType();
-    Value packed = tensor::EmptyOp::create(
-        b, loc, ArrayRef<OpFoldResult>{b.getIndexAttr(L), n, b.getIndexAttr(D)},
-        element);
-    for (auto [index, source] : llvm::enumerate(op.getSources())) {
-      Value flat = flattenDims(b, loc, source, 0, numTokenDims);
-      SmallVector<OpFoldResult> offsets{b.getIndexAttr(index),
-                                        b.getIndexAttr(0), b.getIndexAttr(0)};
-      SmallVector<OpFoldResult> sizes{b.getIndexAttr(1), n, b.getIndexAttr(D)};
-      SmallVector<OpFoldResult> strides(3, b.getIndexAttr(1));
-      packed = tensor::InsertSliceOp::create(b, loc, flat, packed, offsets,
-                                             sizes, strides);
-    }
-    terms.sources = packed;
+    // One concatenation, not a chain of insertions: bufferization analysis
+    // time grows quickly with the length of such chains.
+    SmallVector<Value> rows;
+    for (Value source : op.getSources())
+      rows.push_back(flattenDims(
+          b, loc, flattenDims(b, loc, source, 0, numTokenDims), 0, 0));
+    terms.sources = tensor::ConcatOp::create(b, loc, /*dim=*/0, rows);
   }
   terms.numTokens = tensor::getMixedSize(b, loc, terms.sources, 1);
   OpFoldResult N = terms.numTokens;
