@@ -4,6 +4,7 @@
 
 #include "attnres/Conversion/Passes.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResDialect.h"
+#include "attnres/Dialect/AttnRes/Transforms/Passes.h"
 #include "attnres/Pipelines/Pipelines.h"
 
 #include "mlir/Dialect/AMDGPU/IR/AMDGPUDialect.h"
@@ -106,6 +107,7 @@ void mlir::attnres::registerAllPasses() {
   static bool registered = [] {
     mlir::registerAllPasses();
     attnres::registerAttnResConversionPasses();
+    attnres::registerAttnResTransformsPasses();
     attnres::registerPipelines();
     return true;
   }();

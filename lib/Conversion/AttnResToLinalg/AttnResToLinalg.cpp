@@ -15,6 +15,7 @@
 
 #include "attnres/Conversion/Passes.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
+#include "attnres/Dialect/AttnRes/Utils/Reshape.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
@@ -167,115 +168,6 @@ public:
     return arith::SelectOp::create(n, loc, condition, x, y);
   }
 };
-
-/// Merges dimensions [start, start + count) of `value` into one: the token
-/// dimensions become N. With count == 0 a unit dimension is inserted.
-Value flattenDims(OpBuilder &b, Location loc, Value value, int64_t start,
-                  int64_t count) {
-  auto type = cast<RankedTensorType>(value.getType());
-  int64_t rank = type.getRank();
-  if (count == 1)
-    return value;
-  SmallVector<ReassociationIndices> groups;
-  if (count == 0) {
-    // Insert a unit dimension at `start`, grouped with a neighbour.
-    SmallVector<int64_t> shape(type.getShape());
-    shape.insert(shape.begin() + start, 1);
-    auto expanded = RankedTensorType::get(shape, type.getElementType());
-    for (int64_t dim = 0; dim < rank; ++dim) {
-      int64_t outDim = dim < start ? dim : dim + 1;
-      groups.push_back({outDim});
-    }
-    if (rank > 0) {
-      if (start < rank)
-        groups[start].insert(groups[start].begin(), start);
-      else
-        groups.back().push_back(start);
-    }
-    SmallVector<OpFoldResult> outputShape =
-        tensor::getMixedSizes(b, loc, value);
-    outputShape.insert(outputShape.begin() + start, b.getIndexAttr(1));
-    return tensor::ExpandShapeOp::create(b, loc, expanded, value, groups,
-                                         outputShape);
-  }
-  for (int64_t dim = 0; dim < start; ++dim)
-    groups.push_back({dim});
-  ReassociationIndices merged;
-  for (int64_t dim = start; dim < start + count; ++dim)
-    merged.push_back(dim);
-  groups.push_back(merged);
-  for (int64_t dim = start + count; dim < rank; ++dim)
-    groups.push_back({dim});
-  return tensor::CollapseShapeOp::create(b, loc, value, groups);
-}
-
-/// The inverse of flattenDims: dimension `start` of `value` becomes
-/// `sizes` (the original token dimensions) and the result gets `type`.
-Value unflattenDims(OpBuilder &b, Location loc, Value value, int64_t start,
-                    ArrayRef<OpFoldResult> sizes, RankedTensorType type) {
-  auto valueType = cast<RankedTensorType>(value.getType());
-  int64_t rank = valueType.getRank();
-  int64_t count = sizes.size();
-  Value result = value;
-  if (count == 0) {
-    SmallVector<ReassociationIndices> groups;
-    for (int64_t dim = 0; dim < rank; ++dim) {
-      if (dim == start)
-        continue;
-      groups.push_back({dim});
-    }
-    if (!groups.empty()) {
-      if (start < rank - 1)
-        groups[start].insert(groups[start].begin(), start);
-      else
-        groups.back().push_back(start);
-    }
-    result = tensor::CollapseShapeOp::create(b, loc, value, groups);
-  } else if (count > 1) {
-    SmallVector<ReassociationIndices> groups;
-    SmallVector<OpFoldResult> outputShape;
-    SmallVector<OpFoldResult> valueSizes = tensor::getMixedSizes(b, loc, value);
-    int64_t outDim = 0;
-    for (int64_t dim = 0; dim < rank; ++dim) {
-      if (dim == start) {
-        ReassociationIndices group;
-        for (int64_t i = 0; i < count; ++i)
-          group.push_back(outDim++);
-        groups.push_back(group);
-        llvm::append_range(outputShape, sizes);
-      } else {
-        groups.push_back({outDim++});
-        outputShape.push_back(valueSizes[dim]);
-      }
-    }
-    SmallVector<int64_t> staticShape;
-    for (OpFoldResult size : outputShape) {
-      std::optional<int64_t> constant = getConstantIntValue(size);
-      staticShape.push_back(constant ? *constant : ShapedType::kDynamic);
-    }
-    auto expanded =
-        RankedTensorType::get(staticShape, valueType.getElementType());
-    int64_t dynamicTokenDims = llvm::count_if(
-        sizes, [](OpFoldResult size) { return !getConstantIntValue(size); });
-    if (dynamicTokenDims <= 1) {
-      result = tensor::ExpandShapeOp::create(b, loc, expanded, value, groups,
-                                             outputShape);
-    } else {
-      // LLVM 22's expand-strided-metadata crashes on an expand_shape that
-      // splits one dimension into several dynamic ones
-      // (llvm/llvm-project#186830, fixed in LLVM 23); a reshape by a shape
-      // tensor expresses the same thing and lowers.
-      SmallVector<Value> shapeValues;
-      for (OpFoldResult size : outputShape)
-        shapeValues.push_back(getValueOrCreateConstantIndexOp(b, loc, size));
-      Value shape = tensor::FromElementsOp::create(b, loc, shapeValues);
-      result = tensor::ReshapeOp::create(b, loc, expanded, value, shape);
-    }
-  }
-  if (result.getType() != type)
-    result = tensor::CastOp::create(b, loc, type, result);
-  return result;
-}
 
 /// What forward and backward both derive from the sources and the query.
 struct SourceTerms {
@@ -833,14 +725,62 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
                           e.cst(n, -inf));
         });
 
-    auto outputType = op.getOutput().getType();
-    output = e.toElementType(output, outputType.getElementType());
-    rewriter.replaceOp(
-        op, {unflattenDims(b, e.loc, output, 0, tokenSizes,
-                           cast<RankedTensorType>(outputType)),
-             unflattenDims(b, e.loc, lse, 0, tokenSizes,
-                           cast<RankedTensorType>(op.getLse().getType()))});
+    // Back to [T..., D]; the output norm, if any, works on whole rows there
+    // (its weight may be per leading result dimension).
+    auto outputType = cast<RankedTensorType>(op.getOutput().getType());
+    Value merged = unflattenDims(b, e.loc, output, 0, tokenSizes,
+                                 outputType.clone(e.f32));
+    SmallVector<Value> results;
+    Value normWeight = op.getOutputNormWeight();
+    Value normalized =
+        normWeight ? normalizeRows(e, merged, e.toF32(normWeight),
+                                   op.getEps().convertToDouble())
+                   : merged;
+    results.push_back(
+        e.toElementType(normalized, outputType.getElementType()));
+    results.push_back(unflattenDims(
+        b, e.loc, lse, 0, tokenSizes,
+        cast<RankedTensorType>(op.getLse().getType())));
+    if (op.getOPre())
+      results.push_back(
+          e.toElementType(merged, outputType.getElementType()));
+    rewriter.replaceOp(op, results);
     return success();
+  }
+
+  /// rows / sqrt(mean(rows^2) + eps) * weight over the last dimension of
+  /// `rows`; `weight` is [D] or [K, D] with K the leading dimension.
+  static Value normalizeRows(Emitter &e, Value rows, Value weight,
+                             double eps) {
+    auto type = cast<RankedTensorType>(rows.getType());
+    unsigned rank = type.getRank();
+    SmallVector<unsigned> all = llvm::to_vector(llvm::seq<unsigned>(0, rank));
+    SmallVector<unsigned> rowDims(all.begin(), all.end() - 1);
+    SmallVector<utils::IteratorType> parallel(rank, kPar);
+    SmallVector<utils::IteratorType> reduceLast(parallel);
+    reduceLast.back() = kRed;
+    SmallVector<OpFoldResult> sizes =
+        tensor::getMixedSizes(e.b, e.loc, rows);
+    SmallVector<OpFoldResult> rowSizes(sizes.begin(), sizes.end() - 1);
+    Value sumSquares = e.generic(
+        {rows}, {e.map(rank, all)}, e.filled(rowSizes, 0.0),
+        e.map(rank, rowDims), reduceLast,
+        [&](OpBuilder &n, Location, ValueRange x) {
+          return e.add(n, x[1], e.mul(n, x[0], x[0]));
+        });
+    double width = static_cast<double>(type.getShape().back());
+    AffineMap weightMap =
+        cast<RankedTensorType>(weight.getType()).getRank() == 1
+            ? e.map(rank, {rank - 1})
+            : e.map(rank, {0, rank - 1});
+    return e.generic(
+        {rows, sumSquares, weight},
+        {e.map(rank, all), e.map(rank, rowDims), weightMap}, e.empty(sizes),
+        e.map(rank, all), parallel, [&](OpBuilder &n, Location, ValueRange x) {
+          Value mean = e.div(n, x[1], e.cst(n, width));
+          Value rho = e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
+          return e.mul(n, e.mul(n, x[0], rho), x[2]);
+        });
   }
 };
 

@@ -121,7 +121,7 @@ func.func @gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor<
 // -----
 
 func.func @query_gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
-  // expected-error @+1 {{query gradient must have the type of the query 'tensor<16xf32>', got 'tensor<16xbf16>'}}
+  // expected-error @+1 {{query gradient must have the type of the query 'tensor<16xf32>' or its shape in f32 (an FP32 partial), got 'tensor<16xbf16>'}}
   %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
       : (tensor<8x64xbf16>, tensor<16xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<16xbf16>)
   return
@@ -148,8 +148,17 @@ func.func @output_norm_gradient_missing(%v: tensor<8x64xbf16>, %q: tensor<16xf32
 // -----
 
 func.func @output_norm_gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %h: tensor<64xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
-  // expected-error @+1 {{output_norm weight gradient must have the type 'tensor<64xf32>' of the weight, got 'tensor<64xbf16>'}}
+  // expected-error @+1 {{output_norm weight gradient must have the type of the output_norm weight 'tensor<64xf32>' or its shape in f32 (an FP32 partial), got 'tensor<64xbf16>'}}
   %r:3 = "attnres.backward"(%v, %q, %h, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1, 1, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 1>}>
       : (tensor<8x64xbf16>, tensor<16xf32>, tensor<64xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<16xf32>, tensor<64xbf16>)
+  return
+}
+
+// -----
+
+func.func @partial_gradient_shape(%v: tensor<8x64xbf16>, %q: tensor<16xbf16>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
+  // expected-error @+1 {{query gradient must have the type of the query 'tensor<16xbf16>' or its shape in f32 (an FP32 partial), got 'tensor<8x16xf32>'}}
+  %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
+      : (tensor<8x64xbf16>, tensor<16xbf16>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<8x16xf32>)
   return
 }

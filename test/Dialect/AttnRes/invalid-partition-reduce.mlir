@@ -161,3 +161,73 @@ func.func @unknown_kind(%p: tensor<4x16xf32>) {
   %o = attnres.partition_reduce max %p : tensor<4x16xf32> -> tensor<16xf32>
   return
 }
+
+// -----
+
+func.func @sum_with_output_norm(%p: tensor<4x16xf32>, %h: tensor<16xf32>) {
+  // expected-error @+1 {{the sum kind takes no output_norm(...) operand}}
+  %o = attnres.partition_reduce sum %p : tensor<4x16xf32> output_norm(%h : tensor<16xf32>) -> tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @o_pre_without_output_norm(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{o_pre is a result only with an output_norm(...) operand (without one the output is o_pre)}}
+  %o, %lse, %o_pre = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      -> tensor<8x64xf32>, tensor<8xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @output_norm_width(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>, %h: tensor<32xf32>) {
+  // expected-error @+1 {{output_norm weight must be [D] = [64], got 'tensor<32xf32>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      output_norm(%h : tensor<32xf32>) -> tensor<8x64xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @output_norm_leading(%p: tensor<4x3x8x64xf32>, %l: tensor<4x3x8xf32>, %h: tensor<2x64xf32>) {
+  // expected-error @+1 {{output_norm weight must be [K, D] (K the leading result dimension) = [3, 64], got 'tensor<2x64xf32>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x3x8x64xf32> lse(%l : tensor<4x3x8xf32>)
+      output_norm(%h : tensor<2x64xf32>) -> tensor<3x8x64xf32>, tensor<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @output_norm_rank1_result(%p: tensor<4x64xf32>, %l: tensor<4xf32>, %h: tensor<1x64xf32>) {
+  // expected-error @+1 {{output_norm weight must be [D] = [64] for a result of rank 1, got 'tensor<1x64xf32>'}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x64xf32> lse(%l : tensor<4xf32>)
+      output_norm(%h : tensor<1x64xf32>) -> tensor<64xf32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @output_norm_eps(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>, %h: tensor<64xf32>) {
+  // expected-error @+1 {{eps must be finite and > 0, got 0}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      output_norm(%h : tensor<64xf32>) {eps = 0.0 : f64} -> tensor<8x64xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @o_pre_type(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>, %h: tensor<64xf32>) {
+  // expected-error @+1 {{o_pre must have the type of the output 'tensor<8x64xbf16>', got 'tensor<8x64xf32>'}}
+  %o, %lse, %o_pre = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>)
+      output_norm(%h : tensor<64xf32>) -> tensor<8x64xbf16>, tensor<8xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @too_many_result_types(%p: tensor<4x16xf32>) {
+  // expected-error @+1 {{expected 1 to 3 result types (output, lse, o_pre), got 4}}
+  %o = attnres.partition_reduce sum %p : tensor<4x16xf32> -> tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+  return
+}

@@ -117,6 +117,33 @@ static void printGradientTypes(OpAsmPrinter &printer, Operation *op, TypeRange,
   llvm::interleaveComma(op->getResultTypes(), printer);
 }
 
+/// The result types of attnres.partition_reduce: the output, then the merged
+/// lse (softmax), then the merged output before the output norm (softmax with
+/// an output norm).
+static ParseResult parseReduceResultTypes(OpAsmParser &parser, Type &output,
+                                          Type &lse, Type &oPre) {
+  SmallVector<Type> types;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseArrow() || parser.parseTypeList(types))
+    return failure();
+  if (types.empty() || types.size() > 3)
+    return parser.emitError(loc)
+           << "expected 1 to 3 result types (output, lse, o_pre), got "
+           << types.size();
+  output = types[0];
+  if (types.size() > 1)
+    lse = types[1];
+  if (types.size() > 2)
+    oPre = types[2];
+  return success();
+}
+
+static void printReduceResultTypes(OpAsmPrinter &printer, Operation *op, Type,
+                                   Type, Type) {
+  printer << "-> ";
+  llvm::interleaveComma(op->getResultTypes(), printer);
+}
+
 //===----------------------------------------------------------------------===//
 // Shared verification of the sources, the query and the weights
 //===----------------------------------------------------------------------===//
@@ -381,6 +408,22 @@ LogicalResult ForwardOp::verify() {
 // BackwardOp
 //===----------------------------------------------------------------------===//
 
+/// A parameter gradient has the parameter's shape and either its element
+/// type or f32 (an FP32 partial sum over a block of tokens).
+static LogicalResult verifyParameterGradient(Operation *op, Value parameter,
+                                             Value grad, StringRef name) {
+  auto parameterType = cast<RankedTensorType>(parameter.getType());
+  auto gradType = cast<RankedTensorType>(grad.getType());
+  if (gradType.getShape() != parameterType.getShape() ||
+      (gradType.getElementType() != parameterType.getElementType() &&
+       !gradType.getElementType().isF32()))
+    return op->emitOpError()
+           << name << " gradient must have the type of the " << name << " "
+           << parameterType << " or its shape in f32 (an FP32 partial), got "
+           << gradType;
+  return success();
+}
+
 LogicalResult BackwardOp::verify() {
   FailureOr<SourceSignature> sig =
       verifySources(*this, getSources(), getPacked(), getQuery(),
@@ -422,10 +465,9 @@ LogicalResult BackwardOp::verify() {
                            << " must have the type of source #" << index << " "
                            << source.getType() << ", got " << grad.getType();
   }
-  if (getGradQuery().getType() != getQuery().getType())
-    return emitOpError() << "query gradient must have the type of the query "
-                         << getQuery().getType() << ", got "
-                         << getGradQuery().getType();
+  if (failed(verifyParameterGradient(*this, getQuery(), getGradQuery(),
+                                     "query")))
+    return failure();
 
   auto verifyWeightGrad = [&](Value weight, Value grad,
                               StringRef name) -> LogicalResult {
@@ -435,10 +477,9 @@ LogicalResult BackwardOp::verify() {
     if (weight && !grad)
       return emitOpError() << "has a " << name << " weight but no " << name
                            << " weight gradient result";
-    if (weight && weight.getType() != grad.getType())
-      return emitOpError() << name << " weight gradient must have the type "
-                           << weight.getType() << " of the weight, got "
-                           << grad.getType();
+    if (weight)
+      return verifyParameterGradient(*this, weight, grad,
+                                     (name + " weight").str());
     return success();
   };
   if (failed(verifyWeightGrad(getKeyNormWeight(), getGradKeyNormWeight(),
@@ -486,7 +527,9 @@ LogicalResult PartitionReduceOp::verify() {
       return emitOpError("the sum kind takes no lse(...) operand");
     if (getSink())
       return emitOpError("the sum kind takes no sink(...) operand");
-    if (getLse())
+    if (getOutputNormWeight())
+      return emitOpError("the sum kind takes no output_norm(...) operand");
+    if (getLse() || getOPre())
       return emitOpError("the sum kind has one result, the sum");
     return failure(
         failed(verifyShapedLike(*this, getOutput().getType(), resultShape,
@@ -521,6 +564,35 @@ LogicalResult PartitionReduceOp::verify() {
       failed(verifyShapedLike(*this, getLse().getType(), rowShape, f32,
                               "merged lse", "[T...]")))
     return failure();
+
+  Value weight = getOutputNormWeight();
+  if (getOPre() && !weight)
+    return emitOpError("o_pre is a result only with an output_norm(...) "
+                       "operand (without one the output is o_pre)");
+  if (!weight)
+    return success();
+  if (failed(verifyNormAttrs(*this, getEps().convertToDouble(), 1.0)))
+    return failure();
+  auto weightType = cast<RankedTensorType>(weight.getType());
+  int64_t width = resultShape.back();
+  SmallVector<int64_t> expected{width};
+  StringRef layout = "[D]";
+  if (weightType.getRank() == 2) {
+    if (resultShape.size() < 3)
+      return emitOpError() << "output_norm weight must be [D] = "
+                           << formatShape(width) << " for a result of rank "
+                           << resultShape.size() << ", got " << weightType;
+    expected.insert(expected.begin(), resultShape.front());
+    layout = "[K, D] (K the leading result dimension)";
+  }
+  if (failed(verifyShapedLike(*this, weightType, expected, Type(),
+                              "output_norm weight", layout)) ||
+      failed(verifyValueElementType(*this, weightType, "output_norm weight")))
+    return failure();
+  if (getOPre() && getOPre().getType() != getOutput().getType())
+    return emitOpError() << "o_pre must have the type of the output "
+                         << getOutput().getType() << ", got "
+                         << getOPre().getType();
   return success();
 }
 

@@ -5,7 +5,18 @@
 
 include "attnres/Dialect/AttnRes/IR/AttnResDialect.td"
 include "attnres/Dialect/AttnRes/IR/AttnResEnums.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/TilingInterface.td"
+
+// Every op tiles over its token dimensions through TilingInterface and
+// reports its result shapes (token dimensions from its operands).
+defvar AttnRes_TilingTraits = [
+    DeclareOpInterfaceMethods<TilingInterface,
+        ["getIterationDomain", "getLoopIteratorTypes",
+         "getTiledImplementation", "getResultTilePosition"]>,
+    DeclareOpInterfaceMethods<ReifyRankedShapedTypeOpInterface,
+        ["reifyResultShapes"]>];
 
 // Shared by the forward and the backward: the sources, the query and the two
 // optional weights, in that order.
@@ -48,7 +59,7 @@ defvar AttnRes_SourceAccessors = [{
 //===----------------------------------------------------------------------===//
 
 def AttnRes_ForwardOp : AttnRes_Op<"forward",
-    [Pure, AttrSizedOperandSegments]> {
+    !listconcat([Pure, AttrSizedOperandSegments], AttnRes_TilingTraits)> {
   let summary = "softmax over sources with a learned query (AttnRes forward)";
   let description = [{
     Computes, for every token, the AttnRes mixture of the sources (see the
@@ -127,7 +138,8 @@ def AttnRes_ForwardOp : AttnRes_Op<"forward",
 //===----------------------------------------------------------------------===//
 
 def AttnRes_BackwardOp : AttnRes_Op<"backward",
-    [Pure, AttrSizedOperandSegments, AttrSizedResultSegments]> {
+    !listconcat([Pure, AttrSizedOperandSegments, AttrSizedResultSegments],
+                AttnRes_TilingTraits)> {
   let summary = "gradients of attnres.forward";
   let description = [{
     Computes the gradients of `attnres.forward` with respect to every source,
@@ -144,11 +156,13 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
 
     The query, key-norm and output-norm gradients are reductions over every
     token; they are computed in FP32 in a fixed order (deterministic) and
-    stored in the element type of their parameter. Results, in order: one
-    gradient per source operand (a single packed gradient when the sources
-    are packed), the query gradient, then the key-norm and output-norm
-    weight gradients when those weights are present. Their types are those
-    of the matching operands.
+    stored in the element type of their parameter, or in f32 (FP32 partial
+    sums over a block of tokens, which `attnres-split-reduction` produces and
+    a `sum` partition_reduce finalizes). Results, in order: one gradient per
+    source operand (a single packed gradient when the sources are packed),
+    the query gradient, then the key-norm and output-norm weight gradients
+    when those weights are present. They have the shapes of the matching
+    operands.
 
     Example: the single-pass backward of a two-source forward (no output
     norm, so the forward's `o` is its `o_pre`).
@@ -198,7 +212,8 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
 //===----------------------------------------------------------------------===//
 
 def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
-    [Pure, AttrSizedOperandSegments]> {
+    !listconcat([Pure, AttrSizedOperandSegments, AttrSizedResultSegments],
+                AttnRes_TilingTraits)> {
   let summary = "merge per-partition partial results";
   let description = [{
     Combines `P` partial results packed along a leading dimension.
@@ -214,6 +229,14 @@ def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
     whatever its `o_p` holds (NaN included); when every partition is empty
     (and the sink, if any, is `-inf`) `o` is 0 and `lse` is `-inf`. A `+inf`
     sink takes all the mass.
+
+    With `output_norm(%h)` (softmax only) the merged output is RMS-normalized
+    and scaled, exactly as the forward's output norm:
+    `o = merged / sqrt(mean(merged^2) + eps) * h` with `h` `[D]`, or `[K, D]`
+    for results `[K, T..., D]` (one weight per query when the partials come
+    from a multi-query forward), and an optional third result `o_pre`
+    returns the merged output before the norm. This is how a forward split
+    over its sources applies the output norm after the merge.
 
     `sum` adds `P` FP32 partials `[P, S...]` in FP32 in the fixed order
     `p = 0, 1, ..., P-1` and stores the result `[S...]` in `bf16`, `f16` or
@@ -242,16 +265,21 @@ def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
       AttnRes_ReduceKind:$kind,
       AnyRankedTensor:$partials,
       Optional<AnyRankedTensor>:$partial_lse,
-      Optional<AnyRankedTensor>:$sink);
+      Optional<AnyRankedTensor>:$sink,
+      Optional<AnyRankedTensor>:$output_norm_weight,
+      DefaultValuedAttr<F64Attr, "1.0e-6">:$eps);
   let results = (outs
       AnyRankedTensor:$output,
-      Optional<AnyRankedTensor>:$lse);
+      Optional<AnyRankedTensor>:$lse,
+      Optional<AnyRankedTensor>:$o_pre);
 
   let assemblyFormat = [{
     $kind $partials `:` type($partials)
     (`lse` `(` $partial_lse^ `:` type($partial_lse) `)`)?
     (`sink` `(` $sink^ `:` type($sink) `)`)?
-    attr-dict `->` type(results)
+    (`output_norm` `(` $output_norm_weight^ `:` type($output_norm_weight) `)`)?
+    attr-dict
+    custom<ReduceResultTypes>(type($output), type($lse), type($o_pre))
   }];
 
   let extraClassDeclaration = [{
