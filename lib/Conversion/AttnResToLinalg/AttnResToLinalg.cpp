@@ -728,30 +728,27 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
     // Back to [T..., D]; the output norm, if any, works on whole rows there
     // (its weight may be per leading result dimension).
     auto outputType = cast<RankedTensorType>(op.getOutput().getType());
-    Value merged = unflattenDims(b, e.loc, output, 0, tokenSizes,
-                                 outputType.clone(e.f32));
+    Value merged =
+        unflattenDims(b, e.loc, output, 0, tokenSizes, outputType.clone(e.f32));
     SmallVector<Value> results;
     Value normWeight = op.getOutputNormWeight();
-    Value normalized =
-        normWeight ? normalizeRows(e, merged, e.toF32(normWeight),
-                                   op.getEps().convertToDouble())
-                   : merged;
+    Value normalized = normWeight
+                           ? normalizeRows(e, merged, e.toF32(normWeight),
+                                           op.getEps().convertToDouble())
+                           : merged;
+    results.push_back(e.toElementType(normalized, outputType.getElementType()));
     results.push_back(
-        e.toElementType(normalized, outputType.getElementType()));
-    results.push_back(unflattenDims(
-        b, e.loc, lse, 0, tokenSizes,
-        cast<RankedTensorType>(op.getLse().getType())));
+        unflattenDims(b, e.loc, lse, 0, tokenSizes,
+                      cast<RankedTensorType>(op.getLse().getType())));
     if (op.getOPre())
-      results.push_back(
-          e.toElementType(merged, outputType.getElementType()));
+      results.push_back(e.toElementType(merged, outputType.getElementType()));
     rewriter.replaceOp(op, results);
     return success();
   }
 
   /// rows / sqrt(mean(rows^2) + eps) * weight over the last dimension of
   /// `rows`; `weight` is [D] or [K, D] with K the leading dimension.
-  static Value normalizeRows(Emitter &e, Value rows, Value weight,
-                             double eps) {
+  static Value normalizeRows(Emitter &e, Value rows, Value weight, double eps) {
     auto type = cast<RankedTensorType>(rows.getType());
     unsigned rank = type.getRank();
     SmallVector<unsigned> all = llvm::to_vector(llvm::seq<unsigned>(0, rank));
@@ -759,28 +756,27 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
     SmallVector<utils::IteratorType> parallel(rank, kPar);
     SmallVector<utils::IteratorType> reduceLast(parallel);
     reduceLast.back() = kRed;
-    SmallVector<OpFoldResult> sizes =
-        tensor::getMixedSizes(e.b, e.loc, rows);
+    SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(e.b, e.loc, rows);
     SmallVector<OpFoldResult> rowSizes(sizes.begin(), sizes.end() - 1);
-    Value sumSquares = e.generic(
-        {rows}, {e.map(rank, all)}, e.filled(rowSizes, 0.0),
-        e.map(rank, rowDims), reduceLast,
-        [&](OpBuilder &n, Location, ValueRange x) {
-          return e.add(n, x[1], e.mul(n, x[0], x[0]));
-        });
+    Value sumSquares =
+        e.generic({rows}, {e.map(rank, all)}, e.filled(rowSizes, 0.0),
+                  e.map(rank, rowDims), reduceLast,
+                  [&](OpBuilder &n, Location, ValueRange x) {
+                    return e.add(n, x[1], e.mul(n, x[0], x[0]));
+                  });
     double width = static_cast<double>(type.getShape().back());
     AffineMap weightMap =
         cast<RankedTensorType>(weight.getType()).getRank() == 1
             ? e.map(rank, {rank - 1})
             : e.map(rank, {0, rank - 1});
-    return e.generic(
-        {rows, sumSquares, weight},
-        {e.map(rank, all), e.map(rank, rowDims), weightMap}, e.empty(sizes),
-        e.map(rank, all), parallel, [&](OpBuilder &n, Location, ValueRange x) {
-          Value mean = e.div(n, x[1], e.cst(n, width));
-          Value rho = e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
-          return e.mul(n, e.mul(n, x[0], rho), x[2]);
-        });
+    return e.generic({rows, sumSquares, weight},
+                     {e.map(rank, all), e.map(rank, rowDims), weightMap},
+                     e.empty(sizes), e.map(rank, all), parallel,
+                     [&](OpBuilder &n, Location, ValueRange x) {
+                       Value mean = e.div(n, x[1], e.cst(n, width));
+                       Value rho = e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
+                       return e.mul(n, e.mul(n, x[0], rho), x[2]);
+                     });
   }
 };
 

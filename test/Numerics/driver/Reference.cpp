@@ -292,6 +292,25 @@ Merge softmaxMerge(int64_t P, int64_t N, int64_t D,
   return out;
 }
 
+Tensor normalizeRows(const Tensor &rows, int64_t N, int64_t D,
+                     const std::vector<double> &h, int64_t K, double eps) {
+  Tensor out = rows;
+  int64_t rowsPerWeight = K > 0 ? N / K : N;
+  for (int64_t n = 0; n < N; ++n) {
+    double squares = 0.0;
+    for (int64_t d = 0; d < D; ++d)
+      squares += rows.value[n * D + d] * rows.value[n * D + d];
+    double rho = 1.0 / std::sqrt(squares / D + eps);
+    const double *weight = &h[K > 0 ? (n / rowsPerWeight) * D : 0];
+    for (int64_t d = 0; d < D; ++d) {
+      out.value[n * D + d] = rows.value[n * D + d] * rho * weight[d];
+      out.magnitude[n * D + d] =
+          rows.magnitude[n * D + d] * rho * std::fabs(weight[d]);
+    }
+  }
+  return out;
+}
+
 Tensor sum(int64_t P, int64_t S, const std::vector<double> &partials) {
   Tensor out;
   out.value.assign(S, 0.0);

@@ -61,6 +61,11 @@ Merge softmaxMerge(int64_t P, int64_t N, int64_t D,
                    const std::vector<double> &lse,
                    const std::vector<double> *sink);
 
+/// rows / sqrt(mean(rows^2) + eps) * h for rows [N, D]; h is [D], or [K, D]
+/// with row n using h row n / (N / K).
+Tensor normalizeRows(const Tensor &rows, int64_t N, int64_t D,
+                     const std::vector<double> &h, int64_t K, double eps);
+
 /// Sum of P partials [P, S] -> [S].
 Tensor sum(int64_t P, int64_t S, const std::vector<double> &partials);
 

@@ -237,7 +237,9 @@ std::string Case::describe() const {
     const char *empties[] = {"none", "some", "all-in-some-rows", "all"};
     os << "softmax-merge P=" << P << " D=" << D
        << " sink=" << sinks[static_cast<int>(sink)]
-       << " empty=" << empties[static_cast<int>(empty)] << " " << name(storage);
+       << " empty=" << empties[static_cast<int>(empty)]
+       << (outputNorm ? (perQueryOutputNorm ? " h[KD]" : " h") : "") << " "
+       << name(storage);
     break;
   }
   case Kind::Sum:
@@ -415,14 +417,22 @@ double relativeError(const Buffer &buffer, const ref::Tensor &expected) {
 
 class Runner {
 public:
-  Runner(MLIRContext &context, std::string prePipeline, bool verbose)
-      : context(context), prePipeline(std::move(prePipeline)),
-        verbose(verbose) {}
+  Runner(MLIRContext &context, std::vector<std::string> prePipelines,
+         bool verbose)
+      : context(context), prePipelines(std::move(prePipelines)),
+        verbose(verbose), engines(this->prePipelines.size() + 1) {}
 
-  /// Compiles `source` (cached) and runs its kernel on `arguments`.
+  /// The --pre-pipeline variants; each case runs the plain lowering and then
+  /// every variant, whose results are compared with the plain ones as well
+  /// as with the reference.
+  ArrayRef<std::string> variants() const { return prePipelines; }
+
+  /// Compiles `source` (cached) after the pre-pipeline `variant` (or none
+  /// for kPlain) and runs its kernel on `arguments`.
+  static constexpr int kPlain = -1;
   LogicalResult run(const std::string &source, std::vector<Buffer *> arguments,
-                    std::string &error) {
-    ExecutionEngine *engine = compile(source, error);
+                    int variant, std::string &error) {
+    ExecutionEngine *engine = compile(source, variant, error);
     if (!engine)
       return failure();
     std::vector<void *> packed;
@@ -436,9 +446,12 @@ public:
   }
 
 private:
-  ExecutionEngine *compile(const std::string &source, std::string &error) {
-    auto cached = engines.find(source);
-    if (cached != engines.end())
+  ExecutionEngine *compile(const std::string &source, int variant,
+                           std::string &error) {
+    std::map<std::string, std::unique_ptr<ExecutionEngine>> &cache =
+        engines[variant + 1];
+    auto cached = cache.find(source);
+    if (cached != cache.end())
       return cached->second.get();
     if (verbose)
       llvm::outs() << source << "\n", llvm::outs().flush();
@@ -449,9 +462,10 @@ private:
       return nullptr;
     }
     PassManager pm(&context);
-    if (!prePipeline.empty() &&
-        failed(parsePassPipeline(prePipeline, pm.nest<func::FuncOp>()))) {
-      error = "bad --pre-pipeline: " + prePipeline;
+    if (variant != kPlain &&
+        failed(parsePassPipeline(prePipelines[variant],
+                                 pm.nest<func::FuncOp>()))) {
+      error = "bad --pre-pipeline: " + prePipelines[variant];
       return nullptr;
     }
     attnres::buildLowerToLLVMCPUPipeline(pm);
@@ -459,13 +473,10 @@ private:
       error = "lowering failed for:\n" + source;
       return nullptr;
     }
-    // The kernels run for milliseconds; compiling them is what costs (a
-    // module with 129 sources makes huge functions), so LLVM runs with only
-    // light optimization.
-    auto transformer = makeOptimizingTransformer(/*optLevel=*/1,
-                                                 /*sizeLevel=*/0, nullptr);
+    // The kernels run for milliseconds; compiling them is what costs, so
+    // LLVM does not optimize (no IR passes, the fast instruction selector and
+    // register allocator).
     ExecutionEngineOptions options;
-    options.transformer = transformer;
     options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::None;
     llvm::SmallVector<llvm::StringRef, 1> libraries{ATTNRES_C_RUNNER_UTILS};
     options.sharedLibPaths = libraries;
@@ -474,13 +485,14 @@ private:
       error = "JIT compilation failed: " + llvm::toString(engine.takeError());
       return nullptr;
     }
-    return (engines[source] = std::move(*engine)).get();
+    return (cache[source] = std::move(*engine)).get();
   }
 
   MLIRContext &context;
-  std::string prePipeline;
+  std::vector<std::string> prePipelines;
   bool verbose;
-  std::map<std::string, std::unique_ptr<ExecutionEngine>> engines;
+  // Compiled kernels by source, for the plain lowering and each variant.
+  std::vector<std::map<std::string, std::unique_ptr<ExecutionEngine>>> engines;
 };
 
 //===----------------------------------------------------------------------===//
@@ -609,37 +621,71 @@ struct Outcome {
 
 /// Runs the kernel twice (poisoning outputs each time), checks that the two
 /// runs agree bit for bit, then compares each result with the reference.
+/// With --pre-pipeline variants, every variant's kernel is run twice and
+/// checked that way, and also compared with the plain kernel's results (the
+/// split and tiling passes must not change results beyond FP32 rounding).
 Outcome runAndCompare(Runner &runner, const Case &c, const std::string &source,
                       std::vector<Buffer *> arguments,
                       std::vector<Check> checks) {
-  Outcome outcome;
-  std::vector<std::unique_ptr<Buffer>> firstRun;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  auto runOnce = [&](int variant, std::string &error) {
     for (Check &check : checks)
       check.buffer->poison();
-    std::string error;
-    if (failed(runner.run(source, arguments, error)))
-      return {false, error};
-    if (attempt == 0) {
-      for (Check &check : checks) {
-        firstRun.push_back(std::make_unique<Buffer>(*check.buffer));
-      }
-    }
-  }
+    return runner.run(source, arguments, variant, error);
+  };
+  auto snapshot = [&]() {
+    std::vector<std::unique_ptr<Buffer>> copies;
+    for (Check &check : checks)
+      copies.push_back(std::make_unique<Buffer>(*check.buffer));
+    return copies;
+  };
+
+  Outcome outcome;
   std::ostringstream os;
-  for (auto [index, check] : llvm::enumerate(checks)) {
-    if (!check.buffer->sameBits(*firstRun[index])) {
-      outcome.passed = false;
-      os << " " << check.what << ":NOT-DETERMINISTIC";
-      continue;
+  std::vector<std::unique_ptr<Buffer>> plain;
+  std::vector<int> variants{Runner::kPlain};
+  if (!runner.variants().empty()) {
+    std::string error;
+    if (failed(runOnce(Runner::kPlain, error)))
+      return {false, error};
+    plain = snapshot();
+    variants.clear();
+    for (size_t v = 0; v < runner.variants().size(); ++v)
+      variants.push_back(v);
+  }
+  for (int variant : variants) {
+    std::string error;
+    if (failed(runOnce(variant, error)))
+      return {false, error};
+    std::vector<std::unique_ptr<Buffer>> firstRun = snapshot();
+    if (failed(runOnce(variant, error)))
+      return {false, error};
+    if (variant != Runner::kPlain)
+      os << " [" << runner.variants()[variant] << "]";
+    for (auto [index, check] : llvm::enumerate(checks)) {
+      if (!check.buffer->sameBits(*firstRun[index])) {
+        outcome.passed = false;
+        os << " " << check.what << ":NOT-DETERMINISTIC";
+        continue;
+      }
+      double error = relativeError(*check.buffer, check.expected);
+      bool ok = error <= c.tolerance();
+      char text[96];
+      if (!plain.empty()) {
+        // The plain kernel's results, at the reference's magnitudes.
+        ref::Tensor untransformed{{}, check.expected.magnitude};
+        for (int64_t i = 0; i < plain[index]->count; ++i)
+          untransformed.value.push_back(plain[index]->get(i));
+        double drift = relativeError(*check.buffer, untransformed);
+        ok &= drift <= c.tolerance();
+        std::snprintf(text, sizeof(text), " %s=%.2e/%.2e%s", check.what.c_str(),
+                      error, drift, ok ? "" : "(FAIL)");
+      } else {
+        std::snprintf(text, sizeof(text), " %s=%.2e%s", check.what.c_str(),
+                      error, ok ? "" : "(FAIL)");
+      }
+      outcome.passed &= ok;
+      os << text;
     }
-    double error = relativeError(*check.buffer, check.expected);
-    bool ok = error <= c.tolerance();
-    outcome.passed &= ok;
-    char text[64];
-    std::snprintf(text, sizeof(text), " %s=%.2e%s", check.what.c_str(), error,
-                  ok ? "" : "(FAIL)");
-    os << text;
   }
   outcome.detail = os.str();
   return outcome;
@@ -836,17 +882,45 @@ Outcome runSoftmaxMerge(Runner &runner, const Case &c) {
           KernelWriter::tensorType(sink, sShape) + ")";
     arguments.push_back(&sink);
   }
+  // With an output norm the merge also returns the merged rows before it.
+  std::unique_ptr<Buffer> weight;
+  ref::Tensor normalized;
+  if (c.outputNorm) {
+    int64_t K = c.perQueryOutputNorm ? c.tokens.front() : 0;
+    std::vector<int64_t> shape{D};
+    if (K)
+      shape.insert(shape.begin(), K);
+    weight = std::make_unique<Buffer>(c.params, shape);
+    std::vector<double> h =
+        weight->setAll(random.normals(weight->count, 1.0, 0.2));
+    normalized = ref::normalizeRows(expected.o, N, D, h, K, c.eps);
+    op += " output_norm(" + w.input("h", *weight, shape) + " : " +
+          KernelWriter::tensorType(*weight, shape) +
+          ") {eps = " + f64Attr(c.eps) + "}";
+    arguments.push_back(weight.get());
+  }
   Buffer o(c.storage, actual(c, {}, {D}));
   Buffer merged(Elem::F32, actual(c, {}, {}));
+  Buffer oPre(c.storage, actual(c, {}, {D}));
   std::vector<int64_t> oShape = printed(c, {}, {D});
   w.output("o", o, oShape, "%r#0");
   w.output("merged", merged, sShape, "%r#1");
-  op += " -> " + KernelWriter::tensorType(o, oShape) + ", " +
-        KernelWriter::tensorType(merged, sShape) + "\n";
+  std::string oType = KernelWriter::tensorType(o, oShape);
+  op += " -> " + oType + ", " + KernelWriter::tensorType(merged, sShape);
   arguments.push_back(&o);
   arguments.push_back(&merged);
-  return runAndCompare(runner, c, w.module(op), arguments,
-                       {{"o", &o, expected.o}, {"lse", &merged, expected.lse}});
+  std::vector<Check> checks{{"lse", &merged, expected.lse}};
+  if (c.outputNorm) {
+    w.output("o_pre", oPre, oShape, "%r#2");
+    op += ", " + oType;
+    arguments.push_back(&oPre);
+    checks.push_back({"o", &o, normalized});
+    checks.push_back({"o_pre", &oPre, expected.o});
+  } else {
+    checks.push_back({"o", &o, expected.o});
+  }
+  op.replace(op.find("%r:2"), 4, c.outputNorm ? "%r:3" : "%r:2");
+  return runAndCompare(runner, c, w.module(op + "\n"), arguments, checks);
 }
 
 Outcome runSum(Runner &runner, const Case &c) {
@@ -1002,10 +1076,16 @@ std::vector<Case> softmaxMergeCases() {
         Case c;
         c.kind = Kind::Softmax;
         c.P = P, c.sink = sink, c.empty = empty;
-        c.D = (index % 3 == 0) ? 769 : 64;
-        c.tokens = index % 4 == 0 ? std::vector<int64_t>{2, 3}
-                                  : std::vector<int64_t>{5};
-        c.storage = index % 2 ? Elem::BF16 : Elem::F32;
+        int kept = cases.size();
+        c.D = (kept % 3 == 0) ? 769 : 64;
+        c.tokens = kept % 4 == 0 ? std::vector<int64_t>{2, 3}
+                                 : std::vector<int64_t>{5};
+        c.storage = kept % 2 ? Elem::BF16 : Elem::F32;
+        c.params = c.storage;
+        // The output norm of a split forward, with a shared or a per-row
+        // ([K, D], K the leading token dimension) weight.
+        c.outputNorm = kept % 3 == 1;
+        c.perQueryOutputNorm = c.outputNorm && c.tokens.size() == 2;
         c.seed = seed++;
         cases.push_back(c);
       }
@@ -1059,11 +1139,11 @@ int main(int argc, char **argv) {
                      "backward-bf16, edge, softmax-merge, sum, or "
                      "reference-gradients"),
       llvm::cl::Required);
-  llvm::cl::opt<std::string> prePipeline(
+  llvm::cl::list<std::string> prePipelines(
       "pre-pipeline",
       llvm::cl::desc("passes to run on each func.func before lowering, in "
-                     "textual pipeline syntax"),
-      llvm::cl::init(""));
+                     "textual pipeline syntax; each occurrence is one variant "
+                     "compared with the plain lowering and the reference"));
   llvm::cl::opt<std::string> filter(
       "filter",
       llvm::cl::desc("run only cases whose description contains "
@@ -1097,7 +1177,10 @@ int main(int argc, char **argv) {
   attnres::registerAllPasses();
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
-  Runner runner(context, prePipeline, printIR);
+  Runner runner(
+      context,
+      std::vector<std::string>(prePipelines.begin(), prePipelines.end()),
+      printIR);
 
   int passed = 0, total = 0;
   for (const Case &c : cases) {

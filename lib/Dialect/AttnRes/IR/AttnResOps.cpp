@@ -465,8 +465,8 @@ LogicalResult BackwardOp::verify() {
                            << " must have the type of source #" << index << " "
                            << source.getType() << ", got " << grad.getType();
   }
-  if (failed(verifyParameterGradient(*this, getQuery(), getGradQuery(),
-                                     "query")))
+  if (failed(
+          verifyParameterGradient(*this, getQuery(), getGradQuery(), "query")))
     return failure();
 
   auto verifyWeightGrad = [&](Value weight, Value grad,
@@ -578,7 +578,7 @@ LogicalResult PartitionReduceOp::verify() {
   SmallVector<int64_t> expected{width};
   StringRef layout = "[D]";
   if (weightType.getRank() == 2) {
-    if (resultShape.size() < 3)
+    if (resultShape.size() < 2)
       return emitOpError() << "output_norm weight must be [D] = "
                            << formatShape(width) << " for a result of rank "
                            << resultShape.size() << ", got " << weightType;

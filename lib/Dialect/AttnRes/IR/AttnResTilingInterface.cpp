@@ -31,8 +31,8 @@ namespace {
 
 /// The position of the token dimensions in a per-token tensor.
 struct TokenLayout {
-  int64_t leading;  // dimensions before the tokens (L when packed, M, P)
-  int64_t count;    // number of token dimensions
+  int64_t leading; // dimensions before the tokens (L when packed, M, P)
+  int64_t count;   // number of token dimensions
 };
 
 SmallVector<int64_t> staticSizes(ArrayRef<OpFoldResult> sizes) {
@@ -71,8 +71,8 @@ RankedTensorType tileType(Type type, TokenLayout layout,
   SmallVector<int64_t> tokens = staticSizes(sizes);
   for (int64_t i = 0; i < layout.count; ++i)
     shape[layout.leading + i] = tokens[i];
-  return RankedTensorType::get(
-      shape, elementType ? elementType : tensor.getElementType());
+  return RankedTensorType::get(shape, elementType ? elementType
+                                                  : tensor.getElementType());
 }
 
 /// Offsets and sizes of a per-token result tile.
@@ -81,15 +81,13 @@ void tokenTilePosition(OpBuilder &b, Value result, TokenLayout layout,
                        ArrayRef<OpFoldResult> sizes,
                        SmallVector<OpFoldResult> &resultOffsets,
                        SmallVector<OpFoldResult> &resultSizes) {
+  // Only token dimensions can be dynamic (L, M, D, R are static), and those
+  // take the tile's sizes.
   auto type = cast<RankedTensorType>(result.getType());
   resultOffsets.assign(type.getRank(), b.getIndexAttr(0));
   resultSizes.clear();
-  for (int64_t dim = 0; dim < type.getRank(); ++dim)
-    resultSizes.push_back(
-        type.isDynamicDim(dim)
-            ? OpFoldResult(tensor::getMixedSize(b, result.getLoc(), result,
-                                                dim))
-            : OpFoldResult(b.getIndexAttr(type.getDimSize(dim))));
+  for (int64_t dim : type.getShape())
+    resultSizes.push_back(b.getIndexAttr(dim));
   for (int64_t i = 0; i < layout.count; ++i) {
     resultOffsets[layout.leading + i] = offsets[i];
     resultSizes[layout.leading + i] = sizes[i];
@@ -100,10 +98,10 @@ void tokenTilePosition(OpBuilder &b, Value result, TokenLayout layout,
 SmallVector<Range> tokenDomain(OpBuilder &b, Value value, TokenLayout layout) {
   SmallVector<Range> domain;
   for (int64_t i = 0; i < layout.count; ++i)
-    domain.push_back(Range{b.getIndexAttr(0),
-                           tensor::getMixedSize(b, value.getLoc(), value,
-                                                layout.leading + i),
-                           b.getIndexAttr(1)});
+    domain.push_back(Range{
+        b.getIndexAttr(0),
+        tensor::getMixedSize(b, value.getLoc(), value, layout.leading + i),
+        b.getIndexAttr(1)});
   return domain;
 }
 
@@ -130,18 +128,15 @@ LogicalResult reifyShapes(OpBuilder &b, Operation *op, Value tokens,
   return success();
 }
 
-template <typename OpT>
-int64_t numTokenDims(OpT op) {
+template <typename OpT> int64_t numTokenDims(OpT op) {
   return op.getSourceType().getRank() - 1;
 }
 
-template <typename OpT>
-TokenLayout sourceLayout(OpT op) {
+template <typename OpT> TokenLayout sourceLayout(OpT op) {
   return {op.getPacked() ? 1 : 0, numTokenDims(op)};
 }
 
-template <typename OpT>
-TokenLayout perQueryLayout(OpT op) {
+template <typename OpT> TokenLayout perQueryLayout(OpT op) {
   return {op.isMultiQuery() ? 1 : 0, numTokenDims(op)};
 }
 
@@ -183,8 +178,7 @@ ForwardOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
   for (Value result : getResults())
     types.push_back(tileType(result.getType(), perQueryLayout(*this), sizes));
   Operation *tiled = mlir::clone(b, getOperation(), types, operands);
-  return TilingResult{
-      {tiled}, SmallVector<Value>(tiled->getResults()), slices};
+  return TilingResult{{tiled}, SmallVector<Value>(tiled->getResults()), slices};
 }
 
 LogicalResult ForwardOp::getResultTilePosition(
@@ -244,8 +238,7 @@ BackwardOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
   for (Value grad : getResults().drop_front(getGradSources().size()))
     types.push_back(cast<RankedTensorType>(grad.getType()).clone(f32));
   Operation *tiled = mlir::clone(b, getOperation(), types, operands);
-  return TilingResult{
-      {tiled}, SmallVector<Value>(tiled->getResults()), slices};
+  return TilingResult{{tiled}, SmallVector<Value>(tiled->getResults()), slices};
 }
 
 LogicalResult BackwardOp::getResultTilePosition(
@@ -296,9 +289,10 @@ SmallVector<Range> PartitionReduceOp::getIterationDomain(OpBuilder &b) {
   return tokenDomain(b, getPartials(), partialsLayout(*this));
 }
 
-FailureOr<TilingResult> PartitionReduceOp::getTiledImplementation(
-    OpBuilder &b, ArrayRef<OpFoldResult> offsets,
-    ArrayRef<OpFoldResult> sizes) {
+FailureOr<TilingResult>
+PartitionReduceOp::getTiledImplementation(OpBuilder &b,
+                                          ArrayRef<OpFoldResult> offsets,
+                                          ArrayRef<OpFoldResult> sizes) {
   SmallVector<Operation *> slices;
   Location loc = getLoc();
   TokenLayout layout = partialsLayout(*this);
@@ -309,14 +303,19 @@ FailureOr<TilingResult> PartitionReduceOp::getTiledImplementation(
   if (Value sink = getSink())
     operands.push_back(
         tokenSlice(b, loc, sink, {0, layout.count}, offsets, sizes, slices));
-  if (Value weight = getOutputNormWeight())
+  if (Value weight = getOutputNormWeight()) {
+    // A [K, D] weight follows the leading result dimension, which is the
+    // first token dimension of the tile.
+    if (cast<RankedTensorType>(weight.getType()).getRank() == 2)
+      weight = tokenSlice(b, loc, weight, {0, 1}, offsets.take_front(),
+                          sizes.take_front(), slices);
     operands.push_back(weight);
+  }
   SmallVector<Type> types;
   for (Value result : getResults())
     types.push_back(tileType(result.getType(), {0, layout.count}, sizes));
   Operation *tiled = mlir::clone(b, getOperation(), types, operands);
-  return TilingResult{
-      {tiled}, SmallVector<Value>(tiled->getResults()), slices};
+  return TilingResult{{tiled}, SmallVector<Value>(tiled->getResults()), slices};
 }
 
 LogicalResult PartitionReduceOp::getResultTilePosition(
@@ -335,5 +334,8 @@ PartitionReduceOp::reifyResultShapes(OpBuilder &b,
   TokenLayout layout = partialsLayout(*this);
   return reifyShapes(
       b, *this, getPartials(), layout,
-      [&](unsigned) { return TokenLayout{0, layout.count}; }, shapes);
+      [&](unsigned) {
+        return TokenLayout{0, layout.count};
+      },
+      shapes);
 }

@@ -84,8 +84,7 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
   bindDims(context, d0);
   bindSymbols(context, s0, s1);
   OpFoldResult chunk = affine::makeComposedFoldedAffineApply(
-      rewriter, loc, s0.ceilDiv(s1),
-      {tokens, rewriter.getIndexAttr(blocks)});
+      rewriter, loc, s0.ceilDiv(s1), {tokens, rewriter.getIndexAttr(blocks)});
 
   unsigned numSourceGrads = op.getGradSources().size();
   SmallVector<Value> inits;
@@ -93,8 +92,8 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
     auto type = cast<RankedTensorType>(grad.getType());
     SmallVector<OpFoldResult> sizes =
         tensor::getMixedSizes(rewriter, loc, op.getSources().front());
-    inits.push_back(tensor::EmptyOp::create(rewriter, loc, sizes,
-                                            type.getElementType()));
+    inits.push_back(
+        tensor::EmptyOp::create(rewriter, loc, sizes, type.getElementType()));
   }
   Type f32 = rewriter.getF32Type();
   for (Value grad : op.getResults().drop_front(numSourceGrads)) {
@@ -112,11 +111,12 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
         Value block = args[0];
         ValueRange outs = args.drop_front();
         OpFoldResult offset = affine::makeComposedFoldedAffineMin(
-            b, nestedLoc,
-            AffineMap::get(1, 2, {d0 * s0, s1}, context),
+            b, nestedLoc, AffineMap::get(1, 2, {d0 * s0, s1}, context),
             {block, chunk, tokens});
         OpFoldResult size = affine::makeComposedFoldedAffineMin(
-            b, nestedLoc, AffineMap::get(0, 3, {s0, s1 - getAffineSymbolExpr(2, context)}, context),
+            b, nestedLoc,
+            AffineMap::get(0, 3, {s0, s1 - getAffineSymbolExpr(2, context)},
+                           context),
             {chunk, tokens, offset});
         FailureOr<TilingResult> tile =
             tiling.getTiledImplementation(b, {offset}, {size});
@@ -124,8 +124,7 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
           status = failure();
           return;
         }
-        auto terminator =
-            cast<scf::InParallelOp>(b.getBlock()->getTerminator());
+        auto terminator = scf::InParallelOp::create(b, nestedLoc);
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(terminator.getBody());
         for (auto [index, value] : llvm::enumerate(tile->tiledValues)) {
@@ -147,9 +146,8 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
           }
           SmallVector<OpFoldResult> strides(outType.getRank(),
                                             b.getIndexAttr(1));
-          tensor::ParallelInsertSliceOp::create(b, nestedLoc, value,
-                                                outs[index], offsets, sizes,
-                                                strides);
+          tensor::ParallelInsertSliceOp::create(
+              b, nestedLoc, value, outs[index], offsets, sizes, strides);
         }
       });
   if (failed(status))
@@ -162,7 +160,8 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
                  op.getResults().drop_front(numSourceGrads))) {
     auto sum = PartitionReduceOp::create(
         rewriter, loc, grad.getType(), /*lse=*/Type(), /*o_pre=*/Type(),
-        ReduceKindAttr::get(rewriter.getContext(), ReduceKind::Sum), partials, /*partial_lse=*/Value(), /*sink=*/Value(),
+        ReduceKindAttr::get(rewriter.getContext(), ReduceKind::Sum), partials,
+        /*partial_lse=*/Value(), /*sink=*/Value(),
         /*output_norm_weight=*/Value(), rewriter.getF64FloatAttr(1e-6));
     replacements.push_back(sum.getOutput());
   }
@@ -180,8 +179,8 @@ struct SplitReductionPass
     RankedTensorType sourceType = op.getSourceType();
     if (sourceType.hasStaticShape()) {
       int64_t tokens = sourceType.getNumElements() / op.getWidth();
-      blocks = std::min<int64_t>(blocks,
-                                 llvm::divideCeil(tokens, minBlockTokens));
+      blocks =
+          std::min<int64_t>(blocks, llvm::divideCeil(tokens, minBlockTokens));
     }
     return std::max<int64_t>(1, blocks);
   }
@@ -189,7 +188,7 @@ struct SplitReductionPass
   void runOnOperation() override {
     std::optional<int64_t> fixed;
     if (!parseCountOption(blocks, fixed)) {
-      getOperation()->emitError()
+      emitError(getOperation()->getLoc())
           << "attnres-split-reduction: blocks must be a positive integer or "
              "'auto', got '"
           << blocks << "'";

@@ -71,9 +71,8 @@ void splitForward(IRRewriter &rewriter, ForwardOp op, int64_t partitions) {
   Type oPreType = op.getOPre() ? op.getOPre().getType() : Type();
   auto merge = PartitionReduceOp::create(
       rewriter, loc, op.getOutput().getType(), op.getLse().getType(), oPreType,
-      ReduceKindAttr::get(rewriter.getContext(), ReduceKind::Softmax),
-      partials, lses, /*sink=*/Value(),
-      op.getOutputNormWeight(), op.getEpsAttr());
+      ReduceKindAttr::get(rewriter.getContext(), ReduceKind::Softmax), partials,
+      lses, /*sink=*/Value(), op.getOutputNormWeight(), op.getEpsAttr());
   rewriter.replaceOp(op, merge.getResults());
 }
 
@@ -101,7 +100,7 @@ struct SplitSourcesPass
   void runOnOperation() override {
     std::optional<int64_t> fixed;
     if (!parseCountOption(partitions, fixed)) {
-      getOperation()->emitError()
+      emitError(getOperation()->getLoc())
           << "attnres-split-sources: partitions must be a positive integer "
              "or 'auto', got '"
           << partitions << "'";

@@ -24,7 +24,7 @@ struct TilePass : attnres::impl::AttnResTileBase<TilePass> {
 
   void runOnOperation() override {
     if (llvm::any_of(tileSizes, [](int64_t size) { return size < 0; })) {
-      getOperation()->emitError()
+      emitError(getOperation()->getLoc())
           << "attnres-tile: tile sizes must be >= 0";
       return signalPassFailure();
     }

@@ -10,8 +10,8 @@ using namespace mlir;
 
 /// Merges dimensions [start, start + count) of `value` into one: the token
 /// dimensions become N. With count == 0 a unit dimension is inserted.
-Value mlir::attnres::flattenDims(OpBuilder &b, Location loc, Value value, int64_t start,
-                  int64_t count) {
+Value mlir::attnres::flattenDims(OpBuilder &b, Location loc, Value value,
+                                 int64_t start, int64_t count) {
   auto type = cast<RankedTensorType>(value.getType());
   int64_t rank = type.getRank();
   if (count == 1)
@@ -51,8 +51,9 @@ Value mlir::attnres::flattenDims(OpBuilder &b, Location loc, Value value, int64_
 
 /// The inverse of flattenDims: dimension `start` of `value` becomes
 /// `sizes` (the original token dimensions) and the result gets `type`.
-Value mlir::attnres::unflattenDims(OpBuilder &b, Location loc, Value value, int64_t start,
-                    ArrayRef<OpFoldResult> sizes, RankedTensorType type) {
+Value mlir::attnres::unflattenDims(OpBuilder &b, Location loc, Value value,
+                                   int64_t start, ArrayRef<OpFoldResult> sizes,
+                                   RankedTensorType type) {
   auto valueType = cast<RankedTensorType>(value.getType());
   int64_t rank = valueType.getRank();
   int64_t count = sizes.size();
@@ -88,6 +89,11 @@ Value mlir::attnres::unflattenDims(OpBuilder &b, Location loc, Value value, int6
         outputShape.push_back(valueSizes[dim]);
       }
     }
+    // A size known to be constant must be an attribute: expand_shape
+    // requires its static result dimensions to be given that way.
+    for (OpFoldResult &size : outputShape)
+      if (std::optional<int64_t> constant = getConstantIntValue(size))
+        size = b.getIndexAttr(*constant);
     SmallVector<int64_t> staticShape;
     for (OpFoldResult size : outputShape) {
       std::optional<int64_t> constant = getConstantIntValue(size);
@@ -116,4 +122,3 @@ Value mlir::attnres::unflattenDims(OpBuilder &b, Location loc, Value value, int6
     result = tensor::CastOp::create(b, loc, type, result);
   return result;
 }
-

@@ -1,0 +1,59 @@
+// RUN: attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 --canonicalize --cse | FileCheck %s
+// RUN: attnres-opt %s --split-input-file --attnres-split-reduction | FileCheck %s --check-prefix=AUTO
+// RUN: not attnres-opt %s --attnres-split-reduction=blocks=many 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: attnres-split-reduction: blocks must be a positive integer or 'auto', got 'many'
+
+// Seven blocks of ceil(N / 7) tokens, the last ones possibly empty: each
+// block writes the source gradients of its tokens and one FP32 row of
+// partial query / weight gradients; a sum partition_reduce per gradient adds
+// the rows in order.
+// CHECK-DAG: #[[OFFSET:.*]] = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
+// CHECK-DAG: #[[SIZE:.*]] = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
+// CHECK-LABEL: func.func @list
+// CHECK: %[[N:.*]] = tensor.dim
+// CHECK: %[[R:.*]]:4 = scf.forall (%[[B:.*]]) in (7) shared_outs(%[[DV0:.*]] = %{{.*}}, %[[DV1:.*]] = %{{.*}}, %[[PQ:.*]] = %{{.*}}, %[[PG:.*]] = %{{.*}}) -> (tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<7x16xf32>, tensor<7x16xf32>)
+// CHECK: %[[OFF:.*]] = affine.min #[[OFFSET]](%[[B]])[%[[N]]]
+// CHECK: %[[LEN:.*]] = affine.min #[[SIZE]]()[%[[N]], %[[OFF]]]
+// CHECK: %{{.*}}, %[[DQ:[a-z_0-9]+]], %[[DG:[a-z_0-9]+]] = attnres.backward {{.*}} -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>, tensor<16xf32>
+// CHECK: scf.forall.in_parallel
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %[[DV0]][%[[OFF]], 0] [%[[LEN]], 64]
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %[[DV1]][%[[OFF]], 0] [%[[LEN]], 64]
+// CHECK: tensor.parallel_insert_slice %[[DQ]] into %[[PQ]][%[[B]], 0] [1, 16] [1, 1] : tensor<16xf32> into tensor<7x16xf32>
+// CHECK: tensor.parallel_insert_slice %[[DG]] into %[[PG]][%[[B]], 0] [1, 16] [1, 1] : tensor<16xf32> into tensor<7x16xf32>
+// CHECK: attnres.partition_reduce sum %[[R]]#2 : tensor<7x16xf32> -> tensor<16xbf16>
+// CHECK: attnres.partition_reduce sum %[[R]]#3 : tensor<7x16xf32> -> tensor<16xbf16>
+// AUTO-LABEL: func.func @list
+// AUTO: scf.forall (%{{.*}}) in (264)
+func.func @list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xbf16>,
+                %g: tensor<16xbf16>, %do: tensor<?x64xbf16>, %lse: tensor<?xf32>,
+                %o: tensor<?x64xbf16>)
+    -> (tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xbf16>, tensor<16xbf16>) {
+  %dv:2, %dq, %dg = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xbf16>) key_norm(%g : tensor<16xbf16>)
+      grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>) saved(%o : tensor<?x64xbf16>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xbf16>, tensor<16xbf16>
+  return %dv#0, %dv#1, %dq, %dg : tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xbf16>, tensor<16xbf16>
+}
+
+// -----
+
+// Several token dimensions are merged into one first and restored on the
+// source gradients; the per-query output-norm gradient gets [B, M, D]
+// partials.
+// CHECK-LABEL: func.func @packed_tokens_2d
+// CHECK: tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] : tensor<3x4x5x32xf32> into tensor<3x20x32xf32>
+// CHECK: scf.forall (%{{.*}}) in (7) shared_outs({{.*}}) -> (tensor<3x20x32xf32>, tensor<7x2x8xf32>, tensor<7x2x32xf32>)
+// CHECK: attnres.partition_reduce sum %{{.*}} : tensor<7x2x8xf32> -> tensor<2x8xf32>
+// CHECK: attnres.partition_reduce sum %{{.*}} : tensor<7x2x32xf32> -> tensor<2x32xf32>
+// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] output_shape [3, 4, 5, 32] : tensor<3x20x32xf32> into tensor<3x4x5x32xf32>
+// AUTO-LABEL: func.func @packed_tokens_2d
+// AUTO: scf.forall (%{{.*}}) in (2)
+func.func @packed_tokens_2d(%v: tensor<3x4x5x32xf32>, %q: tensor<2x8xf32>, %h: tensor<2x32xf32>,
+                            %do: tensor<2x4x5x32xf32>, %lse: tensor<2x4x5xf32>)
+    -> (tensor<3x4x5x32xf32>, tensor<2x8xf32>, tensor<2x32xf32>) {
+  %dv, %dq, %dh = attnres.backward packed(%v : tensor<3x4x5x32xf32>)
+      query(%q : tensor<2x8xf32>) output_norm(%h : tensor<2x32xf32>)
+      grad(%do : tensor<2x4x5x32xf32>) lse(%lse : tensor<2x4x5xf32>)
+      -> tensor<3x4x5x32xf32>, tensor<2x8xf32>, tensor<2x32xf32>
+  return %dv, %dq, %dh : tensor<3x4x5x32xf32>, tensor<2x8xf32>, tensor<2x32xf32>
+}
