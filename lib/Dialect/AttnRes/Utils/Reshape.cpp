@@ -103,6 +103,18 @@ Value mlir::attnres::unflattenDims(OpBuilder &b, Location loc, Value value,
         RankedTensorType::get(staticShape, valueType.getElementType());
     int64_t dynamicTokenDims = llvm::count_if(
         sizes, [](OpFoldResult size) { return !getConstantIntValue(size); });
+    if (dynamicTokenDims == 0 && valueType.isDynamicDim(start)) {
+      // Every token size is known: so is their product, which expand_shape
+      // wants to see in the source type.
+      int64_t product = 1;
+      for (OpFoldResult size : sizes)
+        product *= *getConstantIntValue(size);
+      SmallVector<int64_t> known(valueType.getShape());
+      known[start] = product;
+      value = tensor::CastOp::create(b, loc, valueType.clone(known), value);
+    }
+    dynamicTokenDims = llvm::count_if(
+        sizes, [](OpFoldResult size) { return !getConstantIntValue(size); });
     if (dynamicTokenDims <= 1) {
       result = tensor::ExpandShapeOp::create(b, loc, expanded, value, groups,
                                              outputShape);
