@@ -363,12 +363,23 @@ ATTNRES_SOURCE_ACCESSORS(BackwardOp)
 // ForwardOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult ForwardOp::verify() {
+/// The rules forward and backward share: sources, query, weights, eps and
+/// scale.
+template <typename OpT>
+static FailureOr<SourceSignature> verifySourcesAndAttrs(OpT op) {
   FailureOr<SourceSignature> sig =
-      verifySources(*this, getSources(), getPacked(), getQuery(),
-                    getKeyNormWeight(), getOutputNormWeight());
-  if (failed(sig) || failed(verifyNormAttrs(*this, getEps().convertToDouble(),
-                                            getScale().convertToDouble())))
+      verifySources(op, op.getSources(), op.getPacked(), op.getQuery(),
+                    op.getKeyNormWeight(), op.getOutputNormWeight());
+  if (failed(sig) ||
+      failed(verifyNormAttrs(op, op.getEps().convertToDouble(),
+                             op.getScale().convertToDouble())))
+    return failure();
+  return sig;
+}
+
+LogicalResult ForwardOp::verify() {
+  FailureOr<SourceSignature> sig = verifySourcesAndAttrs(*this);
+  if (failed(sig))
     return failure();
 
   StringRef outputLayout = sig->multiQuery ? "[M, T..., D]" : "[T..., D]";
@@ -425,11 +436,8 @@ static LogicalResult verifyParameterGradient(Operation *op, Value parameter,
 }
 
 LogicalResult BackwardOp::verify() {
-  FailureOr<SourceSignature> sig =
-      verifySources(*this, getSources(), getPacked(), getQuery(),
-                    getKeyNormWeight(), getOutputNormWeight());
-  if (failed(sig) || failed(verifyNormAttrs(*this, getEps().convertToDouble(),
-                                            getScale().convertToDouble())))
+  FailureOr<SourceSignature> sig = verifySourcesAndAttrs(*this);
+  if (failed(sig))
     return failure();
 
   StringRef outputLayout = sig->multiQuery ? "[M, T..., D]" : "[T..., D]";
