@@ -55,6 +55,8 @@
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
+#include "mlir/Target/LLVM/ROCDL/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/All.h"
 
 void mlir::attnres::registerAllDialects(DialectRegistry &registry) {
@@ -97,8 +99,12 @@ void mlir::attnres::registerAllDialects(DialectRegistry &registry) {
   vector::registerBufferizableOpInterfaceExternalModels(registry);
   vector::registerSubsetOpInterfaceExternalModels(registry);
   vector::registerValueBoundsOpInterfaceExternalModels(registry);
-  // Dialect extensions (convert-to-LLVM interfaces, GPU target attributes,
-  // inliner) and the LLVM IR translations gpu-module-to-binary needs.
+  // GPU target attributes: how gpu-module-to-binary serializes for NVIDIA
+  // and AMD.
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
+  ROCDL::registerROCDLTargetInterfaceExternalModels(registry);
+  // Dialect extensions (convert-to-LLVM interfaces, inliner) and the LLVM IR
+  // translations gpu-module-to-binary needs.
   mlir::registerAllExtensions(registry);
   mlir::registerAllToLLVMIRTranslations(registry);
 }

@@ -53,4 +53,16 @@ void mlir::attnres::registerPipelines() {
       "executable reference): convert-attnres-to-linalg, one-shot "
       "bufferization, loops, LLVM.",
       buildLowerToLLVMCPUPipeline);
+  PassPipelineRegistration<NVVMPipelineOptions>(
+      "attnres-lower-to-nvvm-pipeline",
+      "Compile the attnres ops of a module to NVIDIA kernels: "
+      "convert-attnres-to-gpu, nvvm-attach-target, convert-gpu-to-nvvm, "
+      "gpu-module-to-binary.",
+      buildLowerToNVVMPipeline);
+  PassPipelineRegistration<ROCDLPipelineOptions>(
+      "attnres-lower-to-rocdl-pipeline",
+      "Compile the attnres ops of a module to AMD kernels: "
+      "convert-attnres-to-gpu, rocdl-attach-target, convert-gpu-to-rocdl, "
+      "gpu-module-to-binary.",
+      buildLowerToROCDLPipeline);
 }

@@ -27,4 +27,49 @@ def ConvertAttnResToLinalg : Pass<"convert-attnres-to-linalg"> {
   ];
 }
 
+def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "Generate GPU kernels for the attnres ops of a module";
+  let description = [{
+    Replaces the functions of the module by one `gpu.module @attnres_kernels`
+    holding, for every attnres op, the kernels that compute it:
+
+    * `attnres.forward`: `<fn>_<i>_forward` (one pass over the sources with
+      an online softmax; tokens to blocks, D to lanes), and for the split over
+      sources `<fn>_<i>_forward_partial` (grid y = partitions, FP32 partial
+      rows) and `<fn>_<i>_merge`;
+    * `attnres.backward`: `<fn>_<i>_backward` (blocks of tokens, dv and
+      per-block FP32 partial rows of the query / weight gradients) and
+      `<fn>_<i>_finalize` (the partial rows summed in block order);
+    * `attnres.partition_reduce`: `<fn>_<i>_merge` or `<fn>_<i>_sum`.
+
+    Each kernel carries an `attnres.kernel` dictionary (role, arguments,
+    grid rule as a function of the token count, block size, workgroup
+    bytes) and the module an `attnres.ops` array describing each op and its
+    kernels: what the bundle manifest is written from. The host side is the
+    runtime's: the manifest says what to launch.
+
+    Rows are read with vector loads of up to 16 bytes; row sums use
+    `gpu.shuffle xor` within a subgroup and a workgroup buffer across
+    subgroups; accumulation is FP32; the partition and block counts of the
+    split forward and the backward are kernel arguments, chosen at run time.
+  }];
+  let options = [
+    Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
+           "Lanes of a subgroup (32 on NVIDIA, 64 on AMD)">,
+    Option<"maxBlockThreads", "max-block-threads", "int64_t",
+           /*default=*/"1024", "Largest block">,
+    Option<"reductionThreads", "reduction-threads", "int64_t",
+           /*default=*/"256", "Block size of the finalize and sum kernels">
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect",
+    "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect"
+  ];
+}
+
 #endif // ATTNRES_CONVERSION_PASSES_TD

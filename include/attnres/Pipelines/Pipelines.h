@@ -3,11 +3,72 @@
 #ifndef ATTNRES_PIPELINES_PIPELINES_H
 #define ATTNRES_PIPELINES_PIPELINES_H
 
+#include "mlir/Pass/PassOptions.h"
+
+#include <string>
+
 namespace mlir {
 class OpPassManager;
 } // namespace mlir
 
 namespace mlir::attnres {
+
+/// Options of attnres-lower-to-nvvm-pipeline (named after upstream's
+/// GPUToNVVMPipelineOptions).
+struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
+  PassOptions::Option<std::string> chip{
+      *this, "chip", llvm::cl::desc("Target chip"), llvm::cl::init("sm_90")};
+  PassOptions::Option<std::string> features{
+      *this, "features",
+      llvm::cl::desc("PTX features (sm_90 and later need +ptx80)"),
+      llvm::cl::init("+ptx80")};
+  PassOptions::Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("gpu-module-to-binary format: isa (PTX), bin (cubin) "
+                     "or fatbin"),
+      llvm::cl::init("bin")};
+  PassOptions::Option<int> optLevel{*this, "opt-level",
+                                    llvm::cl::desc("LLVM optimization level"),
+                                    llvm::cl::init(3)};
+  PassOptions::Option<std::string> toolkit{
+      *this, "toolkit", llvm::cl::desc("CUDA toolkit (libdevice, ptxas)"),
+      llvm::cl::init(ATTNRES_DEFAULT_CUDA_TOOLKIT)};
+};
+
+/// Options of attnres-lower-to-rocdl-pipeline.
+struct ROCDLPipelineOptions : public PassPipelineOptions<ROCDLPipelineOptions> {
+  PassOptions::Option<std::string> chip{
+      *this, "chip", llvm::cl::desc("Target chip (gfx942, gfx950, ...)"),
+      llvm::cl::init("gfx942")};
+  PassOptions::Option<std::string> features{
+      *this, "features", llvm::cl::desc("Target features"), llvm::cl::init("")};
+  PassOptions::Option<std::string> format{
+      *this, "format",
+      llvm::cl::desc("gpu-module-to-binary format: isa (AMDGPU assembly) or "
+                     "bin (hsaco)"),
+      llvm::cl::init("bin")};
+  PassOptions::Option<int> optLevel{*this, "opt-level",
+                                    llvm::cl::desc("LLVM optimization level"),
+                                    llvm::cl::init(3)};
+  PassOptions::Option<std::string> toolkit{
+      *this, "toolkit",
+      llvm::cl::desc("ROCm-style toolkit folder: llvm/bin/ld.lld and "
+                     "amdgcn/bitcode"),
+      llvm::cl::init(ATTNRES_DEFAULT_ROCM_TOOLKIT)};
+};
+
+/// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary.
+void buildLowerToNVVMPipeline(OpPassManager &pm,
+                              const NVVMPipelineOptions &options);
+/// The part after convert-attnres-to-gpu.
+void buildGPUModuleToNVVMBinary(OpPassManager &pm,
+                                const NVVMPipelineOptions &options);
+
+/// attnres ops -> kernels -> ROCDL -> binary.
+void buildLowerToROCDLPipeline(OpPassManager &pm,
+                               const ROCDLPipelineOptions &options);
+void buildGPUModuleToROCDLBinary(OpPassManager &pm,
+                                 const ROCDLPipelineOptions &options);
 
 /// attnres ops on tensors -> LLVM dialect for the host CPU: the executable
 /// reference (convert-attnres-to-linalg, bufferization, loops, LLVM).

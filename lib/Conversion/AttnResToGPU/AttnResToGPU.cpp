@@ -1,0 +1,280 @@
+//===- AttnResToGPU.cpp - attnres ops to GPU kernels ----------------------===//
+
+#include "Kernels.h"
+
+#include "attnres/Conversion/Passes.h"
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/BuiltinOps.h"
+
+namespace mlir::attnres {
+#define GEN_PASS_DEF_CONVERTATTNRESTOGPU
+#include "attnres/Conversion/Passes.h.inc"
+} // namespace mlir::attnres
+
+using namespace mlir;
+using namespace mlir::attnres;
+using namespace mlir::attnres::gpu_kernels;
+
+namespace {
+
+Type elementOf(Value value) {
+  return value ? getElementTypeOrSelf(value.getType()) : Type();
+}
+
+int64_t bytesOf(Type type) { return type.getIntOrFloatBitWidth() / 8; }
+
+/// The description of a kernel as an attribute of its gpu.func.
+DictionaryAttr describe(Builder &b, const KernelInfo &info) {
+  SmallVector<Attribute> arguments;
+  for (const KernelArgument &argument : info.arguments)
+    arguments.push_back(b.getDictionaryAttr({
+        b.getNamedAttr("name", b.getStringAttr(argument.name)),
+        b.getNamedAttr("kind", b.getStringAttr(argument.kind)),
+        b.getNamedAttr("type", b.getStringAttr(argument.elementType)),
+        b.getNamedAttr("shape", b.getStringAttr(argument.shape)),
+    }));
+  SmallVector<Attribute> grid;
+  for (const GridDimension &dim : info.grid)
+    grid.push_back(b.getDictionaryAttr({
+        b.getNamedAttr("symbol", b.getStringAttr(dim.symbol)),
+        b.getNamedAttr("scale", b.getI64IntegerAttr(dim.scale)),
+        b.getNamedAttr("divisor", b.getI64IntegerAttr(dim.divisor)),
+    }));
+  return b.getDictionaryAttr({
+      b.getNamedAttr("name", b.getStringAttr(info.name)),
+      b.getNamedAttr("role", b.getStringAttr(info.role)),
+      b.getNamedAttr("arguments", b.getArrayAttr(arguments)),
+      b.getNamedAttr("grid", b.getArrayAttr(grid)),
+      b.getNamedAttr("block", b.getI64IntegerAttr(info.blockThreads)),
+      b.getNamedAttr("workgroup_bytes",
+                     b.getI64IntegerAttr(info.workgroupBytes)),
+  });
+}
+
+template <typename OpT> AttnResSpec commonSpec(OpT op) {
+  AttnResSpec spec;
+  spec.numSources = op.getNumSourceValues();
+  spec.width = op.getWidth();
+  spec.rank = op.getRank();
+  spec.numQueries = op.getNumQueries();
+  spec.value = op.getSourceType().getElementType();
+  spec.query = elementOf(op.getQuery());
+  spec.keyNorm = elementOf(op.getKeyNormWeight());
+  spec.outputNorm = elementOf(op.getOutputNormWeight());
+  spec.perQueryOutputNorm =
+      op.getOutputNormWeight() &&
+      cast<RankedTensorType>(op.getOutputNormWeight().getType()).getRank() == 2;
+  spec.eps = op.getEps().convertToDouble();
+  spec.scale = op.getScale().convertToDouble();
+  return spec;
+}
+
+/// What the manifest records of an op, next to its kernels.
+NamedAttrList opFacts(Builder &b, StringRef kind, const AttnResSpec &spec) {
+  NamedAttrList facts;
+  facts.append("op", b.getStringAttr(kind));
+  facts.append("num_sources", b.getI64IntegerAttr(spec.numSources));
+  facts.append("width", b.getI64IntegerAttr(spec.width));
+  facts.append("rank", b.getI64IntegerAttr(spec.rank));
+  facts.append("num_queries", b.getI64IntegerAttr(spec.numQueries));
+  facts.append("value_type", b.getStringAttr(typeName(spec.value)));
+  facts.append("query_type", b.getStringAttr(typeName(spec.query)));
+  if (spec.keyNorm)
+    facts.append("key_norm_type", b.getStringAttr(typeName(spec.keyNorm)));
+  if (spec.outputNorm) {
+    facts.append("output_norm_type",
+                 b.getStringAttr(typeName(spec.outputNorm)));
+    facts.append("output_norm_per_query",
+                 b.getBoolAttr(spec.perQueryOutputNorm));
+  }
+  facts.append("eps", b.getF64FloatAttr(spec.eps));
+  facts.append("scale", b.getF64FloatAttr(spec.scale));
+  return facts;
+}
+
+struct ConvertAttnResToGPUPass
+    : attnres::impl::ConvertAttnResToGPUBase<ConvertAttnResToGPUPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    OpBuilder b(module.getContext());
+    Location loc = module.getLoc();
+    if (subgroupSize < 1 || !llvm::isPowerOf2_64(subgroupSize) ||
+        maxBlockThreads < subgroupSize || reductionThreads < 1) {
+      emitError(loc) << "convert-attnres-to-gpu: subgroup-size must be a "
+                        "power of two no larger than max-block-threads";
+      return signalPassFailure();
+    }
+
+    b.setInsertionPointToEnd(module.getBody());
+    auto kernels = gpu::GPUModuleOp::create(b, loc, "attnres_kernels");
+    b.setInsertionPointToStart(&kernels.getBodyRegion().front());
+    SmallVector<Attribute> ops;
+    SmallVector<func::FuncOp> functions;
+    bool ok = true;
+    for (auto function : module.getOps<func::FuncOp>()) {
+      functions.push_back(function);
+      int index = 0;
+      function.walk([&](Operation *op) {
+        std::string prefix = (function.getSymName() + "_" + Twine(index)).str();
+        std::optional<DictionaryAttr> facts;
+        if (auto forward = dyn_cast<ForwardOp>(op))
+          facts = convertForward(b, forward, prefix);
+        else if (auto backward = dyn_cast<BackwardOp>(op))
+          facts = convertBackward(b, backward, prefix);
+        else if (auto reduce = dyn_cast<PartitionReduceOp>(op))
+          facts = convertPartitionReduce(b, reduce, prefix);
+        else
+          return;
+        if (!*facts) {
+          ok = false;
+          return;
+        }
+        NamedAttrList entry(*facts);
+        entry.append("function", b.getStringAttr(function.getSymName()));
+        entry.append("index", b.getI64IntegerAttr(index));
+        ops.push_back(entry.getDictionary(b.getContext()));
+        ++index;
+      });
+    }
+    if (!ok)
+      return signalPassFailure();
+    if (ops.empty()) {
+      emitError(loc) << "convert-attnres-to-gpu: the module has no attnres "
+                        "op to compile";
+      return signalPassFailure();
+    }
+    kernels->setAttr("attnres.ops", b.getArrayAttr(ops));
+    // The host side is the runtime's (see the manifest).
+    for (func::FuncOp function : functions)
+      function.erase();
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    b.getUnitAttr());
+  }
+
+  RowLayout layoutFor(int64_t width, ArrayRef<Type> streamed) {
+    int64_t bytes = 16;
+    for (Type type : streamed)
+      if (type)
+        bytes = std::min(bytes, bytesOf(type));
+    return RowLayout::choose(width, bytes, subgroupSize, maxBlockThreads);
+  }
+
+  /// Records a kernel on its gpu.func and returns its name.
+  StringAttr record(OpBuilder &b, const KernelInfo &info) {
+    // The kernel builders leave the insertion point right after the kernel.
+    auto func = cast<gpu::GPUFuncOp>(&*std::prev(b.getInsertionPoint()));
+    func->setAttr("attnres.kernel", describe(b, info));
+    return b.getStringAttr(info.name);
+  }
+
+  DictionaryAttr convertForward(OpBuilder &b, ForwardOp op,
+                                const std::string &prefix) {
+    AttnResSpec spec = commonSpec(op);
+    spec.output = op.getOutput().getType().getElementType();
+    spec.writeOPre = static_cast<bool>(op.getOPre());
+    RowLayout layout = layoutFor(spec.width, {spec.value, spec.output});
+    Location loc = op.getLoc();
+    NamedAttrList facts = opFacts(b, "forward", spec);
+    facts.append("output_type", b.getStringAttr(typeName(spec.output)));
+    facts.append("writes_o_pre", b.getBoolAttr(spec.writeOPre));
+    facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
+    facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
+    facts.append("forward",
+                 record(b, emitForwardKernel(b, loc, prefix + "_forward", spec,
+                                             layout, /*partial=*/false)));
+    facts.append(
+        "forward_partial",
+        record(b, emitForwardKernel(b, loc, prefix + "_forward_partial", spec,
+                                    layout, /*partial=*/true)));
+    MergeSpec merge;
+    merge.width = spec.width;
+    merge.output = spec.output;
+    merge.outputNorm = spec.outputNorm;
+    merge.perRowGroupWeight = spec.perQueryOutputNorm;
+    merge.writeOPre = spec.writeOPre;
+    merge.eps = spec.eps;
+    RowLayout mergeLayout =
+        layoutFor(spec.width, {b.getF32Type(), spec.output});
+    facts.append("merge", record(b, emitMergeKernel(b, loc, prefix + "_merge",
+                                                    merge, mergeLayout)));
+    facts.append("merge_rows_per_block",
+                 b.getI64IntegerAttr(mergeLayout.rowsPerBlock));
+    return facts.getDictionary(b.getContext());
+  }
+
+  DictionaryAttr convertBackward(OpBuilder &b, BackwardOp op,
+                                 const std::string &prefix) {
+    AttnResSpec spec = commonSpec(op);
+    spec.grad = elementOf(op.getGradOutput());
+    spec.saved = elementOf(op.getSavedOutput());
+    spec.gradQuery = elementOf(op.getGradQuery());
+    spec.gradKeyNorm = elementOf(op.getGradKeyNormWeight());
+    spec.gradOutputNorm = elementOf(op.getGradOutputNormWeight());
+    RowLayout layout =
+        layoutFor(spec.width, {spec.value, spec.grad, spec.saved});
+    Location loc = op.getLoc();
+    NamedAttrList facts = opFacts(b, "backward", spec);
+    facts.append("grad_type", b.getStringAttr(typeName(spec.grad)));
+    if (spec.saved)
+      facts.append("saved_type", b.getStringAttr(typeName(spec.saved)));
+    facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
+    facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
+    facts.append("backward",
+                 record(b, emitBackwardKernel(b, loc, prefix + "_backward",
+                                              spec, layout)));
+    facts.append("finalize",
+                 record(b, emitFinalizeKernel(b, loc, prefix + "_finalize",
+                                              spec, reductionThreads)));
+    return facts.getDictionary(b.getContext());
+  }
+
+  DictionaryAttr convertPartitionReduce(OpBuilder &b, PartitionReduceOp op,
+                                        const std::string &prefix) {
+    Location loc = op.getLoc();
+    NamedAttrList facts;
+    auto outputType = op.getOutput().getType();
+    facts.append("num_partitions", b.getI64IntegerAttr(op.getNumPartitions()));
+    facts.append("output_type",
+                 b.getStringAttr(typeName(outputType.getElementType())));
+    if (op.getKind() == ReduceKind::Sum) {
+      facts.append("op", b.getStringAttr("partition_reduce_sum"));
+      facts.append("sum", record(b, emitSumKernel(b, loc, prefix + "_sum",
+                                                  op.getNumPartitions(),
+                                                  outputType.getElementType(),
+                                                  reductionThreads)));
+      return facts.getDictionary(b.getContext());
+    }
+    MergeSpec merge;
+    merge.width = outputType.getShape().back();
+    merge.output = outputType.getElementType();
+    merge.outputNorm = elementOf(op.getOutputNormWeight());
+    merge.perRowGroupWeight =
+        op.getOutputNormWeight() &&
+        cast<RankedTensorType>(op.getOutputNormWeight().getType()).getRank() ==
+            2;
+    merge.sink = static_cast<bool>(op.getSink());
+    merge.writeOPre = static_cast<bool>(op.getOPre());
+    merge.eps = op.getEps().convertToDouble();
+    RowLayout layout = layoutFor(merge.width, {b.getF32Type(), merge.output});
+    facts.append("op", b.getStringAttr("partition_reduce_softmax"));
+    facts.append("width", b.getI64IntegerAttr(merge.width));
+    facts.append("has_sink", b.getBoolAttr(merge.sink));
+    facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
+    facts.append("merge", record(b, emitMergeKernel(b, loc, prefix + "_merge",
+                                                    merge, layout)));
+    return facts.getDictionary(b.getContext());
+  }
+};
+
+} // namespace

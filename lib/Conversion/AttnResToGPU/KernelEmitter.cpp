@@ -1,0 +1,269 @@
+//===- KernelEmitter.cpp - building attnres GPU kernels -------------------===//
+
+#include "KernelEmitter.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::attnres::gpu_kernels;
+
+RowLayout RowLayout::choose(int64_t width, int64_t elementBytes,
+                            int64_t subgroupSize, int64_t maxBlockThreads) {
+  RowLayout layout;
+  layout.width = width;
+  layout.subgroupSize = subgroupSize;
+  // The widest power-of-two vector of at most 16 bytes that divides the row.
+  layout.vectorWidth = std::max<int64_t>(1, 16 / elementBytes);
+  while (width % layout.vectorWidth != 0)
+    layout.vectorWidth /= 2;
+  layout.vectors = width / layout.vectorWidth;
+  if (layout.vectors <= subgroupSize) {
+    // Several rows per block, each on a power-of-two group of lanes.
+    layout.threadsPerRow = llvm::PowerOf2Ceil(layout.vectors);
+    layout.rowsPerBlock =
+        std::max<int64_t>(1, 4 * subgroupSize / layout.threadsPerRow);
+    layout.chunks = 1;
+    return layout;
+  }
+  layout.threadsPerRow = std::min(llvm::alignTo(layout.vectors, subgroupSize),
+                                  static_cast<uint64_t>(maxBlockThreads));
+  layout.chunks = llvm::divideCeil(layout.vectors, layout.threadsPerRow);
+  layout.rowsPerBlock = 1;
+  return layout;
+}
+
+Value KernelEmitter::constF32(double value) {
+  return arith::ConstantOp::create(b, loc, f32, b.getF32FloatAttr(value));
+}
+Value KernelEmitter::constI64(int64_t value) {
+  return arith::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(value));
+}
+Value KernelEmitter::constIndex(int64_t value) {
+  return arith::ConstantIndexOp::create(b, loc, value);
+}
+Value KernelEmitter::splat(Value scalar, int64_t width) {
+  return vector::BroadcastOp::create(
+      b, loc, VectorType::get({width}, scalar.getType()), scalar);
+}
+
+Value KernelEmitter::addI(Value x, Value y) {
+  return arith::AddIOp::create(b, loc, x, y);
+}
+Value KernelEmitter::mulI(Value x, Value y) {
+  return arith::MulIOp::create(b, loc, x, y);
+}
+Value KernelEmitter::minI(Value x, Value y) {
+  return arith::MinSIOp::create(b, loc, x, y);
+}
+Value KernelEmitter::divI(Value x, Value y) {
+  return arith::DivUIOp::create(b, loc, x, y);
+}
+Value KernelEmitter::ceilDivI(Value x, Value y) {
+  return arith::CeilDivUIOp::create(b, loc, x, y);
+}
+Value KernelEmitter::lessThan(Value x, Value y) {
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
+}
+Value KernelEmitter::toI64(Value index) {
+  return arith::IndexCastOp::create(b, loc, i64, index);
+}
+
+Value KernelEmitter::add(Value x, Value y) {
+  return arith::AddFOp::create(b, loc, x, y);
+}
+Value KernelEmitter::sub(Value x, Value y) {
+  return arith::SubFOp::create(b, loc, x, y);
+}
+Value KernelEmitter::mul(Value x, Value y) {
+  return arith::MulFOp::create(b, loc, x, y);
+}
+Value KernelEmitter::div(Value x, Value y) {
+  return arith::DivFOp::create(b, loc, x, y);
+}
+Value KernelEmitter::maximum(Value x, Value y) {
+  return arith::MaximumFOp::create(b, loc, x, y);
+}
+Value KernelEmitter::select(Value condition, Value x, Value y) {
+  return arith::SelectOp::create(b, loc, condition, x, y);
+}
+Value KernelEmitter::equal(Value x, Value y) {
+  return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, x, y);
+}
+Value KernelEmitter::greater(Value x, Value y) {
+  return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x, y);
+}
+Value KernelEmitter::exp(Value x) {
+  return math::Exp2Op::create(b, loc, mul(x, constF32(M_LOG2E)));
+}
+Value KernelEmitter::log(Value x) {
+  return mul(math::Log2Op::create(b, loc, x), constF32(M_LN2));
+}
+Value KernelEmitter::rsqrt(Value x) { return math::RsqrtOp::create(b, loc, x); }
+Value KernelEmitter::sumVector(Value vector) {
+  return vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
+                                     vector);
+}
+
+static Type globalPointer(MLIRContext *context) {
+  return LLVM::LLVMPointerType::get(context, /*addressSpace=*/1);
+}
+
+static int64_t bytesOf(Type type) {
+  return std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8);
+}
+
+Value KernelEmitter::loadVector(Value base, Value index, Type elementType) {
+  int64_t width = layout.vectorWidth;
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                                      elementType, base, ValueRange{index});
+  auto type = VectorType::get({width}, elementType);
+  Value value =
+      LLVM::LoadOp::create(b, loc, type, address, width * bytesOf(elementType));
+  if (elementType != f32)
+    value = LLVM::FPExtOp::create(b, loc, VectorType::get({width}, f32), value);
+  return value;
+}
+
+void KernelEmitter::storeVector(Value vector, Value base, Value index,
+                                Type elementType) {
+  int64_t width = layout.vectorWidth;
+  if (elementType != f32)
+    vector = LLVM::FPTruncOp::create(
+        b, loc, VectorType::get({width}, elementType), vector);
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                                      elementType, base, ValueRange{index});
+  LLVM::StoreOp::create(b, loc, vector, address, width * bytesOf(elementType));
+}
+
+Value KernelEmitter::loadScalar(Value base, Value index, Type elementType) {
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                                      elementType, base, ValueRange{index});
+  Value value =
+      LLVM::LoadOp::create(b, loc, elementType, address, bytesOf(elementType));
+  if (elementType != f32)
+    value = LLVM::FPExtOp::create(b, loc, f32, value);
+  return value;
+}
+
+void KernelEmitter::storeScalar(Value value, Value base, Value index,
+                                Type elementType) {
+  if (elementType != f32)
+    value = LLVM::FPTruncOp::create(b, loc, elementType, value);
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                                      elementType, base, ValueRange{index});
+  LLVM::StoreOp::create(b, loc, value, address, bytesOf(elementType));
+}
+
+Value KernelEmitter::loadPointer(Value table, Value index) {
+  Type pointer = globalPointer(b.getContext());
+  Value address =
+      LLVM::GEPOp::create(b, loc, pointer, pointer, table, ValueRange{index});
+  return LLVM::LoadOp::create(b, loc, pointer, address, /*alignment=*/8);
+}
+
+void KernelEmitter::ifThen(Value condition, function_ref<void()> body) {
+  auto ifOp = scf::IfOp::create(b, loc, condition, /*withElseRegion=*/false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  body();
+}
+
+void KernelEmitter::setUpThreads(Value workgroupBuffer) {
+  workgroup = workgroupBuffer;
+  Value tid = toI64(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
+  blockX = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  blockY = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
+  Value threadsPerRow = constI64(layout.threadsPerRow);
+  lane = arith::RemUIOp::create(b, loc, tid, threadsPerRow);
+  group = divI(tid, threadsPerRow);
+  Value subgroup = constI64(layout.subgroupSize);
+  laneInSubgroup = arith::RemUIOp::create(b, loc, tid, subgroup);
+  subgroupInRow = divI(lane, subgroup);
+
+  int64_t width = layout.vectorWidth;
+  SmallVector<int64_t> offsets;
+  for (int64_t j = 0; j < width; ++j)
+    offsets.push_back(j);
+  auto offsetType = VectorType::get({width}, i64);
+  Value laneOffsets = arith::ConstantOp::create(
+      b, loc, offsetType,
+      DenseElementsAttr::get(offsetType, ArrayRef<int64_t>(offsets)));
+  vectorIndex.clear();
+  chunkActive.clear();
+  elementIndex.clear();
+  for (int64_t c = 0; c < layout.chunks; ++c) {
+    Value index = addI(lane, constI64(c * layout.threadsPerRow));
+    bool alwaysInRow = layout.vectors == layout.threadsPerRow * layout.chunks;
+    Value active =
+        alwaysInRow
+            ? arith::ConstantOp::create(b, loc, b.getBoolAttr(true)).getResult()
+            : lessThan(index, constI64(layout.vectors));
+    Value clamped = minI(index, constI64(layout.vectors - 1));
+    vectorIndex.push_back(clamped);
+    chunkActive.push_back(active);
+    elementIndex.push_back(
+        addI(splat(mulI(clamped, constI64(width)), width), laneOffsets));
+  }
+}
+
+SmallVector<Value> KernelEmitter::rowSum(ArrayRef<Value> values) {
+  SmallVector<Value> sums(values);
+  int64_t span = std::min(layout.threadsPerRow, layout.subgroupSize);
+  for (int64_t offset = span / 2; offset >= 1; offset /= 2)
+    for (Value &sum : sums) {
+      auto shuffle = gpu::ShuffleOp::create(
+          b, loc, sum, static_cast<int32_t>(offset),
+          static_cast<int32_t>(layout.subgroupSize), gpu::ShuffleMode::XOR);
+      sum = add(sum, shuffle.getShuffleResult());
+    }
+  if (!layout.blockReduce())
+    return sums;
+
+  // Across the subgroups of the row: each writes its sums, then every lane
+  // adds them up in subgroup order.
+  int64_t count = sums.size();
+  Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      laneInSubgroup, constI64(0));
+  Value base = arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                          mulI(subgroupInRow, constI64(count)));
+  ifThen(first, [&] {
+    for (int64_t k = 0; k < count; ++k)
+      memref::StoreOp::create(
+          b, loc, sums[k], workgroup,
+          ValueRange{arith::AddIOp::create(b, loc, base, constIndex(k))});
+  });
+  gpu::BarrierOp::create(b, loc);
+  SmallVector<Value> totals;
+  for (int64_t k = 0; k < count; ++k) {
+    Value total;
+    for (int64_t s = 0; s < layout.subgroupsPerRow(); ++s) {
+      Value part = memref::LoadOp::create(
+          b, loc, workgroup, ValueRange{constIndex(s * count + k)});
+      total = total ? add(total, part) : part;
+    }
+    totals.push_back(total);
+  }
+  gpu::BarrierOp::create(b, loc);
+  return totals;
+}
+
+SmallVector<Value> KernelEmitter::keyMasks(int64_t rank) {
+  SmallVector<Value> masks;
+  int64_t width = layout.vectorWidth;
+  Value keyStart = splat(constI64(layout.width - rank), width);
+  for (int64_t c = 0; c < layout.chunks; ++c) {
+    Value isKey = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                        elementIndex[c], keyStart);
+    masks.push_back(
+        arith::AndIOp::create(b, loc, isKey, splat(chunkActive[c], width)));
+  }
+  return masks;
+}

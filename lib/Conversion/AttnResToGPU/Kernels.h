@@ -1,0 +1,87 @@
+//===- Kernels.h - the attnres GPU kernels ----------------------*- C++ -*-===//
+//
+// Generators of the gpu.func kernels that implement the attnres ops, and the
+// description of each kernel's interface that goes into the bundle manifest.
+//
+// Layouts: a source, o, o_pre and grad are rows of width D, row (m, n) of a
+// per-query tensor at offset (m * N + n) * D; lse is [M, N]. Sources (and
+// source gradients) are reached through a device table of L row-major [N, D]
+// pointers, so list and packed sources share one kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELS_H
+#define ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELS_H
+
+#include "KernelEmitter.h"
+
+#include <string>
+#include <vector>
+
+namespace mlir::attnres::gpu_kernels {
+
+/// Everything a forward or backward kernel is specialized on.
+struct AttnResSpec {
+  int64_t numSources = 1, width = 1, rank = 1, numQueries = 1; // L, D, R, M
+  Type value, query;
+  Type keyNorm, outputNorm; // null when absent
+  bool perQueryOutputNorm = false;
+  double eps = 1e-6, scale = 1.0;
+  // forward
+  Type output;
+  bool writeOPre = false;
+  // backward
+  Type grad, saved; // saved is null for the recompute backward
+  Type gradQuery, gradKeyNorm, gradOutputNorm;
+};
+
+/// The softmax merge of P partial rows of width D.
+struct MergeSpec {
+  int64_t width = 1;
+  Type output, outputNorm;        // outputNorm null when absent
+  bool perRowGroupWeight = false; // weight [K, D], row r uses r / rowsPerWeight
+  bool sink = false, writeOPre = false;
+  double eps = 1e-6;
+};
+
+/// One kernel argument, as the manifest describes it.
+struct KernelArgument {
+  std::string name;
+  std::string kind;        // "buffer", "table" (of buffers) or "i64"
+  std::string elementType; // of a buffer or of the table's buffers
+  std::string shape;       // documentation, e.g. "[M, N, D]"
+};
+
+/// A grid dimension: ceil(symbol * scale / divisor); symbol is "N"
+/// (tokens), "P" (partitions), "B" (blocks), "rows" or "1".
+struct GridDimension {
+  std::string symbol;
+  int64_t scale = 1, divisor = 1;
+};
+
+struct KernelInfo {
+  std::string name, role;
+  std::vector<KernelArgument> arguments;
+  GridDimension grid[3];
+  int64_t blockThreads = 1;
+  int64_t workgroupBytes = 0;
+};
+
+KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
+                             const AttnResSpec &spec, RowLayout layout,
+                             bool partial);
+KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
+                           const MergeSpec &spec, RowLayout layout);
+KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,
+                              const AttnResSpec &spec, RowLayout layout);
+KernelInfo emitFinalizeKernel(OpBuilder &b, Location loc, StringRef name,
+                              const AttnResSpec &spec, int64_t threads);
+KernelInfo emitSumKernel(OpBuilder &b, Location loc, StringRef name,
+                         int64_t partitions, Type output, int64_t threads);
+
+/// The name of an element type in the manifest ("bf16", "f32", ...).
+std::string typeName(Type type);
+
+} // namespace mlir::attnres::gpu_kernels
+
+#endif // ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELS_H
