@@ -1,0 +1,399 @@
+//===- Bundle.cpp - kernel bundles: binaries and a manifest ---------------===//
+
+#include "attnres/Bundle/Bundle.h"
+
+#include "attnres/Conversion/Passes.h"
+#include "attnres/Pipelines/Pipelines.h"
+
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace mlir::attnres;
+
+#ifndef ATTNRES_VERSION
+#define ATTNRES_VERSION "0.1.0"
+#endif
+
+std::string mlir::attnres::compilerVersion() {
+  return std::string("attnres ") + ATTNRES_VERSION + " (LLVM " +
+         LLVM_VERSION_STRING + ")";
+}
+
+namespace {
+
+bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
+bool isAmd(StringRef target) { return target.starts_with("gfx"); }
+
+/// The PTX version a chip needs: LLVM's default for sm_90 and later is too
+/// old for their instructions.
+std::string ptxFeatures(StringRef chip) {
+  unsigned version = 0;
+  if (chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, version))
+    return "";
+  if (version >= 100)
+    return "+ptx86";
+  if (version >= 90)
+    return "+ptx80";
+  return "";
+}
+
+llvm::json::Value toJson(Attribute attribute) {
+  if (auto string = dyn_cast<StringAttr>(attribute))
+    return string.getValue().str();
+  if (auto boolean = dyn_cast<BoolAttr>(attribute))
+    return boolean.getValue();
+  if (auto integer = dyn_cast<IntegerAttr>(attribute))
+    return integer.getInt();
+  if (auto number = dyn_cast<FloatAttr>(attribute))
+    return number.getValueAsDouble();
+  if (auto array = dyn_cast<ArrayAttr>(attribute)) {
+    llvm::json::Array values;
+    for (Attribute element : array)
+      values.push_back(toJson(element));
+    return values;
+  }
+  if (auto dictionary = dyn_cast<DictionaryAttr>(attribute)) {
+    llvm::json::Object object;
+    for (NamedAttribute entry : dictionary)
+      object[entry.getName().getValue()] = toJson(entry.getValue());
+    return object;
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  attribute.print(os);
+  return text;
+}
+
+std::string extensionFor(StringRef target, StringRef format) {
+  if (format == "isa")
+    return isNvidia(target) ? "ptx" : "s";
+  if (format == "fatbin")
+    return "fatbin";
+  return isNvidia(target) ? "cubin" : "hsaco";
+}
+
+} // namespace
+
+FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
+                                               const BundleOptions &options) {
+  MLIRContext *context = module.getContext();
+  Location loc = module.getLoc();
+  StringRef target = options.target;
+  if (!isNvidia(target) && !isAmd(target))
+    return emitError(loc) << "unknown target '" << target
+                          << "': expected an NVIDIA chip (sm_80, sm_90, "
+                             "sm_100, ...) or an AMD one (gfx942, gfx950, ...)";
+  if (options.format != "bin" && options.format != "isa" &&
+      options.format != "fatbin")
+    return emitError(loc) << "unknown format '" << options.format
+                          << "': expected bin, isa or fatbin";
+  if (isAmd(target) && options.format == "fatbin")
+    return emitError(loc) << "format fatbin is NVIDIA-only";
+  if (failed(verify(module)))
+    return failure();
+
+  // 1. Kernels, with their descriptions, which the manifest is written from.
+  int64_t subgroupSize = isNvidia(target) ? 32 : 64;
+  PassManager kernels(context);
+  ConvertAttnResToGPUOptions kernelOptions;
+  kernelOptions.subgroupSize = subgroupSize;
+  kernels.addPass(createConvertAttnResToGPU(kernelOptions));
+  if (failed(kernels.run(module)))
+    return failure();
+  llvm::json::Array ops, kernelDescriptions;
+  module.walk([&](gpu::GPUModuleOp gpuModule) {
+    if (auto described = gpuModule->getAttrOfType<ArrayAttr>("attnres.ops"))
+      for (Attribute op : described)
+        ops.push_back(toJson(op));
+    gpuModule.walk([&](gpu::GPUFuncOp func) {
+      if (auto kernel = func->getAttr("attnres.kernel")) {
+        llvm::json::Value description = toJson(kernel);
+        description.getAsObject()->try_emplace("module",
+                                               gpuModule.getSymName().str());
+        kernelDescriptions.push_back(std::move(description));
+      }
+    });
+  });
+
+  // 2. Binaries.
+  PassManager binaries(context);
+  std::string features;
+  if (isNvidia(target)) {
+    NVVMPipelineOptions nvvm;
+    nvvm.chip = options.target;
+    nvvm.features = features = ptxFeatures(target);
+    nvvm.format = options.format;
+    nvvm.optLevel = options.optLevel;
+    if (!options.cudaToolkit.empty())
+      nvvm.toolkit = options.cudaToolkit;
+    buildGPUModuleToNVVMBinary(binaries, nvvm);
+  } else {
+    ROCDLPipelineOptions rocdl;
+    rocdl.chip = options.target;
+    rocdl.format = options.format;
+    rocdl.optLevel = options.optLevel;
+    if (!options.rocmToolkit.empty())
+      rocdl.toolkit = options.rocmToolkit;
+    buildGPUModuleToROCDLBinary(binaries, rocdl);
+  }
+  if (failed(binaries.run(module)))
+    return failure();
+
+  Bundle bundle;
+  llvm::json::Array binaryFiles;
+  module.walk([&](gpu::BinaryOp binary) {
+    for (Attribute object : binary.getObjects()) {
+      auto gpuObject = cast<gpu::ObjectAttr>(object);
+      std::string name = (binary.getSymName() + "." + target + "." +
+                          extensionFor(target, options.format))
+                             .str();
+      bundle.files.push_back({name, gpuObject.getObject().getValue().str()});
+      binaryFiles.push_back(llvm::json::Object{
+          {"file", name}, {"module", binary.getSymName().str()}});
+    }
+  });
+  if (bundle.files.empty())
+    return emitError(loc) << "no GPU binary was produced";
+
+  llvm::json::Object manifest{
+      {"format_version", 1},
+      {"compiler", compilerVersion()},
+      {"target",
+       llvm::json::Object{{"chip", options.target},
+                          {"vendor", isNvidia(target) ? "nvidia" : "amd"},
+                          {"format", options.format},
+                          {"subgroup_size", subgroupSize}}},
+      {"options", llvm::json::Object{{"opt_level", options.optLevel},
+                                     {"features", features}}},
+      {"binaries", std::move(binaryFiles)},
+      {"rules",
+       llvm::json::Object{
+           {"sources",
+            "Sources and source gradients are passed as a device table of L "
+            "pointers, one [N, D] row-major buffer each (packed sources: "
+            "base + l * N * D)."},
+           {"alignment",
+            "Every buffer of a kernel with vector_width w must be aligned to "
+            "w times its element size; the runtime checks."},
+           {"forward",
+            "Partitions P = max(1, min(ceil(2 * SMs / (M * N)), floor(L / 4), "
+            "floor(L * D * value bytes / 32768))). P = 1: launch `forward`. "
+            "P > 1: `forward_partial` (grid y = P) into FP32 workspaces "
+            "partial_o [P, M, N, D] and partial_lse [P, M, N], then `merge` "
+            "with num_rows = M * N, num_partitions = P and rows_per_weight = "
+            "N."},
+           {"backward",
+            "Blocks B = max(1, min(2 * SMs, ceil(N / 16))). `backward` (grid "
+            "B) writes the source gradients and FP32 workspaces partial_da "
+            "[B * rows_per_block, M, R] and partial_dh [B * rows_per_block, "
+            "M or 1, D]; then `finalize` with num_partial_rows = B * "
+            "rows_per_block."},
+           {"grid", "Each grid dimension is ceil(symbol * scale / divisor), "
+                    "symbol one of N (tokens), P, B, rows, 1."}}},
+      {"ops", std::move(ops)},
+      {"kernels", std::move(kernelDescriptions)}};
+  bundle.manifest =
+      llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))).str();
+  return bundle;
+}
+
+LogicalResult mlir::attnres::writeBundle(const Bundle &bundle,
+                                         StringRef directory,
+                                         std::string &error) {
+  if (std::error_code code = llvm::sys::fs::create_directories(directory)) {
+    error = "cannot create '" + directory.str() + "': " + code.message();
+    return failure();
+  }
+  auto write = [&](StringRef name, StringRef contents) -> LogicalResult {
+    SmallString<256> path(directory);
+    llvm::sys::path::append(path, name);
+    std::error_code code;
+    llvm::raw_fd_ostream os(path, code);
+    if (code) {
+      error = "cannot write '" + path.str().str() + "': " + code.message();
+      return failure();
+    }
+    os << contents;
+    return success();
+  };
+  for (const BundleFile &file : bundle.files)
+    if (failed(write(file.name, file.contents)))
+      return failure();
+  return write("manifest.json", bundle.manifest);
+}
+
+//===----------------------------------------------------------------------===//
+// Specs
+//===----------------------------------------------------------------------===//
+
+FailureOr<OwningOpRef<ModuleOp>>
+mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
+                              std::string &error) {
+  auto [kind, rest] = spec.split(':');
+  if (kind != "forward" && kind != "backward" && kind != "train") {
+    error = "spec must start with forward:, backward: or train:, got '" +
+            spec.str() + "'";
+    return failure();
+  }
+  std::map<std::string, std::string> items;
+  SmallVector<StringRef> parts;
+  rest.split(parts, ',', -1, /*KeepEmpty=*/false);
+  for (StringRef part : parts) {
+    auto [key, value] = part.trim().split('=');
+    items[key.str()] = value.str();
+  }
+  static const char *const known[] = {
+      "L",          "D",           "R",      "M",    "dtype", "param_dtype",
+      "key_norm",   "output_norm", "save",   "eps",  "scale", "packed",
+      "multi_query", "tokens",     "output_dtype"};
+  for (auto &[key, value] : items)
+    if (llvm::find(known, key) == std::end(known)) {
+      error = "unknown spec item '" + key + "'";
+      return failure();
+    }
+  auto integer = [&](StringRef key, int64_t fallback) -> int64_t {
+    auto it = items.find(key.str());
+    int64_t value;
+    if (it == items.end())
+      return fallback;
+    if (StringRef(it->second).getAsInteger(10, value)) {
+      error = "spec item " + key.str() + " must be an integer, got '" +
+              it->second + "'";
+      return -1;
+    }
+    return value;
+  };
+  auto text = [&](StringRef key, StringRef fallback) -> std::string {
+    auto it = items.find(key.str());
+    return it == items.end() ? fallback.str() : it->second;
+  };
+  if (!items.count("L") || !items.count("D")) {
+    error = "spec needs L= and D=";
+    return failure();
+  }
+  int64_t L = integer("L", 0), D = integer("D", 0);
+  int64_t R = integer("R", D), M = integer("M", 1);
+  if (!error.empty())
+    return failure();
+  std::string dtype = text("dtype", "bf16");
+  std::string param = text("param_dtype", dtype);
+  std::string outputType = text("output_dtype", dtype);
+  std::string tokens = text("tokens", "?");
+  bool packed = items.count("packed");
+  bool multi = items.count("multi_query") || M > 1;
+  bool keyNorm = items.count("key_norm");
+  bool outputNorm = items.count("output_norm");
+  bool perQuery = text("output_norm", "") == "per_query";
+  std::string save = text("save", "o_pre");
+  std::string eps = text("eps", "1.0e-6"), scale = text("scale", "1.0");
+  // MLIR float literals need a '.' or an exponent.
+  for (std::string *number : {&eps, &scale})
+    if (number->find_first_of(".eE") == std::string::npos)
+      *number += ".0";
+
+  std::string lead = multi ? std::to_string(M) + "x" : "";
+  std::string row = "tensor<" + tokens + "x" + std::to_string(D) + "x";
+  std::string sourceType = row + dtype + ">";
+  std::string packedType = "tensor<" + std::to_string(L) + "x" + tokens +
+                           "x" + std::to_string(D) + "x" + dtype + ">";
+  std::string perQueryType = "tensor<" + lead + tokens + "x" +
+                             std::to_string(D) + "x" + outputType + ">";
+  std::string gradType = "tensor<" + lead + tokens + "x" + std::to_string(D) +
+                         "x" + dtype + ">";
+  std::string lseType = "tensor<" + lead + tokens + "xf32>";
+  std::string queryType =
+      "tensor<" + lead + std::to_string(R) + "x" + param + ">";
+  std::string keyNormType = "tensor<" + std::to_string(R) + "x" + param + ">";
+  std::string outputNormType = "tensor<" +
+                               (perQuery ? std::to_string(M) + "x" : "") +
+                               std::to_string(D) + "x" + param + ">";
+
+  std::string args, sources;
+  if (packed) {
+    args = "%v: " + packedType;
+    sources = "packed(%v : " + packedType + ")";
+  } else {
+    std::string names;
+    for (int64_t l = 0; l < L; ++l) {
+      args += (l ? ", " : "") + ("%v" + std::to_string(l)) + ": " + sourceType;
+      names += (l ? ", " : "") + ("%v" + std::to_string(l));
+    }
+    sources = "sources(" + names + " : " + sourceType + ")";
+  }
+  args += ", %q: " + queryType;
+  std::string operands = sources + " query(%q : " + queryType + ")";
+  if (keyNorm) {
+    args += ", %g: " + keyNormType;
+    operands += " key_norm(%g : " + keyNormType + ")";
+  }
+  if (outputNorm) {
+    args += ", %h: " + outputNormType;
+    operands += " output_norm(%h : " + outputNormType + ")";
+  }
+  std::string attrs = " {eps = " + eps + " : f64, scale = " + scale + " : f64}";
+  std::string body;
+  bool forward = kind != "backward", backward = kind != "forward";
+  bool savesOPre = save == "o_pre" && outputNorm;
+  if (forward) {
+    body += "  %o, %lse" + std::string(savesOPre ? ", %o_pre" : "") +
+            " = attnres.forward " + operands + (save == "lse" ? " save(lse)" : "") +
+            attrs + " -> " + perQueryType + ", " + lseType +
+            (savesOPre ? ", " + perQueryType : "") + "\n";
+  }
+  if (backward) {
+    args += ", %do: " + gradType;
+    if (!forward)
+      args += ", %lse_in: " + lseType +
+              (save == "o_pre" ? ", %saved_in: " + perQueryType : "");
+    std::string lse = forward ? "%lse" : "%lse_in";
+    std::string saved;
+    if (save == "o_pre")
+      saved = forward ? (savesOPre ? "%o_pre" : "%o") : "%saved_in";
+    std::string results;
+    std::string sourceGrad = packed ? packedType : sourceType;
+    for (int64_t l = 0; l < (packed ? 1 : L); ++l)
+      results += (l ? ", " : "") + sourceGrad;
+    results += ", " + queryType;
+    if (keyNorm)
+      results += ", " + keyNormType;
+    if (outputNorm)
+      results += ", " + outputNormType;
+    body += "  %grads:" + std::to_string((packed ? 1 : L) + 1 + keyNorm +
+                                         outputNorm) +
+            " = attnres.backward " + operands + " grad(%do : " + gradType +
+            ") lse(" + lse + " : " + lseType + ")" +
+            (saved.empty() ? "" : " saved(" + saved + " : " + perQueryType +
+                                      ")") +
+            attrs + " -> " + results + "\n";
+  }
+  std::string source =
+      "func.func @attnres(" + args + ") {\n" + body + "  return\n}\n";
+
+  // Diagnostics of the parser and verifier become the error.
+  std::string diagnostics;
+  ScopedDiagnosticHandler handler(context, [&](Diagnostic &diag) {
+    diagnostics += diag.str() + "\n";
+    return success();
+  });
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, context);
+  if (!module) {
+    error = "spec '" + spec.str() + "' is not a valid attnres op: " +
+            StringRef(diagnostics).trim().str();
+    return failure();
+  }
+  return module;
+}
