@@ -14,6 +14,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
@@ -299,11 +300,22 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   bool outputNorm = items.count("output_norm");
   bool perQuery = text("output_norm", "") == "per_query";
   std::string save = text("save", "o_pre");
-  std::string eps = text("eps", "1.0e-6"), scale = text("scale", "1.0");
-  // MLIR float literals need a '.' or an exponent.
-  for (std::string *number : {&eps, &scale})
-    if (number->find_first_of(".eE") == std::string::npos)
-      *number += ".0";
+  // eps and scale as exact hexadecimal f64 literals.
+  std::string eps, scale;
+  for (auto [key, fallback, out] :
+       {std::make_tuple("eps", 1e-6, &eps), std::make_tuple("scale", 1.0, &scale)}) {
+    double value = fallback;
+    auto it = items.find(key);
+    if (it != items.end() && StringRef(it->second).getAsDouble(value)) {
+      error = std::string("spec item ") + key + " must be a number, got '" +
+              it->second + "'";
+      return failure();
+    }
+    llvm::raw_string_ostream os(*out);
+    os << "0x"
+       << llvm::format_hex_no_prefix(llvm::bit_cast<uint64_t>(value), 16,
+                                     /*Upper=*/true);
+  }
 
   std::string lead = multi ? std::to_string(M) + "x" : "";
   std::string row = "tensor<" + tokens + "x" + std::to_string(D) + "x";
@@ -344,7 +356,8 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
     args += ", %h: " + outputNormType;
     operands += " output_norm(%h : " + outputNormType + ")";
   }
-  std::string attrs = " {eps = " + eps + " : f64, scale = " + scale + " : f64}";
+  std::string attrs =
+      " {eps = " + eps + " : f64, scale = " + scale + " : f64}";
   std::string body;
   bool forward = kind != "backward", backward = kind != "forward";
   bool savesOPre = save == "o_pre" && outputNorm;
