@@ -9,9 +9,10 @@ PyTorch reference written from DESIGN.md on fresh random inputs.
   they differ), the backward with B = 1, 7 and 128 blocks: the launch rules of
   the manifest, with the counts forced.
 * Tolerance: an error passes when it is within rtol * max|ref| (1e-5 for f32
-  storage, 1e-2 for bf16, as in the CPU numerics) or within 4x the error of
+  storage, 1e-2 for bf16, as in the CPU numerics) or within 8x the error of
   the same reference computed in float32 (which bounds what conditioning
-  alone allows: a gradient that cancels to nearly nothing).
+  alone allows: a gradient that cancels to nearly nothing, or logits of 1e4
+  whose FP32 rounding moves the softmax).
 
 Prints a line per case, a summary table last, and writes results.json into
 --out.
@@ -64,6 +65,10 @@ class Bundle:
             if argument["kind"] == "i64":
                 arguments.append(np.int64(value))
             else:
+                # Kernels index rows of dense row-major buffers.
+                if not value.is_contiguous():
+                    raise ValueError(f"{name}: argument {argument['name']} "
+                                     "is not contiguous")
                 arguments.append(np.uint64(value.data_ptr()))
         if self.dry_run or min(grid) == 0:
             return
@@ -159,7 +164,7 @@ class Report:
         error = (got - ref64)[finite].abs().max().item()
         scale = ref64[finite].abs().max().item()
         error32 = (ref32 - ref64)[finite].abs().max().item()
-        tolerance = max(RTOL[storage] * scale, 4 * error32, 1e-30)
+        tolerance = max(RTOL[storage] * scale, 8 * error32, 1e-30)
         relative = error / scale if scale > 0 else error
         self.worst = max(self.worst, relative)
         if error > tolerance:
@@ -284,6 +289,8 @@ def attnres_case(bundle, c, device, report, dry_run):
 
     x64, (o64, lse64, opre64) = reference(torch.float64)
     x32, (o32, lse32, opre32) = reference(torch.float32)
+    # einsum may return permuted views; buffers must be dense.
+    o64, lse64, opre64 = (t.contiguous() for t in (o64, lse64, opre64))
     L = c["L"]
     partitions = sorted({1, min(2, L), min(3, L), L})
     for P in partitions:
@@ -303,7 +310,7 @@ def attnres_case(bundle, c, device, report, dry_run):
     saved_inputs = {"lse": lse64.to(torch.float32)}
     saved_value = None
     if c["save"] == "o_pre":
-        saved_value = (opre64 if c["output_norm"] else o64).to(T)
+        saved_value = (opre64 if c["output_norm"] else o64).to(T).contiguous()
         saved_inputs["saved"] = saved_value
 
     def reference_backward(dtype):
