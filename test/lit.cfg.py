@@ -24,6 +24,16 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.attnres_tools_dir, config.llvm_tools_dir]
-tools = ["attnres-opt", "attnres-numerics"]
+tools = ["attnres-opt", "attnres-numerics", "attnres-compile"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+# GPU toolchains: NVIDIA binaries need ptxas (CUDA toolkit), AMD binaries the
+# device libraries of rocm-device-libs. Tests that need them say REQUIRES.
+ptxas = os.path.join(config.cuda_toolkit, "bin", "ptxas")
+if os.path.exists(ptxas):
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))
+if config.rocm_device_libs and os.path.exists(
+        os.path.join(config.rocm_device_libs, "ocml.bc")):
+    config.available_features.add("rocm-device-libs")

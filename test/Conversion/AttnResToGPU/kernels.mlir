@@ -1,0 +1,87 @@
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu | FileCheck %s
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=64 | FileCheck %s --check-prefix=AMD
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=48 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: convert-attnres-to-gpu: subgroup-size must be a power of two
+
+// A forward becomes three kernels (unsplit, partial, merge); D = 1024 bf16
+// is read as 128 vectors of 8 by a block of 128 threads, one row per block,
+// summed across subgroups through a workgroup buffer of (1 + M) floats per
+// subgroup. The host function is gone: launching is the runtime's.
+// CHECK-LABEL: gpu.module @attnres_kernels
+// CHECK-SAME: attnres.ops = [{
+// CHECK-SAME: forward = "layer_0_forward"
+// CHECK-SAME: forward_partial = "layer_0_forward_partial"
+// CHECK-SAME: merge = "layer_0_merge"
+// CHECK-SAME: op = "forward"
+// CHECK-SAME: rows_per_block = 1
+// CHECK-SAME: vector_width = 8
+// CHECK: gpu.func @layer_0_forward(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i64) workgroup(%{{.*}} : memref<8xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK-SAME: {kind = "table", name = "sources", shape = "L x [N, D]", type = "bf16"}
+// CHECK-SAME: block = 128
+// CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}
+// CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: gpu.shuffle  xor
+// CHECK: gpu.barrier
+// CHECK: math.exp2
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK: gpu.func @layer_0_forward_partial
+// CHECK-SAME: name = "num_partitions"
+// CHECK: gpu.func @layer_0_merge
+// CHECK-NOT: func.func
+// AMD-LABEL: gpu.module @attnres_kernels
+// AMD: gpu.func @layer_0_forward
+// AMD-SAME: block = 128
+// AMD: memref<4xf32, #gpu.address_space<workgroup>>
+func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
+                 %q: tensor<1024xbf16>) {
+  %o, %lse = attnres.forward sources(%v0, %v1 : tensor<?x1024xbf16>)
+      query(%q : tensor<1024xbf16>) -> tensor<?x1024xbf16>, tensor<?xf32>
+  return
+}
+
+// -----
+
+// Small rows share a block: D = 64 bf16 is 8 vectors, so 8 lanes per row
+// and 16 rows per block of 128; row sums stay within the subgroup (no
+// barrier). The backward writes FP32 partial rows that finalize sums.
+// CHECK-LABEL: gpu.module @attnres_kernels
+// CHECK-SAME: backward = "grad_0_backward"
+// CHECK-SAME: finalize = "grad_0_finalize"
+// CHECK-SAME: rows_per_block = 16
+// CHECK: gpu.func @grad_0_backward
+// CHECK-SAME: name = "grad_sources"
+// CHECK-SAME: name = "partial_da"
+// CHECK-SAME: name = "num_blocks"
+// CHECK-SAME: symbol = "B"
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.func @grad_0_finalize
+// CHECK-SAME: name = "dq"
+// CHECK-SAME: name = "dg"
+// CHECK-SAME: block = 256
+func.func @grad(%v: tensor<3x?x64xbf16>, %q: tensor<16xbf16>, %g: tensor<16xbf16>,
+                %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %o: tensor<?x64xbf16>) {
+  %dv, %dq, %dg = attnres.backward packed(%v : tensor<3x?x64xbf16>)
+      query(%q : tensor<16xbf16>) key_norm(%g : tensor<16xbf16>)
+      grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>) saved(%o : tensor<?x64xbf16>)
+      -> tensor<3x?x64xbf16>, tensor<16xbf16>, tensor<16xbf16>
+  return
+}
+
+// -----
+
+// partition_reduce ops get a merge (sink as an argument) or a sum kernel.
+// CHECK-LABEL: gpu.module @attnres_kernels
+// CHECK-SAME: has_sink = true
+// CHECK-SAME: op = "partition_reduce_softmax"
+// CHECK-SAME: op = "partition_reduce_sum"
+// CHECK: gpu.func @merges_0_merge
+// CHECK-SAME: name = "sink"
+// CHECK: gpu.func @merges_1_sum
+func.func @merges(%p: tensor<4x?x64xf32>, %l: tensor<4x?xf32>, %s: tensor<?xf32>,
+                  %x: tensor<7x16xf32>) {
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4x?x64xf32>
+      lse(%l : tensor<4x?xf32>) sink(%s : tensor<?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
+  %sum = attnres.partition_reduce sum %x : tensor<7x16xf32> -> tensor<16xf32>
+  return
+}
