@@ -232,7 +232,8 @@ def source_buffers(c, v):
     return separate, separate
 
 
-def run_forward(bundle, c, x, partitions, device):
+def prepare_forward(bundle, c, x, partitions, device):
+    """Buffers and launches of a forward with `partitions` partitions."""
     op = bundle.op("forward")
     L, D, M, N = c["L"], c["D"], c["M"], c["N"]
     T = DTYPES[c["dtype"]]
@@ -243,9 +244,9 @@ def run_forward(bundle, c, x, partitions, device):
         out["o_pre"] = poisoned((M, N, D), T, device)
     values = dict(sources=pointer_table(rows, device),
                   query=as_kernel_query(c, x["q"]), key_norm=x["g"],
-                  output_norm=x["h"], num_tokens=N, **out)
+                  output_norm=x["h"], num_tokens=N, keep=keep, **out)
     if partitions == 1:
-        bundle.launch(op["forward"], values, {"N": N})
+        launches = [(op["forward"], {"N": N})]
     else:
         values.update(
             partial_o=torch.empty((partitions, M, N, D), dtype=torch.float32,
@@ -253,13 +254,13 @@ def run_forward(bundle, c, x, partitions, device):
             partial_lse=torch.empty((partitions, M, N), dtype=torch.float32,
                                     device=device),
             num_partitions=partitions, num_rows=M * N, rows_per_weight=N)
-        bundle.launch(op["forward_partial"], values, {"N": N, "P": partitions})
-        bundle.launch(op["merge"], values, {"rows": M * N})
-    del keep
-    return out
+        launches = [(op["forward_partial"], {"N": N, "P": partitions}),
+                    (op["merge"], {"rows": M * N})]
+    return values, launches, out
 
 
-def run_backward(bundle, c, x, saved_inputs, blocks, device):
+def prepare_backward(bundle, c, x, saved_inputs, blocks, device):
+    """Buffers and launches of a backward over `blocks` blocks of tokens."""
     op = bundle.op("backward")
     L, D, R, M, N = c["L"], c["D"], c["R"], c["M"], c["N"]
     T, Tp = DTYPES[c["dtype"]], DTYPES[c["param_dtype"]]
@@ -285,11 +286,29 @@ def run_backward(bundle, c, x, saved_inputs, blocks, device):
                                device=device),
         partial_dh=torch.empty((blocks * G, weight_rows, D),
                                dtype=torch.float32, device=device),
-        num_tokens=N, num_blocks=blocks, num_partial_rows=blocks * G, **out)
-    bundle.launch(op["backward"], values, {"B": blocks})
-    bundle.launch(op["finalize"], values, {})
-    del keep
-    out["dv"] = torch.stack(grad_rows)
+        num_tokens=N, num_blocks=blocks, num_partial_rows=blocks * G,
+        keep=(keep, grad_rows), **out)
+    out["grad_rows"] = grad_rows
+    launches = [(op["backward"], {"B": blocks}), (op["finalize"], {})]
+    return values, launches, out
+
+
+def execute(bundle, values, launches):
+    for name, symbols in launches:
+        bundle.launch(name, values, symbols)
+
+
+def run_forward(bundle, c, x, partitions, device):
+    values, launches, out = prepare_forward(bundle, c, x, partitions, device)
+    execute(bundle, values, launches)
+    return out
+
+
+def run_backward(bundle, c, x, saved_inputs, blocks, device):
+    values, launches, out = prepare_backward(bundle, c, x, saved_inputs,
+                                             blocks, device)
+    execute(bundle, values, launches)
+    out["dv"] = torch.stack(out.pop("grad_rows"))
     return out
 
 

@@ -173,6 +173,15 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
   }
 }
 
+/// The row of source `index` (clamped into [0, L)) of the table: what a
+/// source loop prefetches one iteration ahead, so that a load is always in
+/// flight while the row sums of the current source wait on each other.
+SmallVector<Value> loadSourceRow(KernelEmitter &e, Value table, Value index,
+                                 int64_t numSources, Value row, Type element) {
+  Value clamped = e.minI(index, e.constI64(numSources - 1));
+  return loadRow(e, e.loadPointer(table, clamped), row, element);
+}
+
 Value dotChunks(KernelEmitter &e, ArrayRef<Value> x, ArrayRef<Value> y) {
   Value total = e.constF32(0.0);
   for (auto [u, v] : llvm::zip(x, y))
@@ -267,14 +276,18 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   unsigned maxAt = init.add(SmallVector<Value>(M, e.constF32(-kInf)));
   unsigned sumAt = init.add(SmallVector<Value>(M, e.constF32(0.0)));
   unsigned accAt = init.add(SmallVector<Value>(M * C, e.zeroVector()));
+  unsigned rowAt =
+      init.add(loadSourceRow(e, k.arg(sources), begin, L, rowc, spec.value));
   auto loop = scf::ForOp::create(
       b, loc, begin, end, e.constI64(1), init.values,
       [&](OpBuilder &nested, Location, Value s, ValueRange carried) {
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPoint(nested.getInsertionBlock(),
                             nested.getInsertionPoint());
-        Value source = e.loadPointer(k.arg(sources), s);
-        SmallVector<Value> v = loadRow(e, source, rowc, spec.value);
+        SmallVector<Value> v(carried.begin() + rowAt,
+                             carried.begin() + rowAt + C);
+        SmallVector<Value> prefetched = loadSourceRow(
+            e, k.arg(sources), e.addI(s, e.constI64(1)), L, rowc, spec.value);
         SmallVector<Value> partials;
         Value squares = e.constF32(0.0);
         for (int64_t c = 0; c < C; ++c)
@@ -305,6 +318,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
         llvm::append_range(next, maxes);
         llvm::append_range(next, weightSums);
         llvm::append_range(next, accs);
+        llvm::append_range(next, prefetched);
         scf::YieldOp::create(b, loc, next);
       });
   ValueRange results = loop.getResults();
@@ -639,15 +653,21 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
         SmallVector<Value> delta = e.rowSum(deltaTerms);
 
         // One pass over the sources: dv, and the block's share of da.
+        SmallVector<Value> loopInit(carried.take_front(M * C));
+        llvm::append_range(loopInit,
+                           loadSourceRow(e, k.arg(sources), e.constI64(0), L,
+                                         rowc, spec.value));
         auto sourcesLoop = scf::ForOp::create(
-            b, loc, e.constI64(0), e.constI64(L), e.constI64(1),
-            carried.take_front(M * C),
-            [&](OpBuilder &inner, Location, Value s, ValueRange da) {
+            b, loc, e.constI64(0), e.constI64(L), e.constI64(1), loopInit,
+            [&](OpBuilder &inner, Location, Value s, ValueRange loopCarried) {
               OpBuilder::InsertionGuard innerGuard(b);
               b.setInsertionPoint(inner.getInsertionBlock(),
                                   inner.getInsertionPoint());
-              Value source = e.loadPointer(k.arg(sources), s);
-              SmallVector<Value> v = loadRow(e, source, rowc, spec.value);
+              ValueRange da = loopCarried.take_front(M * C);
+              SmallVector<Value> v(loopCarried.drop_front(M * C));
+              SmallVector<Value> prefetched =
+                  loadSourceRow(e, k.arg(sources), e.addI(s, e.constI64(1)), L,
+                                rowc, spec.value);
               SmallVector<Value> partials;
               Value squares = e.constF32(0.0);
               for (int64_t c = 0; c < C; ++c)
@@ -695,9 +715,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                       da[m * C + c],
                       e.select(contributes, e.mul(dsRho[m], v[c]), zero)));
                 }
+              llvm::append_range(next, prefetched);
               scf::YieldOp::create(b, loc, next);
             });
-        SmallVector<Value> next(sourcesLoop.getResults());
+        SmallVector<Value> next(sourcesLoop.getResults().take_front(M * C));
         llvm::append_range(next, dh);
         scf::YieldOp::create(b, loc, next);
       });
