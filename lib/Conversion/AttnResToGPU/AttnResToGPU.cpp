@@ -264,6 +264,7 @@ struct ConvertAttnResToGPUPass
         cast<RankedTensorType>(op.getOutputNormWeight().getType()).getRank() ==
             2;
     merge.sink = static_cast<bool>(op.getSink());
+    merge.staticPartitions = op.getNumPartitions();
     merge.writeOPre = static_cast<bool>(op.getOPre());
     merge.eps = op.getEps().convertToDouble();
     RowLayout layout = layoutFor(merge.width, {b.getF32Type(), merge.output});

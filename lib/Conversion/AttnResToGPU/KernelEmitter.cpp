@@ -215,6 +215,18 @@ void KernelEmitter::setUpThreads(Value workgroupBuffer) {
 }
 
 SmallVector<Value> KernelEmitter::rowSum(ArrayRef<Value> values) {
+  return rowReduce(values, /*maximum=*/false);
+}
+
+SmallVector<Value> KernelEmitter::rowMax(ArrayRef<Value> values) {
+  return rowReduce(values, /*maximum=*/true);
+}
+
+SmallVector<Value> KernelEmitter::rowReduce(ArrayRef<Value> values,
+                                            bool maximum) {
+  auto combine = [&](Value x, Value y) {
+    return maximum ? this->maximum(x, y) : add(x, y);
+  };
   SmallVector<Value> sums(values);
   int64_t span = std::min(layout.threadsPerRow, layout.subgroupSize);
   for (int64_t offset = span / 2; offset >= 1; offset /= 2)
@@ -222,7 +234,7 @@ SmallVector<Value> KernelEmitter::rowSum(ArrayRef<Value> values) {
       auto shuffle = gpu::ShuffleOp::create(
           b, loc, sum, static_cast<int32_t>(offset),
           static_cast<int32_t>(layout.subgroupSize), gpu::ShuffleMode::XOR);
-      sum = add(sum, shuffle.getShuffleResult());
+      sum = combine(sum, shuffle.getShuffleResult());
     }
   if (!layout.blockReduce())
     return sums;
@@ -247,7 +259,7 @@ SmallVector<Value> KernelEmitter::rowSum(ArrayRef<Value> values) {
     for (int64_t s = 0; s < layout.subgroupsPerRow(); ++s) {
       Value part = memref::LoadOp::create(
           b, loc, workgroup, ValueRange{constIndex(s * count + k)});
-      total = total ? add(total, part) : part;
+      total = total ? combine(total, part) : part;
     }
     totals.push_back(total);
   }

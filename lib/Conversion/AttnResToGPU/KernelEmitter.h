@@ -100,6 +100,7 @@ public:
 
   // Thread geometry, valid once `setUpThreads` has run.
   void setUpThreads(Value workgroupBuffer);
+  Value workgroupBuffer() const { return workgroup; }
   Value lane;   // i64, lane within the row group
   Value group;  // i64, row group within the block
   Value blockX; // i64
@@ -113,6 +114,8 @@ public:
   /// Sums each of `values` over the lanes of a row; every lane gets the
   /// totals, bit-identical across lanes.
   SmallVector<Value> rowSum(ArrayRef<Value> values);
+  /// The same with maximum.
+  SmallVector<Value> rowMax(ArrayRef<Value> values);
 
   /// Elements of the chunk vectors that are key coordinates (d >= D - R) and
   /// lie in the row: vector<vectorWidth x i1> per chunk.
@@ -124,6 +127,7 @@ public:
   }
 
 private:
+  SmallVector<Value> rowReduce(ArrayRef<Value> values, bool maximum);
   Value workgroup;
   Value laneInSubgroup, subgroupInRow;
 };

@@ -397,8 +397,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   unsigned partitionsArg = k.scalar("num_partitions");
   int rowsPerWeight = spec.perRowGroupWeight ? k.scalar("rows_per_weight") : -1;
 
+  bool unrolled =
+      spec.staticPartitions > 0 && spec.staticPartitions <= kRegisterPartitions;
   KernelEmitter e(b, loc, layout);
-  k.begin(layout.blockThreads(), e.workgroupFloats(1));
+  int64_t reduceFloats = e.workgroupFloats(1);
+  k.begin(layout.blockThreads(),
+          reduceFloats + (unrolled ? 0 : layout.rowsPerBlock * kWeightTile));
   e.setUpThreads(k.workgroup());
   Value rows = k.arg(rowsArg), P = k.arg(partitionsArg);
   Value row =
@@ -406,60 +410,129 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   Value valid = e.lessThan(row, rows);
   Value rowc = e.minI(row, e.addI(rows, e.constI64(-1)));
   Value negInf = e.constF32(-kInf);
-
+  Value zero = e.zeroVector();
   Value sinkLogit = sink >= 0 ? e.loadScalar(k.arg(sink), rowc, f32) : negInf;
-  auto maxLoop = scf::ForOp::create(
-      b, loc, e.constI64(0), P, e.constI64(1), ValueRange{sinkLogit},
-      [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(nested.getInsertionBlock(),
-                            nested.getInsertionPoint());
-        Value lse =
-            e.loadScalar(k.arg(partialLse), e.addI(e.mulI(p, rows), rowc), f32);
-        scf::YieldOp::create(b, loc, e.maximum(carried[0], lse));
-      });
-  Value maximum = maxLoop.getResult(0);
+  auto lseOf = [&](Value p) {
+    return e.loadScalar(k.arg(partialLse), e.addI(e.mulI(p, rows), rowc), f32);
+  };
   // w(x) = 0 for an empty partition, 1 at the maximum (so that a +inf
   // maximum gives 1, not inf - inf), exp(x - max) otherwise.
+  Value maximum;
   auto weightOf = [&](Value x) {
     Value w = e.select(e.equal(x, maximum), e.constF32(1.0),
                        e.exp(e.sub(x, maximum)));
     return e.select(e.equal(x, negInf), e.constF32(0.0), w);
   };
-  Carried init;
-  unsigned totalAt =
-      init.add({sink >= 0 ? weightOf(sinkLogit) : e.constF32(0.0)});
-  unsigned accAt = init.add(SmallVector<Value>(C, e.zeroVector()));
-  auto sumLoop = scf::ForOp::create(
-      b, loc, e.constI64(0), P, e.constI64(1), init.values,
-      [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(nested.getInsertionBlock(),
-                            nested.getInsertionPoint());
-        Value partialRow = e.addI(e.mulI(p, rows), rowc);
-        Value w = weightOf(e.loadScalar(k.arg(partialLse), partialRow, f32));
-        SmallVector<Value> next{e.add(carried[totalAt], w)};
-        // An empty partition's row may hold anything, NaN included: it is
-        // selected away, never multiplied in.
-        Value contributes =
-            e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
-        Value wV = e.splat(w, layout.vectorWidth);
-        SmallVector<Value> part = loadRow(e, k.arg(partials), partialRow, f32);
-        for (int64_t c = 0; c < C; ++c)
-          next.push_back(
-              e.add(carried[accAt + c],
-                    e.select(contributes, e.mul(part[c], wV), e.zeroVector())));
-        scf::YieldOp::create(b, loc, next);
-      });
-  Value total = sumLoop.getResult(totalAt);
+  // An empty partition's row may hold anything, NaN included: it is selected
+  // away, never multiplied in.
+  auto accumulate = [&](ArrayRef<Value> acc, Value w, Value p) {
+    Value contributes =
+        e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
+    Value wV = e.splat(w, layout.vectorWidth);
+    SmallVector<Value> part =
+        loadRow(e, k.arg(partials), e.addI(e.mulI(p, rows), rowc), f32);
+    SmallVector<Value> next;
+    for (int64_t c = 0; c < C; ++c)
+      next.push_back(
+          e.add(acc[c], e.select(contributes, e.mul(part[c], wV), zero)));
+    return next;
+  };
+
+  Value total;
+  SmallVector<Value> acc(C, zero);
+  if (unrolled) {
+    // Few partitions: every lse in registers, every partial row load in
+    // flight at once.
+    SmallVector<Value> lse;
+    maximum = sinkLogit;
+    for (int64_t p = 0; p < spec.staticPartitions; ++p) {
+      lse.push_back(lseOf(e.constI64(p)));
+      maximum = e.maximum(maximum, lse.back());
+    }
+    total = sink >= 0 ? weightOf(sinkLogit) : e.constF32(0.0);
+    for (int64_t p = 0; p < spec.staticPartitions; ++p) {
+      Value w = weightOf(lse[p]);
+      total = e.add(total, w);
+      acc = accumulate(acc, w, e.constI64(p));
+    }
+  } else {
+    // Many or run-time partitions: the lanes of a row split the lse work,
+    // then stage the weights in workgroup memory a tile at a time.
+    Value lane = e.lane, stride = e.constI64(layout.threadsPerRow);
+    auto strided = [&](Value init, function_ref<Value(Value, Value)> body) {
+      auto loop = scf::ForOp::create(
+          b, loc, lane, P, stride, ValueRange{init},
+          [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPoint(nested.getInsertionBlock(),
+                                nested.getInsertionPoint());
+            scf::YieldOp::create(b, loc, body(p, carried[0]));
+          });
+      return loop.getResult(0);
+    };
+    Value localMax = strided(
+        negInf, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
+    maximum = e.maximum(e.rowMax({localMax})[0], sinkLogit);
+    Value localSum = strided(e.constF32(0.0), [&](Value p, Value sum) {
+      return e.add(sum, weightOf(lseOf(p)));
+    });
+    total = e.rowSum({localSum})[0];
+    if (sink >= 0)
+      total = e.add(total, weightOf(sinkLogit));
+
+    Value tile = e.constI64(kWeightTile);
+    Value weights = e.workgroupBuffer();
+    Value rowBase = e.addI(e.constI64(reduceFloats), e.mulI(e.group, tile));
+    auto slot = [&](Value p, Value tileStart) {
+      return arith::IndexCastOp::create(
+          b, loc, b.getIndexType(),
+          e.addI(rowBase, arith::SubIOp::create(b, loc, p, tileStart)));
+    };
+    Carried init;
+    init.add(acc);
+    auto tiles = scf::ForOp::create(
+        b, loc, e.constI64(0), e.ceilDivI(P, tile), e.constI64(1), init.values,
+        [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(nested.getInsertionBlock(),
+                              nested.getInsertionPoint());
+          Value tileStart = e.mulI(t, tile);
+          Value tileEnd = e.minI(e.addI(tileStart, tile), P);
+          scf::ForOp::create(
+              b, loc, e.addI(tileStart, lane), tileEnd, stride, ValueRange{},
+              [&](OpBuilder &inner, Location, Value p, ValueRange) {
+                OpBuilder::InsertionGuard innerGuard(b);
+                b.setInsertionPoint(inner.getInsertionBlock(),
+                                    inner.getInsertionPoint());
+                memref::StoreOp::create(b, loc, weightOf(lseOf(p)), weights,
+                                        ValueRange{slot(p, tileStart)});
+                scf::YieldOp::create(b, loc);
+              });
+          gpu::BarrierOp::create(b, loc);
+          auto inner = scf::ForOp::create(
+              b, loc, tileStart, tileEnd, e.constI64(1), carried,
+              [&](OpBuilder &innerBuilder, Location, Value p,
+                  ValueRange partial) {
+                OpBuilder::InsertionGuard innerGuard(b);
+                b.setInsertionPoint(innerBuilder.getInsertionBlock(),
+                                    innerBuilder.getInsertionPoint());
+                Value w = memref::LoadOp::create(
+                    b, loc, weights, ValueRange{slot(p, tileStart)});
+                scf::YieldOp::create(
+                    b, loc, accumulate(SmallVector<Value>(partial), w, p));
+              });
+          gpu::BarrierOp::create(b, loc);
+          scf::YieldOp::create(b, loc, inner.getResults());
+        });
+    acc.assign(tiles.getResults().begin(), tiles.getResults().end());
+  }
   Value anyMass = e.greater(total, e.constF32(0.0));
   SmallVector<Value> merged;
   Value inverse = e.div(e.constF32(1.0), total);
   for (int64_t c = 0; c < C; ++c)
-    merged.push_back(e.select(e.splat(anyMass, layout.vectorWidth),
-                              e.mul(sumLoop.getResult(accAt + c),
-                                    e.splat(inverse, layout.vectorWidth)),
-                              e.zeroVector()));
+    merged.push_back(
+        e.select(e.splat(anyMass, layout.vectorWidth),
+                 e.mul(acc[c], e.splat(inverse, layout.vectorWidth)), zero));
   Value lse = e.select(anyMass, e.add(maximum, e.log(total)), negInf);
 
   SmallVector<Value> oRow = merged;

@@ -42,7 +42,15 @@ struct MergeSpec {
   bool perRowGroupWeight = false; // weight [K, D], row r uses r / rowsPerWeight
   bool sink = false, writeOPre = false;
   double eps = 1e-6;
+  /// P when known at compile time (a partition_reduce op), else 0. Up to
+  /// kRegisterPartitions the partitions are unrolled and their lse kept in
+  /// registers; otherwise the lanes of a row share the lse work and stage the
+  /// weights in workgroup memory, tile by tile.
+  int64_t staticPartitions = 0;
 };
+
+constexpr int64_t kRegisterPartitions = 16;
+constexpr int64_t kWeightTile = 128;
 
 /// One kernel argument, as the manifest describes it.
 struct KernelArgument {

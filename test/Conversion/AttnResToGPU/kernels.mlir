@@ -71,17 +71,35 @@ func.func @grad(%v: tensor<3x?x64xbf16>, %q: tensor<16xbf16>, %g: tensor<16xbf16
 // -----
 
 // partition_reduce ops get a merge (sink as an argument) or a sum kernel.
+// Four partitions are unrolled, their lse in registers: no loop over them,
+// and rows of 8 lanes need no barrier. 64 partitions are shared by the lanes
+// of a row, their weights staged in workgroup memory (8 rows of 16 lanes x
+// 128 weights after the one-float reduction slot), a tile at a time.
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: has_sink = true
 // CHECK-SAME: op = "partition_reduce_softmax"
 // CHECK-SAME: op = "partition_reduce_sum"
+// CHECK-SAME: num_partitions = 64
 // CHECK: gpu.func @merges_0_merge
+// CHECK-SAME: workgroup(%{{.*}} : memref<1xf32, #gpu.address_space<workgroup>>)
 // CHECK-SAME: name = "sink"
+// CHECK-NOT: scf.for
+// CHECK-NOT: gpu.barrier
+// CHECK: gpu.return
 // CHECK: gpu.func @merges_1_sum
+// CHECK: gpu.func @merges_2_merge
+// CHECK-SAME: workgroup(%{{.*}} : memref<1025xf32, #gpu.address_space<workgroup>>)
+// CHECK: scf.for
+// CHECK: memref.store
+// CHECK: gpu.barrier
+// CHECK: memref.load
+// CHECK: gpu.barrier
 func.func @merges(%p: tensor<4x?x64xf32>, %l: tensor<4x?xf32>, %s: tensor<?xf32>,
-                  %x: tensor<7x16xf32>) {
+                  %x: tensor<7x16xf32>, %p64: tensor<64x?x64xf32>, %l64: tensor<64x?xf32>) {
   %o, %lse = attnres.partition_reduce softmax %p : tensor<4x?x64xf32>
       lse(%l : tensor<4x?xf32>) sink(%s : tensor<?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
   %sum = attnres.partition_reduce sum %x : tensor<7x16xf32> -> tensor<16xf32>
+  %o64, %lse64 = attnres.partition_reduce softmax %p64 : tensor<64x?x64xf32>
+      lse(%l64 : tensor<64x?xf32>) -> tensor<?x64xf32>, tensor<?xf32>
   return
 }
