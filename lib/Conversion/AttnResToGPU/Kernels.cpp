@@ -399,10 +399,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
 
   bool unrolled =
       spec.staticPartitions > 0 && spec.staticPartitions <= kRegisterPartitions;
+  int64_t weightTile = std::clamp<int64_t>(
+      kWeightFloats / layout.rowsPerBlock, 1, 128);
   KernelEmitter e(b, loc, layout);
   int64_t reduceFloats = e.workgroupFloats(1);
   k.begin(layout.blockThreads(),
-          reduceFloats + (unrolled ? 0 : layout.rowsPerBlock * kWeightTile));
+          reduceFloats + (unrolled ? 0 : layout.rowsPerBlock * weightTile));
   e.setUpThreads(k.workgroup());
   Value rows = k.arg(rowsArg), P = k.arg(partitionsArg);
   Value row =
@@ -480,7 +482,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
     if (sink >= 0)
       total = e.add(total, weightOf(sinkLogit));
 
-    Value tile = e.constI64(kWeightTile);
+    Value tile = e.constI64(weightTile);
     Value weights = e.workgroupBuffer();
     Value rowBase = e.addI(e.constI64(reduceFloats), e.mulI(e.group, tile));
     auto slot = [&](Value p, Value tileStart) {

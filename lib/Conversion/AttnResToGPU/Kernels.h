@@ -50,7 +50,9 @@ struct MergeSpec {
 };
 
 constexpr int64_t kRegisterPartitions = 16;
-constexpr int64_t kWeightTile = 128;
+/// Workgroup floats for the staged weights of all rows of a block (16 KiB):
+/// a tile of up to 128 weights per row.
+constexpr int64_t kWeightFloats = 4096;
 
 /// One kernel argument, as the manifest describes it.
 struct KernelArgument {
