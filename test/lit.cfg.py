@@ -24,7 +24,9 @@ llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.attnres_tools_dir, config.llvm_tools_dir]
-tools = ["attnres-opt", "attnres-numerics", "attnres-compile"]
+tools = ["attnres-opt", "attnres-numerics", "attnres-compile",
+         "attnres-capi-test", "attnres-runtime-test",
+         "attnres-runtime-cpp-test"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
@@ -37,3 +39,11 @@ if os.path.exists(ptxas):
 if config.rocm_device_libs and os.path.exists(
         os.path.join(config.rocm_device_libs, "ocml.bc")):
     config.available_features.add("rocm-device-libs")
+
+# A machine with the NVIDIA driver (where the runtime really loads bundles).
+try:
+    import ctypes
+    ctypes.CDLL("libcuda.so.1")
+    config.available_features.add("cuda-driver")
+except OSError:
+    pass

@@ -13,11 +13,14 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
@@ -50,6 +53,30 @@ std::string ptxFeatures(StringRef chip) {
   if (version >= 90)
     return "+ptx80";
   return "";
+}
+
+/// Whether LLVM's backend knows `chip`. An unknown chip must be rejected
+/// here: the backend only warns about it and then fails instruction selection
+/// with a fatal error.
+bool isKnownChip(StringRef target) {
+  static const bool initialized = [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeAMDGPUTargetInfo();
+    LLVMInitializeAMDGPUTargetMC();
+    return true;
+  }();
+  (void)initialized;
+  llvm::Triple triple(isNvidia(target) ? "nvptx64-nvidia-cuda"
+                                       : "amdgcn-amd-amdhsa");
+  std::string error;
+  const llvm::Target *backend =
+      llvm::TargetRegistry::lookupTarget(triple, error);
+  if (!backend)
+    return false;
+  std::unique_ptr<llvm::MCSubtargetInfo> subtarget(
+      backend->createMCSubtargetInfo(triple, "", ""));
+  return subtarget && subtarget->isCPUStringValid(target);
 }
 
 llvm::json::Value toJson(Attribute attribute) {
@@ -98,6 +125,10 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
     return emitError(loc) << "unknown target '" << target
                           << "': expected an NVIDIA chip (sm_80, sm_90, "
                              "sm_100, ...) or an AMD one (gfx942, gfx950, ...)";
+  if (!isKnownChip(target))
+    return emitError(loc) << "unknown target '" << target
+                          << "': LLVM 22 has no such "
+                          << (isNvidia(target) ? "NVIDIA" : "AMD") << " chip";
   if (options.format != "bin" && options.format != "isa" &&
       options.format != "fatbin")
     return emitError(loc) << "unknown format '" << options.format
@@ -258,9 +289,9 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
     items[key.str()] = value.str();
   }
   static const char *const known[] = {
-      "L",          "D",           "R",      "M",    "dtype", "param_dtype",
-      "key_norm",   "output_norm", "save",   "eps",  "scale", "packed",
-      "multi_query", "tokens",     "output_dtype"};
+      "L",           "D",        "R",           "M",      "dtype",
+      "param_dtype", "key_norm", "output_norm", "save",   "eps",
+      "scale",       "packed",   "multi_query", "tokens", "output_dtype"};
   for (auto &[key, value] : items)
     if (llvm::find(known, key) == std::end(known)) {
       error = "unknown spec item '" + key + "'";
@@ -302,8 +333,8 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   std::string save = text("save", "o_pre");
   // eps and scale as exact hexadecimal f64 literals.
   std::string eps, scale;
-  for (auto [key, fallback, out] :
-       {std::make_tuple("eps", 1e-6, &eps), std::make_tuple("scale", 1.0, &scale)}) {
+  for (auto [key, fallback, out] : {std::make_tuple("eps", 1e-6, &eps),
+                                    std::make_tuple("scale", 1.0, &scale)}) {
     double value = fallback;
     auto it = items.find(key);
     if (it != items.end() && StringRef(it->second).getAsDouble(value)) {
@@ -320,12 +351,12 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   std::string lead = multi ? std::to_string(M) + "x" : "";
   std::string row = "tensor<" + tokens + "x" + std::to_string(D) + "x";
   std::string sourceType = row + dtype + ">";
-  std::string packedType = "tensor<" + std::to_string(L) + "x" + tokens +
-                           "x" + std::to_string(D) + "x" + dtype + ">";
+  std::string packedType = "tensor<" + std::to_string(L) + "x" + tokens + "x" +
+                           std::to_string(D) + "x" + dtype + ">";
   std::string perQueryType = "tensor<" + lead + tokens + "x" +
                              std::to_string(D) + "x" + outputType + ">";
-  std::string gradType = "tensor<" + lead + tokens + "x" + std::to_string(D) +
-                         "x" + dtype + ">";
+  std::string gradType =
+      "tensor<" + lead + tokens + "x" + std::to_string(D) + "x" + dtype + ">";
   std::string lseType = "tensor<" + lead + tokens + "xf32>";
   std::string queryType =
       "tensor<" + lead + std::to_string(R) + "x" + param + ">";
@@ -356,15 +387,15 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
     args += ", %h: " + outputNormType;
     operands += " output_norm(%h : " + outputNormType + ")";
   }
-  std::string attrs =
-      " {eps = " + eps + " : f64, scale = " + scale + " : f64}";
+  std::string attrs = " {eps = " + eps + " : f64, scale = " + scale + " : f64}";
   std::string body;
   bool forward = kind != "backward", backward = kind != "forward";
   bool savesOPre = save == "o_pre" && outputNorm;
   if (forward) {
     body += "  %o, %lse" + std::string(savesOPre ? ", %o_pre" : "") +
-            " = attnres.forward " + operands + (save == "lse" ? " save(lse)" : "") +
-            attrs + " -> " + perQueryType + ", " + lseType +
+            " = attnres.forward " + operands +
+            (save == "lse" ? " save(lse)" : "") + attrs + " -> " +
+            perQueryType + ", " + lseType +
             (savesOPre ? ", " + perQueryType : "") + "\n";
   }
   if (backward) {
@@ -385,13 +416,13 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
       results += ", " + keyNormType;
     if (outputNorm)
       results += ", " + outputNormType;
-    body += "  %grads:" + std::to_string((packed ? 1 : L) + 1 + keyNorm +
-                                         outputNorm) +
-            " = attnres.backward " + operands + " grad(%do : " + gradType +
-            ") lse(" + lse + " : " + lseType + ")" +
-            (saved.empty() ? "" : " saved(" + saved + " : " + perQueryType +
-                                      ")") +
-            attrs + " -> " + results + "\n";
+    body +=
+        "  %grads:" +
+        std::to_string((packed ? 1 : L) + 1 + keyNorm + outputNorm) +
+        " = attnres.backward " + operands + " grad(%do : " + gradType +
+        ") lse(" + lse + " : " + lseType + ")" +
+        (saved.empty() ? "" : " saved(" + saved + " : " + perQueryType + ")") +
+        attrs + " -> " + results + "\n";
   }
   std::string source =
       "func.func @attnres(" + args + ") {\n" + body + "  return\n}\n";

@@ -57,6 +57,7 @@ DictionaryAttr describe(Builder &b, const KernelInfo &info) {
       b.getNamedAttr("block", b.getI64IntegerAttr(info.blockThreads)),
       b.getNamedAttr("workgroup_bytes",
                      b.getI64IntegerAttr(info.workgroupBytes)),
+      b.getNamedAttr("vector_width", b.getI64IntegerAttr(info.vectorWidth)),
   });
 }
 

@@ -364,6 +364,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
              [&] { e.storeScalar(lse, k.arg(lseOut), outRow, f32); });
   }
   KernelInfo info = k.finish();
+  info.vectorWidth = layout.vectorWidth;
   info.grid[0] = {"N", 1, layout.rowsPerBlock};
   info.grid[1] = partial ? GridDimension{"P", 1, 1} : GridDimension{"1", 1, 1};
   info.grid[2] = {"1", 1, 1};
@@ -399,8 +400,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
 
   bool unrolled =
       spec.staticPartitions > 0 && spec.staticPartitions <= kRegisterPartitions;
-  int64_t weightTile = std::clamp<int64_t>(
-      kWeightFloats / layout.rowsPerBlock, 1, 128);
+  int64_t weightTile =
+      std::clamp<int64_t>(kWeightFloats / layout.rowsPerBlock, 1, 128);
   KernelEmitter e(b, loc, layout);
   int64_t reduceFloats = e.workgroupFloats(1);
   k.begin(layout.blockThreads(),
@@ -559,6 +560,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   e.ifThen(arith::AndIOp::create(b, loc, valid, isLane0),
            [&] { e.storeScalar(lse, k.arg(lseOut), row, f32); });
   KernelInfo info = k.finish();
+  info.vectorWidth = layout.vectorWidth;
   info.grid[0] = {"rows", 1, layout.rowsPerBlock};
   info.grid[1] = {"1", 1, 1};
   info.grid[2] = {"1", 1, 1};
@@ -834,6 +836,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
     }
   }
   KernelInfo info = k.finish();
+  info.vectorWidth = layout.vectorWidth;
   info.grid[0] = {"B", 1, 1};
   info.grid[1] = {"1", 1, 1};
   info.grid[2] = {"1", 1, 1};

@@ -75,6 +75,9 @@ struct KernelInfo {
   GridDimension grid[3];
   int64_t blockThreads = 1;
   int64_t workgroupBytes = 0;
+  /// Elements per vector access of the row buffers: they must be aligned to
+  /// vectorWidth times their element size.
+  int64_t vectorWidth = 1;
 };
 
 KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,

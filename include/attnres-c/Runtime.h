@@ -1,0 +1,137 @@
+/*===- attnres-c/Runtime.h - load bundles, launch attnres kernels -*- C -*-===*\
+|*                                                                            *|
+|* The attnres runtime: loads a kernel bundle (attnres-compile's folder, or   *|
+|* its manifest and binary in memory) and launches the kernels of its ops on  *|
+|* a stream, through the CUDA driver API or HIP, both loaded at run time      *|
+|* (dlopen): the library needs neither to build or to load.                   *|
+|*                                                                            *|
+|* Every function returns ATTNRES_OK or an error status; on error, when       *|
+|* `error` is not null, *error receives a message to free with                *|
+|* attnresFreeString. Nothing aborts or exits.                                *|
+|*                                                                            *|
+\*===----------------------------------------------------------------------===*/
+
+#ifndef ATTNRES_C_RUNTIME_H
+#define ATTNRES_C_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define ATTNRES_RUNTIME_EXPORT __declspec(dllexport)
+#else
+#define ATTNRES_RUNTIME_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef enum AttnresStatus {
+  ATTNRES_OK = 0,
+  ATTNRES_ERROR_INVALID_ARGUMENT = 1, /* a null, misaligned or wrong value */
+  ATTNRES_ERROR_BUNDLE = 2,           /* unreadable or malformed bundle */
+  ATTNRES_ERROR_NO_DRIVER = 3,        /* libcuda / libamdhip64 not loadable */
+  ATTNRES_ERROR_DRIVER = 4,           /* the driver reported an error */
+} AttnresStatus;
+
+typedef struct AttnresRuntime AttnresRuntime;
+
+/* Loading. The device is the current one of the calling thread (its primary
+ * context is made current when none is). */
+ATTNRES_RUNTIME_EXPORT AttnresStatus attnresRuntimeLoad(const char *directory,
+                                                        AttnresRuntime **out,
+                                                        char **error);
+ATTNRES_RUNTIME_EXPORT AttnresStatus attnresRuntimeLoadFromMemory(
+    const char *manifest, size_t manifestSize, const void *binary,
+    size_t binarySize, AttnresRuntime **out, char **error);
+/* Parses and checks a bundle without touching a GPU (no driver needed). */
+ATTNRES_RUNTIME_EXPORT AttnresStatus attnresRuntimeInspect(
+    const char *directory, AttnresRuntime **out, char **error);
+ATTNRES_RUNTIME_EXPORT void attnresRuntimeDestroy(AttnresRuntime *runtime);
+ATTNRES_RUNTIME_EXPORT void attnresFreeString(char *string);
+
+/* The ops of the bundle: `kind` is "forward", "backward",
+ * "partition_reduce_softmax" or "partition_reduce_sum"; the description is
+ * the op's manifest entry (JSON), valid while the runtime lives. */
+ATTNRES_RUNTIME_EXPORT int attnresRuntimeNumOps(const AttnresRuntime *runtime);
+ATTNRES_RUNTIME_EXPORT const char *
+attnresRuntimeOpKind(const AttnresRuntime *runtime, int op);
+ATTNRES_RUNTIME_EXPORT const char *
+attnresRuntimeOpDescription(const AttnresRuntime *runtime, int op);
+/* Multiprocessors of the device (0 for an inspected bundle). */
+ATTNRES_RUNTIME_EXPORT int
+attnresRuntimeMultiprocessors(const AttnresRuntime *runtime);
+
+/* Forward of op `op`: `sources` is a device table of L pointers to [N, D]
+ * rows; per-query tensors are [M, N, ...]. Optional pointers are null when
+ * the op has no such operand. `partitions` = 0 chooses by the manifest's
+ * rule. The workspace must hold attnresForwardWorkspaceSize bytes, aligned
+ * to 256. */
+typedef struct AttnresForwardArgs {
+  int64_t num_tokens;
+  const void *sources;
+  const void *query, *key_norm, *output_norm;
+  void *o, *lse, *o_pre;
+  int64_t partitions;
+  void *workspace;
+  size_t workspace_size;
+} AttnresForwardArgs;
+
+ATTNRES_RUNTIME_EXPORT AttnresStatus attnresForwardWorkspaceSize(
+    const AttnresRuntime *runtime, int op, int64_t num_tokens,
+    int64_t partitions, size_t *size, char **error);
+/* The partition count the manifest's rule picks for `num_tokens`. */
+ATTNRES_RUNTIME_EXPORT int64_t attnresForwardPartitions(
+    const AttnresRuntime *runtime, int op, int64_t num_tokens);
+ATTNRES_RUNTIME_EXPORT AttnresStatus
+attnresForward(const AttnresRuntime *runtime, int op,
+               const AttnresForwardArgs *args, void *stream, char **error);
+
+/* Backward of op `op`: `grad_sources` is a device table of L pointers to the
+ * [N, D] source gradients; dq, dg and dh have the parameters' shapes.
+ * `blocks` = 0 chooses by the manifest's rule. */
+typedef struct AttnresBackwardArgs {
+  int64_t num_tokens;
+  const void *sources;
+  const void *query, *key_norm, *output_norm;
+  const void *grad, *lse, *saved;
+  const void *grad_sources;
+  void *dq, *dg, *dh;
+  int64_t blocks;
+  void *workspace;
+  size_t workspace_size;
+} AttnresBackwardArgs;
+
+ATTNRES_RUNTIME_EXPORT AttnresStatus attnresBackwardWorkspaceSize(
+    const AttnresRuntime *runtime, int op, int64_t num_tokens, int64_t blocks,
+    size_t *size, char **error);
+ATTNRES_RUNTIME_EXPORT int64_t attnresBackwardBlocks(
+    const AttnresRuntime *runtime, int op, int64_t num_tokens);
+ATTNRES_RUNTIME_EXPORT AttnresStatus
+attnresBackward(const AttnresRuntime *runtime, int op,
+                const AttnresBackwardArgs *args, void *stream, char **error);
+
+/* partition_reduce: softmax merge of `rows` rows of P partitions, or the sum
+ * of P partials of `num_elements` each. */
+typedef struct AttnresMergeArgs {
+  int64_t num_rows;
+  const void *partials, *partial_lse, *sink, *output_norm;
+  void *o, *lse, *o_pre;
+  int64_t rows_per_weight;
+} AttnresMergeArgs;
+ATTNRES_RUNTIME_EXPORT AttnresStatus attnresMerge(const AttnresRuntime *runtime,
+                                                  int op,
+                                                  const AttnresMergeArgs *args,
+                                                  void *stream, char **error);
+ATTNRES_RUNTIME_EXPORT AttnresStatus attnresSum(const AttnresRuntime *runtime,
+                                                int op, const void *partials,
+                                                void *output,
+                                                int64_t num_elements,
+                                                void *stream, char **error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNRES_C_RUNTIME_H */

@@ -1,0 +1,32 @@
+"""python -m attnres prebuild --target sm_90 --output DIR KEY...
+
+Compiles kernel bundles for machines without the compiler: point
+ATTNRES_BUNDLE_DIR at DIR there."""
+
+import argparse
+import sys
+
+from .errors import AttnresError
+from .kernels import prebuild
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m attnres")
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("prebuild", help=__doc__.splitlines()[0])
+    build.add_argument("--target", default="sm_90")
+    build.add_argument("--output", required=True)
+    build.add_argument("keys", nargs="+",
+                       help="specs (train:L=...,D=...) or merge:/sum: keys")
+    args = parser.parse_args(argv)
+    try:
+        for folder in prebuild(args.keys, args.target, args.output):
+            print(folder)
+    except AttnresError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

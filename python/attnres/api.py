@@ -1,0 +1,85 @@
+"""The user-facing PyTorch functions. Arguments are checked before the
+custom ops (and PyTorch >= 2.4) are needed, so a wrong call gets its message
+whatever the installation."""
+
+from . import _checks
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _ops():
+    from . import ops
+    return ops
+
+
+def _cuda_available():
+    torch = _torch()
+    return bool(torch.cuda.is_available())
+
+
+def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
+            eps=1e-6, scale=1.0, save="o_pre"):
+    """Attention Residuals: per token, a softmax over the sources.
+
+    sources: a list of L tensors ``[..., D]`` (one shape, one dtype: bf16,
+        f16 or f32) or one packed ``[L, ..., D]`` tensor.
+    query: ``[R]``, or ``[M, R]`` for M queries (1 <= M <= 16) reading the
+        sources once; the sources' dtype or float32.
+    key_norm_weight: ``[R]``, the RMSNorm weight of the keys (the last R
+        coordinates of each source).
+    output_norm_weight: ``[D]`` or ``[M, D]``: applies an RMSNorm with this
+        weight to the output (the fused pre-norm of the next layer).
+    save: ``"o_pre"`` keeps the output before its norm for the backward
+        (each source read once), ``"lse"`` keeps only the log-sum-exp (less
+        memory, the backward recomputes).
+
+    Returns ``[..., D]``, or ``[M, ..., D]`` for a 2-D query, in the
+    sources' dtype. Differentiable in sources, query and both weights.
+    """
+    call = _checks.check_attnres(sources, query, key_norm_weight,
+                                 output_norm_weight, eps, scale, save,
+                                 cuda_available=_cuda_available())
+    ops = _ops()
+    N, D = call.N, call.D
+    if call.packed:
+        flat = [sources.reshape(call.L, N, D)]
+    else:
+        flat = [s.reshape(N, D) for s in sources]
+    q = query if call.multi_query else query.unsqueeze(0)
+    o, _, _ = ops.forward_op(flat, q, key_norm_weight, output_norm_weight,
+                             float(eps), float(scale), save)
+    o = o.reshape((call.M,) + call.lead + (D,))
+    return o if call.multi_query else o.squeeze(0)
+
+
+def partition_reduce(partials, lse=None, *, sink=None,
+                     output_norm_weight=None, eps=1e-6, mode="softmax"):
+    """Merges P partial results (DESIGN.md section 3).
+
+    ``mode="softmax"``: partials ``[P, ..., D]`` and their ``lse`` ``[P,
+    ...]`` (float32), optional ``sink`` logits ``[...]``; returns the merged
+    ``(o [..., D], lse [...])``. Partitions with ``lse = -inf`` are empty and
+    ignored whatever their rows hold. With ``output_norm_weight`` ``[D]`` the
+    merged rows are RMS-normalized with it and returned in its dtype.
+
+    ``mode="sum"``: partials ``[P, ...]`` summed in FP32 in a fixed order.
+    """
+    call = _checks.check_partition_reduce(
+        partials, lse, sink, output_norm_weight, eps, mode,
+        cuda_available=_cuda_available())
+    ops = _ops()
+    if mode == "sum":
+        count = 1
+        for extent in call.shape:
+            count *= extent
+        flat = partials.reshape(call.P, count)
+        return ops.sum_op(flat).reshape(call.shape)
+    o, merged = ops.merge_op(
+        partials.reshape(call.P, call.rows, call.D),
+        lse.reshape(call.P, call.rows),
+        None if sink is None else sink.reshape(call.rows),
+        output_norm_weight, float(eps))
+    return o.reshape(call.lead + (call.D,)), merged.reshape(call.lead)

@@ -1,0 +1,133 @@
+"""Where the PyTorch ops get their kernels.
+
+Each op call maps to a *key*: a compiler spec for attnres forward/backward
+(``train:L=8,D=1024,...``, docs/Bundle.md), or ``merge:...`` / ``sum:...``
+for partition_reduce, which this module turns into MLIR text. A key and a
+target name one bundle folder, found in this order:
+
+1. ``$ATTNRES_BUNDLE_DIR/<target>/<name>/``: prebuilt bundles (see
+   :func:`prebuild`), for machines without LLVM/MLIR;
+2. the disk cache ``$ATTNRES_CACHE_DIR`` (default ``~/.cache/attnres``),
+   under ``<compiler version>/<target>/<name>/``, compiled on first use
+   when the compiler library is present.
+"""
+
+import os
+import pathlib
+import re
+import struct
+
+from . import _native
+from .errors import BundleError, InvalidArgumentError
+
+_SPEC_KINDS = ("forward", "backward", "train")
+
+
+def bundle_name(key):
+    """A file name for `key`, readable and one-to-one for the keys made
+    here (':' and ',' never occur in their values)."""
+    name = key.replace(":", "__").replace(",", "_")
+    if not re.fullmatch(r"[A-Za-z0-9_.=+\-]+", name):
+        raise InvalidArgumentError(f"cannot name a bundle for key {key!r}")
+    return name
+
+
+def _items(key):
+    kind, _, rest = key.partition(":")
+    items = {}
+    for part in filter(None, rest.split(",")):
+        name, _, value = part.partition("=")
+        items[name] = value
+    return kind, items
+
+
+def module_for_key(key):
+    """MLIR text for a merge:/sum: key (None for a compiler spec)."""
+    kind, items = _items(key)
+    if kind in _SPEC_KINDS:
+        return None
+    P = int(items["P"])
+    if kind == "sum":
+        return (f"func.func @sum(%p: tensor<{P}x?xf32>) -> tensor<?xf32> {{\n"
+                f"  %s = attnres.partition_reduce sum %p : tensor<{P}x?xf32>"
+                f" -> tensor<?xf32>\n  return %s : tensor<?xf32>\n}}\n")
+    if kind != "merge":
+        raise InvalidArgumentError(f"unknown kernel key {key!r}")
+    D, out = int(items["D"]), items["out"]
+    args = [f"%p: tensor<{P}x?x{D}xf32>", f"%l: tensor<{P}x?xf32>"]
+    operands = f"%p : tensor<{P}x?x{D}xf32> lse(%l : tensor<{P}x?xf32>)"
+    results = [f"tensor<?x{D}x{out}>", "tensor<?xf32>"]
+    if "sink" in items:
+        args.append("%s: tensor<?xf32>")
+        operands += " sink(%s : tensor<?xf32>)"
+    if "output_norm" in items:
+        args.append(f"%h: tensor<{D}x{out}>")
+        operands += f" output_norm(%h : tensor<{D}x{out}>)"
+        results.append(f"tensor<?x{D}x{out}>")
+    attrs = ""
+    if "output_norm" in items:
+        # The exact f64 bit pattern, as the compiler's spec parser writes it.
+        bits = struct.unpack("<Q", struct.pack("<d", float(items["eps"])))[0]
+        attrs = f" {{eps = 0x{bits:016X} : f64}}"
+    names = ", ".join(f"%r#{i}" for i in range(len(results)))
+    return (f"func.func @merge({', '.join(args)}) -> ({', '.join(results)}) "
+            f"{{\n  %r:{len(results)} = attnres.partition_reduce softmax "
+            f"{operands}{attrs} -> {', '.join(results)}\n"
+            f"  return {names} : {', '.join(results)}\n}}\n")
+
+
+def cache_dir():
+    return pathlib.Path(os.environ.get("ATTNRES_CACHE_DIR") or
+                        pathlib.Path.home() / ".cache" / "attnres")
+
+
+def prebuilt_dir():
+    folder = os.environ.get("ATTNRES_BUNDLE_DIR")
+    return pathlib.Path(folder) if folder else None
+
+
+def compile_key(key, target, output):
+    """Compiles `key` for `target` into the folder `output`."""
+    from .compiler import compile as compile_bundle
+    module = module_for_key(key)
+    if module is None:
+        return compile_bundle(key, target=target, output=output)
+    return compile_bundle(module=module, target=target, output=output)
+
+
+def folder_for(key, target):
+    """The bundle folder of `key` for `target`: prebuilt, cached, or
+    compiled now into the cache."""
+    name = bundle_name(key)
+    prebuilt = prebuilt_dir()
+    if prebuilt is not None:
+        folder = prebuilt / target / name
+        if (folder / "manifest.json").is_file():
+            return folder
+    if not _native.compiler_available():
+        where = f"{prebuilt / target / name}" if prebuilt else \
+            "ATTNRES_BUNDLE_DIR (not set)"
+        raise BundleError(
+            f"no kernels for {key} on {target}: no prebuilt bundle in "
+            f"{where}, and the attnres compiler library (which needs "
+            f"LLVM/MLIR 22) is not available to compile one. Prebuild on a "
+            f"machine with the compiler: python -m attnres prebuild "
+            f"--target {target} --output DIR '{key}'")
+    from .compiler import compiler_version
+    version = re.sub(r"[^A-Za-z0-9.]+", "-", compiler_version()).strip("-")
+    folder = cache_dir() / version / target / name
+    if not (folder / "manifest.json").is_file():
+        compile_key(key, target, folder)
+    return folder
+
+
+def prebuild(keys, target, output):
+    """Compiles every key for `target` into ``output/<target>/<name>/``, the
+    layout ATTNRES_BUNDLE_DIR expects. Returns the folders."""
+    folders = []
+    for key in keys:
+        folder = pathlib.Path(output) / target / bundle_name(key)
+        if not (folder / "manifest.json").is_file():
+            compile_key(key, target, folder)
+        folders.append(folder)
+    return folders

@@ -1,0 +1,147 @@
+"""Loading bundles and launching their kernels (libAttnResRuntime only).
+
+Pointers are plain ints (device addresses) and streams are driver stream
+handles (ints, 0 for the default stream): this layer knows nothing of
+PyTorch; :mod:`attnres.torch` builds on it.
+"""
+
+import ctypes
+import json
+import pathlib
+
+from . import _native
+from .errors import InvalidArgumentError
+
+
+class Op:
+    """One op of a bundle: its index, kind and manifest entry."""
+
+    def __init__(self, index, kind, description):
+        self.index = index
+        self.kind = kind
+        self.description = description
+
+    def __getitem__(self, key):
+        return self.description[key]
+
+    def get(self, key, default=None):
+        return self.description.get(key, default)
+
+    def __repr__(self):
+        return f"Op({self.index}, {self.kind!r})"
+
+
+class Runtime:
+    """A loaded (or inspected) bundle."""
+
+    def __init__(self, handle, directory):
+        self._handle = handle
+        self.directory = directory
+        lib = _native.runtime_lib()
+        self.ops = []
+        for index in range(lib.attnresRuntimeNumOps(handle)):
+            kind = lib.attnresRuntimeOpKind(handle, index).decode()
+            description = json.loads(
+                lib.attnresRuntimeOpDescription(handle, index).decode())
+            self.ops.append(Op(index, kind, description))
+
+    def __del__(self):
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle and _native._runtime_lib is not None:
+            _native._runtime_lib.attnresRuntimeDestroy(handle)
+
+    @property
+    def multiprocessors(self):
+        return _native.runtime_lib().attnresRuntimeMultiprocessors(
+            self._handle)
+
+    def op(self, kind):
+        """The first op of `kind` ("forward", "backward", ...)."""
+        for op in self.ops:
+            if op.kind == kind:
+                return op
+        raise InvalidArgumentError(
+            f"the bundle in {self.directory} has no {kind} op (it has "
+            f"{', '.join(o.kind for o in self.ops) or 'none'})")
+
+    # Launch rules: the manifest's, evaluated by the runtime.
+    def forward_partitions(self, op, num_tokens):
+        return _native.runtime_lib().attnresForwardPartitions(
+            self._handle, _index(op), num_tokens)
+
+    def forward_workspace_size(self, op, num_tokens, partitions=0):
+        size = ctypes.c_size_t()
+        _native.runtime_call("attnresForwardWorkspaceSize", self._handle,
+                             _index(op), num_tokens, partitions,
+                             ctypes.byref(size))
+        return size.value
+
+    def backward_blocks(self, op, num_tokens):
+        return _native.runtime_lib().attnresBackwardBlocks(
+            self._handle, _index(op), num_tokens)
+
+    def backward_workspace_size(self, op, num_tokens, blocks=0):
+        size = ctypes.c_size_t()
+        _native.runtime_call("attnresBackwardWorkspaceSize", self._handle,
+                             _index(op), num_tokens, blocks,
+                             ctypes.byref(size))
+        return size.value
+
+    # Launches; every pointer an int (0 for none).
+    def forward(self, op, *, num_tokens, sources, query, o, lse,
+                key_norm=0, output_norm=0, o_pre=0, partitions=0,
+                workspace=0, workspace_size=0, stream=0):
+        args = _native.ForwardArgs(num_tokens, sources, query, key_norm,
+                                   output_norm, o, lse, o_pre, partitions,
+                                   workspace, workspace_size)
+        _native.runtime_call("attnresForward", self._handle, _index(op),
+                             ctypes.byref(args), stream)
+
+    def backward(self, op, *, num_tokens, sources, query, grad,
+                 grad_sources, dq, lse=0, saved=0, key_norm=0, output_norm=0,
+                 dg=0, dh=0, blocks=0, workspace=0, workspace_size=0,
+                 stream=0):
+        args = _native.BackwardArgs(num_tokens, sources, query, key_norm,
+                                    output_norm, grad, lse, saved,
+                                    grad_sources, dq, dg, dh, blocks,
+                                    workspace, workspace_size)
+        _native.runtime_call("attnresBackward", self._handle, _index(op),
+                             ctypes.byref(args), stream)
+
+    def merge(self, op, *, num_rows, partials, partial_lse, o, lse, sink=0,
+              output_norm=0, o_pre=0, rows_per_weight=0, stream=0):
+        args = _native.MergeArgs(num_rows, partials, partial_lse, sink,
+                                 output_norm, o, lse, o_pre,
+                                 rows_per_weight or num_rows)
+        _native.runtime_call("attnresMerge", self._handle, _index(op),
+                             ctypes.byref(args), stream)
+
+    def sum(self, op, *, partials, output, num_elements, stream=0):
+        _native.runtime_call("attnresSum", self._handle, _index(op), partials,
+                             output, num_elements, stream)
+
+
+def _index(op):
+    return op.index if isinstance(op, Op) else int(op)
+
+
+def _open(function, directory):
+    if not isinstance(directory, (str, pathlib.Path)):
+        raise InvalidArgumentError(
+            f"a bundle folder must be a str or Path, got {directory!r}")
+    handle = ctypes.c_void_p()
+    _native.runtime_call(function, str(directory).encode(),
+                         ctypes.byref(handle))
+    return Runtime(handle.value, str(directory))
+
+
+def load(directory):
+    """Loads a bundle folder for the calling thread's current GPU (the CUDA
+    primary context when none is current). Raises NoDriverError where there
+    is no driver, BundleError for a bad folder."""
+    return _open("attnresRuntimeLoad", directory)
+
+
+def inspect(directory):
+    """Parses and checks a bundle folder without a GPU or a driver."""
+    return _open("attnresRuntimeInspect", directory)

@@ -1,0 +1,204 @@
+"""The compiler and runtime through ctypes, without a GPU: compiling specs
+and modules, bundle folders, launch rules, the kernel store (prebuilt folder,
+disk cache, no compiler) and the errors of each."""
+
+import ctypes
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import attnres
+from attnres import _native, kernels
+
+def _has_cuda_driver():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+needs_ptxas = pytest.mark.skipif(
+    not shutil.which("ptxas") and not os.path.exists(
+        "/usr/local/cuda/bin/ptxas"),
+    reason="NVIDIA bundles need ptxas (CUDA toolkit)")
+
+
+@pytest.fixture(scope="module")
+def train_bundle(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bundles") / "train"
+    attnres.compile("train:L=64,D=1024,M=2,dtype=bf16,key_norm,output_norm",
+                    target="sm_90", output=folder)
+    return folder
+
+
+@needs_ptxas
+def test_compile_writes_a_bundle(train_bundle):
+    manifest = json.loads((train_bundle / "manifest.json").read_text())
+    assert manifest["target"]["chip"] == "sm_90"
+    assert [op["op"] for op in manifest["ops"]] == ["forward", "backward"]
+    binary = train_bundle / manifest["binaries"][0]["file"]
+    assert binary.read_bytes()[:4] == b"\x7fELF"
+    assert attnres.compiler_version().startswith("attnres ")
+
+
+@needs_ptxas
+def test_inspect_follows_the_manifest_rules(train_bundle, monkeypatch):
+    monkeypatch.setenv("ATTNRES_NUM_MULTIPROCESSORS", "132")
+    runtime = attnres.inspect(train_bundle)
+    forward, backward = runtime.op("forward"), runtime.op("backward")
+    L, D, M = 64, 1024, 2
+    for tokens in (1, 7, 100, 5000):
+        # docs/Bundle.md: P = max(1, min(ceil(2 SMs / (M N)), L / 4,
+        # L D bytes / 32 KiB)), with FP32 partial o and lse, 256-aligned.
+        P = max(1, min(math.ceil(264 / (M * tokens)), L // 4,
+                       L * D * 2 // 32768))
+        assert runtime.forward_partitions(forward, tokens) == P
+        align = lambda n: (n + 255) // 256 * 256  # noqa: E731
+        expected = 0 if P == 1 else \
+            align(P * M * tokens * D * 4) + align(P * M * tokens * 4)
+        assert runtime.forward_workspace_size(forward, tokens) == expected
+        B = max(1, min(264, math.ceil(tokens / 16)))
+        assert runtime.backward_blocks(backward, tokens) == B
+        G = backward["rows_per_block"]
+        assert runtime.backward_workspace_size(backward, tokens) == \
+            align(B * G * M * D * 4) + align(B * G * 1 * D * 4)
+
+
+@needs_ptxas
+def test_runtime_misuse_is_reported(train_bundle):
+    runtime = attnres.inspect(train_bundle)
+    with pytest.raises(attnres.InvalidArgumentError,
+                       match="inspected, not loaded"):
+        runtime.forward(0, num_tokens=4, sources=1 << 20, query=1 << 20,
+                        o=1 << 20, lse=1 << 20, partitions=1)
+    with pytest.raises(attnres.InvalidArgumentError,
+                       match="op 1 is a backward, not a forward"):
+        runtime.forward(1, num_tokens=4, sources=0, query=0, o=0, lse=0)
+    with pytest.raises(attnres.InvalidArgumentError,
+                       match="partitions must be in"):
+        runtime.forward(0, num_tokens=4, sources=0, query=0, o=0, lse=0,
+                        partitions=65)
+    with pytest.raises(attnres.InvalidArgumentError,
+                       match="has no partition_reduce_sum op"):
+        runtime.op("partition_reduce_sum")
+
+
+def test_bad_bundles(tmp_path):
+    with pytest.raises(attnres.BundleError, match="cannot read"):
+        attnres.inspect(tmp_path / "missing")
+    (tmp_path / "manifest.json").write_text('{"format_version": 1')
+    with pytest.raises(attnres.BundleError, match="malformed bundle manifest"):
+        attnres.inspect(tmp_path)
+    with pytest.raises(attnres.InvalidArgumentError, match="str or Path"):
+        attnres.inspect(42)
+
+
+@needs_ptxas
+@pytest.mark.skipif(_has_cuda_driver(), reason="this machine has the driver")
+def test_load_without_a_driver(train_bundle):
+    with pytest.raises(attnres.NoDriverError,
+                       match="cannot load the CUDA driver"):
+        attnres.load(train_bundle)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(spec="train:L=4,D=64,R=65"), attnres.CompileError,
+     "query rank R = 65 exceeds the source width D = 64"),
+    (dict(spec="train:L=4,D=64,bogus"), attnres.CompileError,
+     "unknown spec item 'bogus'"),
+    (dict(spec="train:L=4,D=64", target="sm_1000x"), attnres.CompileError,
+     "unknown target 'sm_1000x'"),
+    (dict(spec="train:L=4,D=64", target="tpu"), attnres.CompileError,
+     "unknown target 'tpu'"),
+    (dict(spec="train:L=4,D=64", format="elf"),
+     attnres.InvalidArgumentError, "format must be 'bin', 'isa' or"),
+    (dict(spec="train:L=4,D=64", opt_level=9),
+     attnres.InvalidArgumentError, "opt_level must be an int in [0, 3]"),
+    (dict(module="func.func @f() {"), attnres.CompileError,
+     "attnres-input:1:"),
+    (dict(), attnres.InvalidArgumentError, "exactly one of spec and module"),
+])
+def test_compile_errors(kwargs, error, message):
+    with pytest.raises(error) as raised:
+        attnres.compile(**kwargs)
+    assert message in str(raised.value)
+
+
+def test_compile_a_module_to_amd_isa():
+    bundle = attnres.compile(
+        module=kernels.module_for_key("merge:P=3,D=64,out=f16,sink"),
+        target="gfx942", format="isa")
+    (name, text), = bundle.files.items()
+    assert name.endswith(".gfx942.s")
+    assert b"merge_0_merge" in text  # @merge's op 0, role merge
+    assert bundle.manifest["ops"][0]["op"] == "partition_reduce_softmax"
+
+
+def test_merge_and_sum_keys_make_valid_modules():
+    for key in ("merge:P=2,D=32,out=f32", "sum:P=5",
+                "merge:P=20,D=128,out=bf16,sink,output_norm,eps=1e-05"):
+        bundle = attnres.compile(module=kernels.module_for_key(key),
+                                 target="gfx942", format="isa")
+        assert bundle.manifest["ops"]
+    assert kernels.module_for_key("train:L=2,D=8") is None
+    with pytest.raises(attnres.InvalidArgumentError, match="unknown kernel"):
+        kernels.module_for_key("max:P=2")
+    with pytest.raises(attnres.InvalidArgumentError, match="cannot name"):
+        kernels.bundle_name("train:L=2,D=8,x=a/b")
+
+
+def test_kernel_store(tmp_path, monkeypatch):
+    key, target = "sum:P=4", "gfx942"
+    monkeypatch.setenv("ATTNRES_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTNRES_BUNDLE_DIR", raising=False)
+    # Compiled on first use into the cache, found there afterwards.
+    folder = kernels.folder_for(key, target)
+    assert folder.is_relative_to(tmp_path / "cache")
+    assert folder.name == "sum__P=4"
+    stamp = (folder / "manifest.json").stat().st_mtime_ns
+    assert kernels.folder_for(key, target) == folder
+    assert (folder / "manifest.json").stat().st_mtime_ns == stamp
+
+    # A prebuilt folder wins over the cache.
+    prebuilt = tmp_path / "prebuilt"
+    monkeypatch.setenv("ATTNRES_BUNDLE_DIR", str(prebuilt))
+    assert kernels.prebuild([key], target, prebuilt) == \
+        [prebuilt / target / "sum__P=4"]
+    assert kernels.folder_for(key, target) == prebuilt / target / "sum__P=4"
+
+    # Without the compiler, a missing bundle says how to make one.
+    monkeypatch.setattr(_native, "compiler_available", lambda: False)
+    with pytest.raises(attnres.BundleError) as raised:
+        kernels.folder_for("sum:P=6", target)
+    assert "no prebuilt bundle in" in str(raised.value)
+    assert "python -m attnres prebuild --target gfx942" in str(raised.value)
+
+
+def test_prebuild_command(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "attnres", "prebuild", "--target", "gfx942",
+         "--output", str(tmp_path), "sum:P=2", "merge:P=2,D=64,out=f32"],
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "gfx942" / "sum__P=2" / "manifest.json").is_file()
+    bad = subprocess.run(
+        [sys.executable, "-m", "attnres", "prebuild", "--target", "gfx942",
+         "--output", str(tmp_path), "train:L=2,D=64,R=99"],
+        capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "error: spec 'train:L=2,D=64,R=99' is not a valid" in bad.stderr
+
+
+def test_missing_library_is_named(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "library_dirs", lambda: [tmp_path])
+    with pytest.raises(attnres.LibraryNotFoundError) as raised:
+        _native._open("libAttnResNothing.so", "a test library")
+    assert "cannot find libAttnResNothing.so (a test library)" in \
+        str(raised.value)
+    assert "ATTNRES_LIBRARY_DIR" in str(raised.value)

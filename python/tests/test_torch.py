@@ -1,0 +1,93 @@
+"""The PyTorch functions on a machine without a GPU: real tensors get the
+argument errors; where PyTorch >= 2.4 is installed, the custom ops' fake
+implementations give every output and gradient its shape and dtype."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import attnres  # noqa: E402
+from attnres import InvalidArgumentError  # noqa: E402
+
+
+def _version():
+    return tuple(int("".join(c for c in part if c.isdigit()) or 0)
+                 for part in torch.__version__.split("+")[0].split(".")[:2])
+
+
+def sources(count=3, shape=(2, 8, 64), dtype=torch.bfloat16, device="cpu"):
+    return [torch.randn(shape, dtype=dtype, device=device)
+            for _ in range(count)]
+
+
+def test_cpu_tensors_are_refused():
+    with pytest.raises(InvalidArgumentError) as raised:
+        attnres.attnres(sources(), torch.randn(64, dtype=torch.bfloat16))
+    message = str(raised.value)
+    assert "sources[0] is on cpu; attnres runs on CUDA or ROCm GPUs" in message
+    if not torch.cuda.is_available():
+        assert "this PyTorch sees no CUDA or ROCm GPU" in message
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: (sources(dtype=torch.float64), torch.randn(64)),
+     "bfloat16, float16 or float32, got torch.float64"),
+    (lambda: (sources() + [torch.randn(2, 8, 32, dtype=torch.bfloat16)],
+              torch.randn(64, dtype=torch.bfloat16)),
+     "sources[0] is [2, 8, 64], sources[3] is [2, 8, 32]"),
+    (lambda: (sources(), torch.randn(3, 4, 64, dtype=torch.bfloat16)),
+     "query must be [R] or [M, R]"),
+    (lambda: (sources(), torch.randn(64, dtype=torch.float16)),
+     "query must have the sources' dtype"),
+    (lambda: (torch.randn(8, 64, dtype=torch.bfloat16),
+              torch.randn(64, dtype=torch.bfloat16)),
+     "packed sources must be [L, ..., D]"),
+])
+def test_wrong_tensors(make, message):
+    srcs, query = make()
+    with pytest.raises(InvalidArgumentError) as raised:
+        attnres.attnres(srcs, query)
+    assert message in str(raised.value)
+
+
+def test_partition_reduce_errors():
+    with pytest.raises(InvalidArgumentError, match="partials must be float32"):
+        attnres.partition_reduce(torch.randn(2, 4, 8, dtype=torch.float16),
+                                 torch.randn(2, 4))
+    with pytest.raises(InvalidArgumentError, match="partials is on cpu"):
+        attnres.partition_reduce(torch.randn(2, 4, 8), torch.randn(2, 4))
+
+
+@pytest.mark.skipif(_version() >= (2, 4), reason="PyTorch >= 2.4")
+def test_old_pytorch_is_named():
+    with pytest.raises(ImportError, match="need PyTorch >= 2.4"):
+        import attnres.ops  # noqa: F401
+
+
+@pytest.mark.skipif(_version() < (2, 4), reason="needs PyTorch >= 2.4")
+def test_fake_implementations():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        srcs = sources(shape=(2, 8, 64), device="cuda")
+        packed = torch.randn(3, 2, 8, 64, dtype=torch.bfloat16, device="cuda")
+        query = torch.randn(4, 32, dtype=torch.bfloat16, device="cuda")
+        h = torch.randn(4, 64, dtype=torch.bfloat16, device="cuda")
+        o = attnres.attnres(srcs, query, output_norm_weight=h)
+        assert (o.shape, o.dtype) == ((4, 2, 8, 64), torch.bfloat16)
+        o = attnres.attnres(packed, query[0], save="lse")
+        assert o.shape == (2, 8, 64)
+        ops = torch.ops.attnres
+        flat = [s.reshape(16, 64) for s in srcs]
+        o, lse, o_pre = ops.forward(flat, query, None, h, 1e-6, 1.0, "o_pre")
+        assert (lse.shape, lse.dtype, o_pre.shape) == \
+            ((4, 16), torch.float32, (4, 16, 64))
+        grads = ops.backward(flat, query, None, h, o, lse, o_pre, 1e-6, 1.0,
+                             "o_pre")
+        assert [tuple(g.shape) for g in grads] == \
+            [(3, 16, 64), (4, 32), (0,), (4, 64)]
+        partials = torch.randn(5, 2, 8, 64, device="cuda")
+        merged, merged_lse = attnres.partition_reduce(
+            partials, torch.randn(5, 2, 8, device="cuda"))
+        assert (merged.shape, merged_lse.shape) == ((2, 8, 64), (2, 8))
+        total = attnres.partition_reduce(partials, mode="sum")
+        assert total.shape == (2, 8, 64)

@@ -1,0 +1,803 @@
+//===- Runtime.cpp - load bundles, launch attnres kernels -----------------===//
+//
+// No MLIR and no GPU SDK: the manifest is read with Json.h, and the CUDA
+// driver (libcuda.so.1) or HIP (libamdhip64.so) is opened with dlopen when a
+// bundle is loaded for a device. The launch rules are those of the manifest
+// (docs/Bundle.md).
+//
+//===----------------------------------------------------------------------===//
+
+#include "attnres-c/Runtime.h"
+
+#include "Json.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using attnres::json::Value;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Errors
+//===----------------------------------------------------------------------===//
+
+struct Failure {
+  AttnresStatus status;
+  std::string message;
+};
+
+AttnresStatus report(const Failure &failure, char **error) {
+  if (error)
+    *error = strdup(failure.message.c_str());
+  return failure.status;
+}
+
+#define ATTNRES_TRY(expression)                                                \
+  do {                                                                         \
+    Failure failure_ = (expression);                                           \
+    if (failure_.status != ATTNRES_OK)                                         \
+      return report(failure_, error);                                          \
+  } while (false)
+
+Failure ok() { return {ATTNRES_OK, ""}; }
+Failure invalid(const std::string &message) {
+  return {ATTNRES_ERROR_INVALID_ARGUMENT, message};
+}
+
+//===----------------------------------------------------------------------===//
+// Drivers
+//===----------------------------------------------------------------------===//
+
+/// The few entry points of the CUDA driver API or of HIP the runtime uses;
+/// both have the same shapes for these.
+struct Driver {
+  using Result = int;
+  void *library = nullptr;
+  bool hip = false;
+  Result (*init)(unsigned) = nullptr;
+  Result (*moduleLoadData)(void **, const void *) = nullptr;
+  Result (*moduleUnload)(void *) = nullptr;
+  Result (*moduleGetFunction)(void **, void *, const char *) = nullptr;
+  Result (*launchKernel)(void *, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, unsigned, unsigned, void *, void **,
+                         void **) = nullptr;
+  Result (*deviceGetAttribute)(int *, int, int) = nullptr;
+  // CUDA only: make the primary context current when none is.
+  Result (*ctxGetCurrent)(void **) = nullptr;
+  Result (*ctxGetDevice)(int *) = nullptr;
+  Result (*deviceGet)(int *, int) = nullptr;
+  Result (*primaryCtxRetain)(void **, int) = nullptr;
+  Result (*ctxSetCurrent)(void *) = nullptr;
+  // HIP only.
+  Result (*getDevice)(int *) = nullptr;
+  Result (*getErrorString)(Result, const char **) = nullptr;
+  const char *(*hipErrorString)(Result) = nullptr;
+
+  std::string describe(Result result) const {
+    const char *text = nullptr;
+    if (getErrorString)
+      getErrorString(result, &text);
+    else if (hipErrorString)
+      text = hipErrorString(result);
+    return std::string(hip ? "HIP" : "CUDA") + " error " +
+           std::to_string(result) + (text ? std::string(": ") + text : "");
+  }
+};
+
+template <typename F> bool bind(void *library, const char *name, F &function) {
+  function = reinterpret_cast<F>(dlsym(library, name));
+  return function != nullptr;
+}
+
+Failure openDriver(bool hip, Driver &driver) {
+  const char *names[] = {hip ? "libamdhip64.so" : "libcuda.so.1",
+                         hip ? "libamdhip64.so.6" : "libcuda.so"};
+  // dlerror() is cleared by each call: keep the first name's reason, the one
+  // the message names.
+  std::string reason;
+  for (const char *name : names) {
+    if ((driver.library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
+      break;
+    if (const char *message = dlerror(); message && reason.empty())
+      reason = message;
+  }
+  if (!driver.library)
+    return {
+        ATTNRES_ERROR_NO_DRIVER,
+        std::string("cannot load the ") +
+            (hip ? "HIP runtime" : "CUDA driver") + " (" + names[0] + "): " +
+            (reason.empty() ? "not found" : reason) + "; this bundle needs " +
+            (hip ? "an AMD GPU with ROCm" : "an NVIDIA GPU and its driver")};
+  driver.hip = hip;
+  bool found = true;
+  if (hip) {
+    found &= bind(driver.library, "hipInit", driver.init);
+    found &= bind(driver.library, "hipModuleLoadData", driver.moduleLoadData);
+    found &= bind(driver.library, "hipModuleUnload", driver.moduleUnload);
+    found &=
+        bind(driver.library, "hipModuleGetFunction", driver.moduleGetFunction);
+    found &= bind(driver.library, "hipModuleLaunchKernel", driver.launchKernel);
+    found &= bind(driver.library, "hipDeviceGetAttribute",
+                  driver.deviceGetAttribute);
+    found &= bind(driver.library, "hipGetDevice", driver.getDevice);
+    bind(driver.library, "hipGetErrorString", driver.hipErrorString);
+  } else {
+    found &= bind(driver.library, "cuInit", driver.init);
+    found &= bind(driver.library, "cuModuleLoadData", driver.moduleLoadData);
+    found &= bind(driver.library, "cuModuleUnload", driver.moduleUnload);
+    found &=
+        bind(driver.library, "cuModuleGetFunction", driver.moduleGetFunction);
+    found &= bind(driver.library, "cuLaunchKernel", driver.launchKernel);
+    found &=
+        bind(driver.library, "cuDeviceGetAttribute", driver.deviceGetAttribute);
+    found &= bind(driver.library, "cuCtxGetCurrent", driver.ctxGetCurrent);
+    found &= bind(driver.library, "cuCtxGetDevice", driver.ctxGetDevice);
+    found &= bind(driver.library, "cuDeviceGet", driver.deviceGet);
+    found &= bind(driver.library, "cuDevicePrimaryCtxRetain",
+                  driver.primaryCtxRetain);
+    found &= bind(driver.library, "cuCtxSetCurrent", driver.ctxSetCurrent);
+    bind(driver.library, "cuGetErrorString", driver.getErrorString);
+  }
+  if (!found)
+    return {ATTNRES_ERROR_NO_DRIVER,
+            "the GPU driver library lacks an entry point the runtime needs"};
+  if (Driver::Result result = driver.init(0))
+    return {ATTNRES_ERROR_DRIVER,
+            "initializing the driver: " + driver.describe(result)};
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// The manifest
+//===----------------------------------------------------------------------===//
+
+struct Argument {
+  std::string name, kind, type, shape;
+};
+
+struct GridDim {
+  std::string symbol;
+  int64_t scale = 1, divisor = 1;
+};
+
+struct Kernel {
+  std::string name, role;
+  std::vector<Argument> arguments;
+  GridDim grid[3];
+  int64_t block = 1, vectorWidth = 1;
+  void *function = nullptr;
+};
+
+struct Op {
+  std::string kind;
+  Value facts;
+  std::string description;
+  std::map<std::string, std::string> kernels; // role -> kernel name
+
+  int64_t integer(const char *key, int64_t fallback = 0) const {
+    const Value *value = facts.get(key);
+    return value && value->kind == Value::Kind::Number
+               ? static_cast<int64_t>(value->number)
+               : fallback;
+  }
+  bool flag(const char *key) const {
+    const Value *value = facts.get(key);
+    return value && value->kind == Value::Kind::Bool && value->boolean;
+  }
+  std::string text(const char *key) const {
+    const Value *value = facts.get(key);
+    return value && value->kind == Value::Kind::String ? value->string : "";
+  }
+  bool has(const char *key) const { return facts.get(key) != nullptr; }
+};
+
+int64_t elementBytes(const std::string &type) {
+  if (type == "f32" || type == "i32")
+    return 4;
+  if (type == "bf16" || type == "f16")
+    return 2;
+  if (type == "f64" || type == "i64")
+    return 8;
+  return 1;
+}
+
+int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+} // namespace
+
+struct AttnresRuntime {
+  Value manifest;
+  std::vector<Op> ops;
+  std::map<std::string, Kernel> kernels;
+  std::string vendor;
+  int multiprocessors = 0;
+  Driver driver;
+  void *module = nullptr;
+  /// CUDA: the context the module was loaded into.
+  void *context = nullptr;
+  bool loaded = false;
+
+  ~AttnresRuntime() {
+    if (module && driver.moduleUnload)
+      driver.moduleUnload(module);
+    // The driver library stays open: unloading it under a live context is
+    // not safe.
+  }
+};
+
+namespace {
+
+Failure readFile(const std::string &path, std::string &contents) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return {ATTNRES_ERROR_BUNDLE, "cannot read '" + path + "'"};
+  std::ostringstream buffer;
+  buffer << file.rdbuf();
+  contents = buffer.str();
+  return ok();
+}
+
+Failure bundleError(const std::string &message) {
+  return {ATTNRES_ERROR_BUNDLE, "malformed bundle manifest: " + message};
+}
+
+/// Reads the manifest into `runtime` (no driver involved).
+Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
+  std::string error;
+  if (!attnres::json::parse(text, runtime.manifest, error))
+    return bundleError(error);
+  const Value &manifest = runtime.manifest;
+  const Value *version = manifest.get("format_version");
+  if (!version || version->kind != Value::Kind::Number || version->number != 1)
+    return bundleError("format_version 1 expected");
+  const Value *target = manifest.get("target");
+  const Value *vendor = target ? target->get("vendor") : nullptr;
+  if (!vendor || vendor->kind != Value::Kind::String ||
+      (vendor->string != "nvidia" && vendor->string != "amd"))
+    return bundleError("target.vendor must be nvidia or amd");
+  runtime.vendor = vendor->string;
+
+  const Value *kernels = manifest.get("kernels");
+  if (!kernels || kernels->kind != Value::Kind::Array)
+    return bundleError("no kernels array");
+  for (const Value &entry : kernels->array) {
+    Kernel kernel;
+    const Value *name = entry.get("name"), *role = entry.get("role");
+    const Value *arguments = entry.get("arguments"), *grid = entry.get("grid");
+    const Value *block = entry.get("block");
+    if (!name || !role || !arguments || !grid || !block ||
+        arguments->kind != Value::Kind::Array ||
+        grid->kind != Value::Kind::Array || grid->array.size() != 3)
+      return bundleError("a kernel lacks name, role, arguments, grid or block");
+    kernel.name = name->string;
+    kernel.role = role->string;
+    kernel.block = static_cast<int64_t>(block->number);
+    if (const Value *width = entry.get("vector_width"))
+      kernel.vectorWidth = static_cast<int64_t>(width->number);
+    for (const Value &argument : arguments->array) {
+      Argument parsed;
+      for (auto [key, field] :
+           {std::pair{"name", &parsed.name}, std::pair{"kind", &parsed.kind},
+            std::pair{"type", &parsed.type}, std::pair{"shape", &parsed.shape}})
+        if (const Value *value = argument.get(key))
+          *field = value->string;
+      if (parsed.name.empty() || parsed.kind.empty())
+        return bundleError("kernel " + kernel.name +
+                           " has an argument without name or kind");
+      kernel.arguments.push_back(parsed);
+    }
+    for (int dim = 0; dim < 3; ++dim) {
+      const Value &g = grid->array[dim];
+      const Value *symbol = g.get("symbol"), *scale = g.get("scale"),
+                  *divisor = g.get("divisor");
+      if (!symbol || !scale || !divisor || divisor->number < 1)
+        return bundleError("kernel " + kernel.name + " has a bad grid rule");
+      kernel.grid[dim] = {symbol->string, static_cast<int64_t>(scale->number),
+                          static_cast<int64_t>(divisor->number)};
+    }
+    runtime.kernels[kernel.name] = kernel;
+  }
+
+  const Value *ops = manifest.get("ops");
+  if (!ops || ops->kind != Value::Kind::Array)
+    return bundleError("no ops array");
+  for (const Value &entry : ops->array) {
+    Op op;
+    op.facts = entry;
+    op.kind = op.text("op");
+    op.description = attnres::json::print(entry);
+    for (const char *role : {"forward", "forward_partial", "merge", "backward",
+                             "finalize", "sum"}) {
+      std::string name = op.text(role);
+      if (name.empty())
+        continue;
+      if (!runtime.kernels.count(name))
+        return bundleError("op names kernel '" + name +
+                           "', which the bundle lacks");
+      op.kernels[role] = name;
+    }
+    runtime.ops.push_back(op);
+  }
+  return ok();
+}
+
+Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
+  Driver &driver = runtime.driver;
+  if (Failure failure = openDriver(runtime.vendor == "amd", driver);
+      failure.status != ATTNRES_OK)
+    return failure;
+  int device = 0;
+  if (driver.hip) {
+    if (Driver::Result result = driver.getDevice(&device))
+      return {ATTNRES_ERROR_DRIVER, driver.describe(result)};
+  } else {
+    void *context = nullptr;
+    driver.ctxGetCurrent(&context);
+    if (!context) {
+      if (Driver::Result result = driver.deviceGet(&device, 0))
+        return {ATTNRES_ERROR_DRIVER,
+                "no CUDA device: " + driver.describe(result)};
+      if (Driver::Result result = driver.primaryCtxRetain(&context, device))
+        return {ATTNRES_ERROR_DRIVER, driver.describe(result)};
+      driver.ctxSetCurrent(context);
+    } else if (Driver::Result result = driver.ctxGetDevice(&device)) {
+      return {ATTNRES_ERROR_DRIVER, driver.describe(result)};
+    }
+    runtime.context = context;
+  }
+  if (Driver::Result result =
+          driver.moduleLoadData(&runtime.module, binary.data()))
+    return {ATTNRES_ERROR_DRIVER,
+            "loading the kernels: " + driver.describe(result)};
+  for (auto &[name, kernel] : runtime.kernels)
+    if (Driver::Result result = driver.moduleGetFunction(
+            &kernel.function, runtime.module, name.c_str()))
+      return {ATTNRES_ERROR_BUNDLE,
+              "kernel '" + name +
+                  "' is not in the binary: " + driver.describe(result)};
+  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+  // hipDeviceAttributeMultiprocessorCount = 63 (ROCm 5 and 6).
+  int count = 0;
+  driver.deviceGetAttribute(&count, driver.hip ? 63 : 16, device);
+  if (const char *override = std::getenv("ATTNRES_NUM_MULTIPROCESSORS"))
+    count = std::atoi(override);
+  runtime.multiprocessors = count > 0 ? count : 1;
+  runtime.loaded = true;
+  return ok();
+}
+
+Failure loadBundle(const std::string &directory, AttnresRuntime &runtime,
+                   bool withDevice) {
+  std::string manifest;
+  if (Failure failure = readFile(directory + "/manifest.json", manifest);
+      failure.status != ATTNRES_OK)
+    return failure;
+  if (Failure failure = parseManifest(manifest, runtime);
+      failure.status != ATTNRES_OK)
+    return failure;
+  const Value *binaries = runtime.manifest.get("binaries");
+  if (!binaries || binaries->kind != Value::Kind::Array ||
+      binaries->array.size() != 1 || !binaries->array[0].get("file"))
+    return bundleError("exactly one binary expected");
+  std::string binary;
+  if (Failure failure = readFile(
+          directory + "/" + binaries->array[0].get("file")->string, binary);
+      failure.status != ATTNRES_OK)
+    return failure;
+  if (binary.empty())
+    return {ATTNRES_ERROR_BUNDLE, "the bundle's binary is empty"};
+  if (withDevice)
+    return loadModule(runtime, binary);
+  // An inspected bundle has no device; its launch rules can still be asked
+  // for a given multiprocessor count.
+  if (const char *override = std::getenv("ATTNRES_NUM_MULTIPROCESSORS"))
+    runtime.multiprocessors = std::atoi(override);
+  return ok();
+}
+
+//===----------------------------------------------------------------------===//
+// Launching
+//===----------------------------------------------------------------------===//
+
+/// The values of a launch, by argument name.
+struct Values {
+  std::map<std::string, const void *> pointers;
+  std::map<std::string, int64_t> integers;
+};
+
+Failure checkOp(const AttnresRuntime *runtime, int op, const char *kind) {
+  if (!runtime)
+    return invalid("the runtime is null");
+  if (op < 0 || op >= static_cast<int>(runtime->ops.size()))
+    return invalid("op index " + std::to_string(op) +
+                   " is out of range (the "
+                   "bundle has " +
+                   std::to_string(runtime->ops.size()) + " ops)");
+  if (runtime->ops[op].kind != kind)
+    return invalid("op " + std::to_string(op) + " is a " +
+                   runtime->ops[op].kind + ", not a " + kind);
+  return ok();
+}
+
+/// The kernel of `op` for `role`, which the manifest check guarantees for
+/// the roles an op kind has.
+Failure kernelFor(const Op &op, const char *role, std::string &name) {
+  auto it = op.kernels.find(role);
+  if (it == op.kernels.end())
+    return bundleError("the " + op.kind + " op names no " + role + " kernel");
+  name = it->second;
+  return ok();
+}
+
+Failure launch(const AttnresRuntime &runtime, const std::string &name,
+               const Values &values,
+               const std::map<std::string, int64_t> &symbols, void *stream) {
+  if (!runtime.loaded)
+    return invalid("the bundle was inspected, not loaded for a device");
+  const Kernel &kernel = runtime.kernels.find(name)->second;
+  std::vector<int64_t> storage(kernel.arguments.size());
+  std::vector<void *> parameters;
+  for (size_t i = 0; i < kernel.arguments.size(); ++i) {
+    const Argument &argument = kernel.arguments[i];
+    if (argument.kind == "i64") {
+      auto it = values.integers.find(argument.name);
+      if (it == values.integers.end())
+        return invalid("kernel " + name + " needs '" + argument.name + "'");
+      storage[i] = it->second;
+    } else {
+      auto it = values.pointers.find(argument.name);
+      if (it == values.pointers.end() || !it->second)
+        return invalid("'" + argument.name + "' is null, but " + name +
+                       " reads or writes it (" + argument.shape + ")");
+      // Row buffers are read and written with vectors, tables with 8-byte
+      // loads, everything else element by element.
+      bool row =
+          argument.shape.size() >= 2 &&
+          argument.shape.compare(argument.shape.size() - 2, 2, "D]") == 0;
+      int64_t alignment = argument.kind == "table" ? 8
+                          : row
+                              ? kernel.vectorWidth * elementBytes(argument.type)
+                              : elementBytes(argument.type);
+      if (reinterpret_cast<uintptr_t>(it->second) % alignment != 0)
+        return invalid("'" + argument.name + "' must be aligned to " +
+                       std::to_string(alignment) + " bytes for " + name);
+      storage[i] = static_cast<int64_t>(reinterpret_cast<intptr_t>(it->second));
+    }
+    parameters.push_back(&storage[i]);
+  }
+  unsigned grid[3];
+  for (int dim = 0; dim < 3; ++dim) {
+    const GridDim &g = kernel.grid[dim];
+    int64_t symbol = 1;
+    if (g.symbol != "1") {
+      auto it = symbols.find(g.symbol);
+      if (it == symbols.end())
+        return invalid("no value for grid symbol " + g.symbol + " of " + name);
+      symbol = it->second;
+    }
+    int64_t size = ceilDiv(symbol * g.scale, g.divisor);
+    if (size == 0)
+      return ok(); // nothing to do
+    if (size > (dim == 0 ? 2147483647 : 65535))
+      return invalid("grid of " + name + " too large");
+    grid[dim] = static_cast<unsigned>(size);
+  }
+  const Driver &driver = runtime.driver;
+  // A thread that never touched the GPU (a framework's worker thread) has
+  // no current context; the module's is the one its kernels run in.
+  if (!driver.hip) {
+    void *current = nullptr;
+    driver.ctxGetCurrent(&current);
+    if (!current)
+      driver.ctxSetCurrent(runtime.context);
+  }
+  if (Driver::Result result =
+          driver.launchKernel(kernel.function, grid[0], grid[1], grid[2],
+                              static_cast<unsigned>(kernel.block), 1, 1, 0,
+                              stream, parameters.data(), nullptr))
+    return {ATTNRES_ERROR_DRIVER,
+            "launching " + name + ": " + driver.describe(result)};
+  return ok();
+}
+
+int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
+                          int64_t tokens) {
+  int64_t L = op.integer("num_sources"), D = op.integer("width");
+  int64_t M = op.integer("num_queries", 1);
+  int64_t rows = std::max<int64_t>(1, M * tokens);
+  int64_t wanted = ceilDiv(2 * std::max(1, runtime.multiprocessors), rows);
+  int64_t bytes = elementBytes(op.text("value_type"));
+  int64_t partitions = std::min({wanted, L / 4, L * D * bytes / 32768});
+  return std::clamp<int64_t>(partitions, 1, std::max<int64_t>(L, 1));
+}
+
+int64_t backwardBlocks(const AttnresRuntime &runtime, int64_t tokens) {
+  return std::max<int64_t>(
+      1, std::min<int64_t>(2 * std::max(1, runtime.multiprocessors),
+                           ceilDiv(tokens, 16)));
+}
+
+size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {
+  if (partitions <= 1)
+    return 0;
+  int64_t M = op.integer("num_queries", 1), D = op.integer("width");
+  return align256(partitions * M * tokens * D * 4) +
+         align256(partitions * M * tokens * 4);
+}
+
+size_t backwardWorkspace(const Op &op, int64_t blocks) {
+  int64_t M = op.integer("num_queries", 1), D = op.integer("width");
+  int64_t R = op.integer("rank"), G = op.integer("rows_per_block", 1);
+  int64_t weightRows = op.flag("output_norm_per_query") ? M : 1;
+  size_t bytes = align256(blocks * G * M * R * 4);
+  if (op.has("output_norm_type"))
+    bytes += align256(blocks * G * weightRows * D * 4);
+  return bytes;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The C API
+//===----------------------------------------------------------------------===//
+
+extern "C" {
+
+void attnresFreeString(char *string) { std::free(string); }
+
+AttnresStatus attnresRuntimeLoad(const char *directory, AttnresRuntime **out,
+                                 char **error) {
+  if (!directory || !out)
+    return report(invalid("directory and out must not be null"), error);
+  auto runtime = std::make_unique<AttnresRuntime>();
+  ATTNRES_TRY(loadBundle(directory, *runtime, /*withDevice=*/true));
+  *out = runtime.release();
+  return ATTNRES_OK;
+}
+
+AttnresStatus attnresRuntimeInspect(const char *directory, AttnresRuntime **out,
+                                    char **error) {
+  if (!directory || !out)
+    return report(invalid("directory and out must not be null"), error);
+  auto runtime = std::make_unique<AttnresRuntime>();
+  ATTNRES_TRY(loadBundle(directory, *runtime, /*withDevice=*/false));
+  *out = runtime.release();
+  return ATTNRES_OK;
+}
+
+AttnresStatus attnresRuntimeLoadFromMemory(const char *manifest,
+                                           size_t manifestSize,
+                                           const void *binary,
+                                           size_t binarySize,
+                                           AttnresRuntime **out, char **error) {
+  if (!manifest || !binary || !binarySize || !out)
+    return report(invalid("manifest, binary and out must not be null"), error);
+  auto runtime = std::make_unique<AttnresRuntime>();
+  ATTNRES_TRY(parseManifest(std::string(manifest, manifestSize), *runtime));
+  ATTNRES_TRY(loadModule(
+      *runtime, std::string(static_cast<const char *>(binary), binarySize)));
+  *out = runtime.release();
+  return ATTNRES_OK;
+}
+
+void attnresRuntimeDestroy(AttnresRuntime *runtime) { delete runtime; }
+
+int attnresRuntimeNumOps(const AttnresRuntime *runtime) {
+  return runtime ? static_cast<int>(runtime->ops.size()) : 0;
+}
+
+const char *attnresRuntimeOpKind(const AttnresRuntime *runtime, int op) {
+  if (!runtime || op < 0 || op >= static_cast<int>(runtime->ops.size()))
+    return nullptr;
+  return runtime->ops[op].kind.c_str();
+}
+
+const char *attnresRuntimeOpDescription(const AttnresRuntime *runtime, int op) {
+  if (!runtime || op < 0 || op >= static_cast<int>(runtime->ops.size()))
+    return nullptr;
+  return runtime->ops[op].description.c_str();
+}
+
+int attnresRuntimeMultiprocessors(const AttnresRuntime *runtime) {
+  return runtime ? runtime->multiprocessors : 0;
+}
+
+int64_t attnresForwardPartitions(const AttnresRuntime *runtime, int op,
+                                 int64_t numTokens) {
+  if (checkOp(runtime, op, "forward").status != ATTNRES_OK)
+    return 0;
+  return forwardPartitions(*runtime, runtime->ops[op], numTokens);
+}
+
+AttnresStatus attnresForwardWorkspaceSize(const AttnresRuntime *runtime, int op,
+                                          int64_t numTokens, int64_t partitions,
+                                          size_t *size, char **error) {
+  ATTNRES_TRY(checkOp(runtime, op, "forward"));
+  if (!size || numTokens < 0 || partitions < 0)
+    return report(invalid("size must not be null; tokens and partitions "
+                          "must be >= 0"),
+                  error);
+  const Op &entry = runtime->ops[op];
+  if (!partitions)
+    partitions = forwardPartitions(*runtime, entry, numTokens);
+  *size = forwardWorkspace(entry, numTokens, partitions);
+  return ATTNRES_OK;
+}
+
+AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
+                             const AttnresForwardArgs *args, void *stream,
+                             char **error) {
+  ATTNRES_TRY(checkOp(runtime, op, "forward"));
+  if (!args)
+    return report(invalid("args must not be null"), error);
+  const Op &entry = runtime->ops[op];
+  int64_t N = args->num_tokens, L = entry.integer("num_sources");
+  int64_t M = entry.integer("num_queries", 1);
+  if (N < 0)
+    return report(invalid("num_tokens must be >= 0"), error);
+  if (N == 0)
+    return ATTNRES_OK;
+  int64_t P = args->partitions ? args->partitions
+                               : forwardPartitions(*runtime, entry, N);
+  if (P < 1 || P > L)
+    return report(invalid("partitions must be in [1, L = " + std::to_string(L) +
+                          "], got " + std::to_string(P)),
+                  error);
+  Values values;
+  values.pointers = {{"sources", args->sources},
+                     {"query", args->query},
+                     {"key_norm", args->key_norm},
+                     {"output_norm", args->output_norm},
+                     {"o", args->o},
+                     {"lse", args->lse},
+                     {"o_pre", args->o_pre}};
+  values.integers = {{"num_tokens", N},
+                     {"num_partitions", P},
+                     {"num_rows", M * N},
+                     {"rows_per_weight", N}};
+  std::string forward, partial, merge;
+  ATTNRES_TRY(kernelFor(entry, "forward", forward));
+  ATTNRES_TRY(kernelFor(entry, "forward_partial", partial));
+  ATTNRES_TRY(kernelFor(entry, "merge", merge));
+  if (P == 1) {
+    ATTNRES_TRY(launch(*runtime, forward, values, {{"N", N}}, stream));
+    return ATTNRES_OK;
+  }
+  size_t needed = forwardWorkspace(entry, N, P);
+  if (!args->workspace || args->workspace_size < needed)
+    return report(invalid("the split forward (P = " + std::to_string(P) +
+                          ") needs a workspace of " + std::to_string(needed) +
+                          " bytes"),
+                  error);
+  char *workspace = static_cast<char *>(args->workspace);
+  values.pointers["partial_o"] = workspace;
+  values.pointers["partial_lse"] =
+      workspace + align256(P * M * N * entry.integer("width") * 4);
+  ATTNRES_TRY(launch(*runtime, partial, values, {{"N", N}, {"P", P}}, stream));
+  ATTNRES_TRY(launch(*runtime, merge, values, {{"rows", M * N}}, stream));
+  return ATTNRES_OK;
+}
+
+int64_t attnresBackwardBlocks(const AttnresRuntime *runtime, int op,
+                              int64_t numTokens) {
+  if (checkOp(runtime, op, "backward").status != ATTNRES_OK)
+    return 0;
+  return backwardBlocks(*runtime, numTokens);
+}
+
+AttnresStatus attnresBackwardWorkspaceSize(const AttnresRuntime *runtime,
+                                           int op, int64_t numTokens,
+                                           int64_t blocks, size_t *size,
+                                           char **error) {
+  ATTNRES_TRY(checkOp(runtime, op, "backward"));
+  if (!size || numTokens < 0 || blocks < 0)
+    return report(invalid("size must not be null; tokens and blocks must be "
+                          ">= 0"),
+                  error);
+  if (!blocks)
+    blocks = backwardBlocks(*runtime, numTokens);
+  *size = backwardWorkspace(runtime->ops[op], blocks);
+  return ATTNRES_OK;
+}
+
+AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
+                              const AttnresBackwardArgs *args, void *stream,
+                              char **error) {
+  ATTNRES_TRY(checkOp(runtime, op, "backward"));
+  if (!args)
+    return report(invalid("args must not be null"), error);
+  const Op &entry = runtime->ops[op];
+  int64_t N = args->num_tokens;
+  if (N < 0)
+    return report(invalid("num_tokens must be >= 0"), error);
+  int64_t B = args->blocks ? args->blocks : backwardBlocks(*runtime, N);
+  if (B < 1)
+    return report(invalid("blocks must be >= 1"), error);
+  size_t needed = backwardWorkspace(entry, B);
+  if (!args->workspace || args->workspace_size < needed)
+    return report(invalid("the backward (B = " + std::to_string(B) +
+                          ") needs a workspace of " + std::to_string(needed) +
+                          " bytes"),
+                  error);
+  int64_t M = entry.integer("num_queries", 1), R = entry.integer("rank");
+  int64_t G = entry.integer("rows_per_block", 1);
+  char *workspace = static_cast<char *>(args->workspace);
+  Values values;
+  values.pointers = {{"sources", args->sources},
+                     {"query", args->query},
+                     {"key_norm", args->key_norm},
+                     {"output_norm", args->output_norm},
+                     {"grad", args->grad},
+                     {"lse", args->lse},
+                     {"saved", args->saved},
+                     {"grad_sources", args->grad_sources},
+                     {"dq", args->dq},
+                     {"dg", args->dg},
+                     {"dh", args->dh},
+                     {"partial_da", workspace},
+                     {"partial_dh", workspace + align256(B * G * M * R * 4)}};
+  values.integers = {
+      {"num_tokens", N}, {"num_blocks", B}, {"num_partial_rows", B * G}};
+  std::string backward, finalize;
+  ATTNRES_TRY(kernelFor(entry, "backward", backward));
+  ATTNRES_TRY(kernelFor(entry, "finalize", finalize));
+  ATTNRES_TRY(launch(*runtime, backward, values, {{"B", B}}, stream));
+  ATTNRES_TRY(launch(*runtime, finalize, values, {}, stream));
+  return ATTNRES_OK;
+}
+
+AttnresStatus attnresMerge(const AttnresRuntime *runtime, int op,
+                           const AttnresMergeArgs *args, void *stream,
+                           char **error) {
+  ATTNRES_TRY(checkOp(runtime, op, "partition_reduce_softmax"));
+  if (!args || args->num_rows < 0)
+    return report(invalid("args must not be null; num_rows must be >= 0"),
+                  error);
+  const Op &entry = runtime->ops[op];
+  Values values;
+  values.pointers = {{"partial_o", args->partials},
+                     {"partial_lse", args->partial_lse},
+                     {"sink", args->sink},
+                     {"output_norm", args->output_norm},
+                     {"o", args->o},
+                     {"lse", args->lse},
+                     {"o_pre", args->o_pre}};
+  values.integers = {{"num_rows", args->num_rows},
+                     {"num_partitions", entry.integer("num_partitions")},
+                     {"rows_per_weight", args->rows_per_weight}};
+  std::string merge;
+  ATTNRES_TRY(kernelFor(entry, "merge", merge));
+  ATTNRES_TRY(
+      launch(*runtime, merge, values, {{"rows", args->num_rows}}, stream));
+  return ATTNRES_OK;
+}
+
+AttnresStatus attnresSum(const AttnresRuntime *runtime, int op,
+                         const void *partials, void *output,
+                         int64_t numElements, void *stream, char **error) {
+  ATTNRES_TRY(checkOp(runtime, op, "partition_reduce_sum"));
+  if (numElements < 0)
+    return report(invalid("num_elements must be >= 0"), error);
+  const Op &entry = runtime->ops[op];
+  Values values;
+  values.pointers = {{"partials", partials}, {"output", output}};
+  values.integers = {{"num_elements", numElements}};
+  std::string sum;
+  ATTNRES_TRY(kernelFor(entry, "sum", sum));
+  ATTNRES_TRY(launch(*runtime, sum, values, {{"N", numElements}}, stream));
+  return ATTNRES_OK;
+}
+
+} // extern "C"

@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""The PyTorch ops on the GPU: attnres.attnres and attnres.partition_reduce
+against the float64 reference of run_cases.py, on the reference matrix and
+edge cases of cases.py, in three modes:
+
+* eager: every case; outputs and every gradient (sources, query, key-norm
+  and output-norm weights) through autograd;
+* compile: torch.compile(fullgraph=True) of the forward and its backward
+  (inductor), on a subset of the cases (each compiles its own graph);
+* graph: forward and backward captured in one CUDA graph, replayed on new
+  input values copied into the captured buffers; every case.
+
+Sources come as a list of [a, b, D] tensors or one packed [L, a, b, D]
+tensor; some cases pass non-contiguous sources (the ops copy them).
+
+Run with the package's runtime and bundles prebuilt on a machine with the
+compiler (--prebuild DIR there; ATTNRES_BUNDLE_DIR=DIR here).
+"""
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent / "python"))
+
+import attnres  # noqa: E402
+from attnres import _checks  # noqa: E402
+from cases import edge_cases, matrix, merge_cases  # noqa: E402
+from run_cases import (DTYPES, Report, make_inputs, ref_backward,  # noqa: E402
+                       ref_forward, ref_merge)
+
+COMPILE_EVERY = 6  # one case in six also runs under torch.compile
+
+
+def attnres_cases():
+    cases = matrix() + edge_cases()
+    for index, c in enumerate(cases):
+        c["kind"] = "attnres"
+        c["compile"] = index % COMPILE_EVERY == 0 or c["id"].startswith("e")
+        # Every third case splits its tokens over two leading dimensions,
+        # every fifth passes non-contiguous sources.
+        c["split_tokens"] = index % 3 == 1 and c["N"] % 2 == 0
+        c["strided"] = index % 5 == 4
+    return cases
+
+
+class Shape:
+    """Looks like a CUDA tensor of a shape and dtype to the checks."""
+
+    class _Device:
+        type, index = "cuda", 0
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, self._Device
+
+    def stride(self):
+        return ()
+
+    def data_ptr(self):
+        return 0
+
+
+def lead_shape(c):
+    return (2, c["N"] // 2) if c["split_tokens"] else (c["N"],)
+
+
+def op_arguments(c, as_tensor):
+    """sources, query and weights for attnres.attnres, from `as_tensor(name,
+    shape)`."""
+    L, D, R, M = c["L"], c["D"], c["R"], c["M"]
+    lead = lead_shape(c)
+    if c["packed"]:
+        sources = as_tensor("v", (L,) + lead + (D,))
+    else:
+        sources = [as_tensor(f"v{l}", lead + (D,)) for l in range(L)]
+    query = as_tensor("q", (M, R) if c["multi_query"] else (R,))
+    g = as_tensor("g", (R,)) if c["key_norm"] else None
+    h = None
+    if c["output_norm"]:
+        h = as_tensor("h", (M, D) if c["per_query"] else (D,))
+    return sources, query, g, h
+
+
+def keys():
+    """Every kernel key the cases and the training script use."""
+    result = set()
+    for c in attnres_cases():
+        T, Tp = DTYPES[c["dtype"]], DTYPES[c["param_dtype"]]
+        sources, query, g, h = op_arguments(
+            c, lambda name, shape: Shape(shape, Tp if name in "qgh" else T))
+        call = _checks.check_attnres(sources, query, g, h, c["eps"],
+                                     c["scale"], c["save"])
+        result.add(call.spec())
+    for c in merge_cases():
+        if c["kind"] == "merge":
+            out = c["dtype"] if c["output_norm"] else "f32"
+            key = f"merge:P={c['P']},D={c['D']},out={out}"
+            if c["sink"] != "none":
+                key += ",sink"
+            if c["output_norm"]:
+                key += f",output_norm,eps={1e-6!r}"
+            result.add(key)
+        else:
+            result.add(f"sum:P={c['P']}")
+    return sorted(result)
+
+
+# --------------------------------------------------------------------------
+
+def make_leaves(c, x):
+    """Leaf tensors for the op from make_inputs' [L, N, D] etc."""
+    L, D = c["L"], c["D"]
+    lead = lead_shape(c)
+    v = x["v"]
+    if c["strided"]:
+        # Every source a view with a row stride of 2 D: not dense.
+        wide = torch.zeros(v.shape[:-1] + (2 * D,), dtype=v.dtype,
+                           device=v.device)
+        wide[..., :D] = v
+        v = wide[..., :D]
+    if c["packed"]:
+        sources = v.reshape((L,) + lead + (D,)).detach().requires_grad_()
+        leaves = [sources]
+    else:
+        sources = [v[l].reshape(lead + (D,)).detach().requires_grad_()
+                   for l in range(L)]
+        leaves = list(sources)
+    query = x["q"] if c["multi_query"] else x["q"][0]
+    query = query.clone().requires_grad_()
+    leaves.append(query)
+    g = h = None
+    if x["g"] is not None:
+        g = x["g"].clone().requires_grad_()
+        leaves.append(g)
+    if x["h"] is not None:
+        h = x["h"].clone().requires_grad_()
+        leaves.append(h)
+    return sources, query, g, h, leaves
+
+
+def run_op(c, sources, query, g, h, grad):
+    o = attnres.attnres(sources, query, key_norm_weight=g,
+                        output_norm_weight=h, eps=c["eps"], scale=c["scale"],
+                        save=c["save"])
+    return o
+
+
+def grads_of(c, leaves, o, grad):
+    return torch.autograd.grad(o, leaves, grad)
+
+
+def unpack(c, outputs):
+    """o [M, N, D] and gradients in the reference's layout."""
+    L, D, M, N = c["L"], c["D"], c["M"], c["N"]
+    o, grads = outputs[0], list(outputs[1:])
+    o = o.reshape(M, N, D)
+    if c["packed"]:
+        dv = grads.pop(0).reshape(L, N, D)
+    else:
+        dv = torch.stack([grads.pop(0).reshape(N, D) for _ in range(L)])
+    dq = grads.pop(0).reshape(M, -1)
+    dg = grads.pop(0) if c["key_norm"] else None
+    dh = grads.pop(0) if c["output_norm"] else None
+    return o, dv, dq, dg, dh
+
+
+def references(c, x):
+    eps, scale = c["eps"], c["scale"]
+
+    def forward(dtype):
+        y = {k: (t.to(dtype) if t is not None else None) for k, t in x.items()}
+        return ref_forward(y["v"], y["q"], y["g"], y["h"], eps, scale)
+
+    o64, lse64, opre64 = forward(torch.float64)
+    o32, _, _ = forward(torch.float32)
+    T = DTYPES[c["dtype"]]
+    # The op's backward reads its own stored o_pre (or o) and lse: the
+    # reference reads the same values, rounded to their storage types.
+    saved = None
+    if c["save"] == "o_pre":
+        saved = (opre64 if c["output_norm"] else o64).to(T)
+    lse = lse64.to(torch.float32)
+
+    def backward(dtype, magnitudes=False):
+        y = {k: (t.to(dtype) if t is not None else None) for k, t in x.items()}
+        return ref_backward(y["v"], y["q"], y["g"], y["h"], y["grad"],
+                            lse.to(dtype),
+                            saved.to(dtype) if saved is not None else None,
+                            eps, scale, magnitudes)
+
+    return dict(o=(o64, o32), backward64=backward(torch.float64, True),
+                backward32=backward(torch.float32))
+
+
+def check(c, report, mode, got, ref):
+    o, dv, dq, dg, dh = unpack(c, got)
+    report.check(f"{mode} o", o, *ref["o"], c["dtype"])
+    dv64, dq64, dg64, dh64, dq_abs, dg_abs, dh_abs = ref["backward64"]
+    dv32, dq32, dg32, dh32 = ref["backward32"]
+    report.check(f"{mode} dv", dv, dv64, dv32, c["dtype"])
+    report.check(f"{mode} dq", dq, dq64, dq32, c["param_dtype"], dq_abs)
+    if dg64 is not None:
+        report.check(f"{mode} dg", dg, dg64, dg32, c["param_dtype"], dg_abs)
+    if dh64 is not None:
+        report.check(f"{mode} dh", dh.reshape(dh64.shape), dh64, dh32,
+                     c["param_dtype"], dh_abs)
+
+
+def attnres_case(c, report, device):
+    x = make_inputs(c, device)
+    ref = references(c, {k: (t.cpu() if t is not None else None)
+                         for k, t in x.items()})
+    grad = x["grad"].reshape((c["M"],) + lead_shape(c) + (c["D"],))
+    if not c["multi_query"]:
+        grad = grad[0]
+
+    # eager
+    sources, query, g, h, leaves = make_leaves(c, x)
+    o = run_op(c, sources, query, g, h, grad)
+    check(c, report, "eager", (o,) + grads_of(c, leaves, o, grad), ref)
+
+    # torch.compile(fullgraph=True), forward and backward
+    if c["compile"]:
+        torch._dynamo.reset()
+        compiled = torch.compile(
+            lambda s, q, g_, h_: attnres.attnres(
+                s, q, key_norm_weight=g_, output_norm_weight=h_,
+                eps=c["eps"], scale=c["scale"], save=c["save"]),
+            fullgraph=True)
+        sources, query, g, h, leaves = make_leaves(c, x)
+        o = compiled(sources, query, g, h)
+        check(c, report, "compile", (o,) + grads_of(c, leaves, o, grad),
+              ref)
+
+    # CUDA graph: capture forward + backward on placeholder values, then
+    # copy the case's inputs into the captured buffers and replay.
+    sources, query, g, h, leaves = make_leaves(c, x)
+    values = [t.detach().clone() for t in leaves]
+    static_grad = grad.clone()
+    with torch.no_grad():
+        for t in leaves:
+            t.normal_()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up: kernels loaded, tables cached
+            o = run_op(c, sources, query, g, h, static_grad)
+            grads_of(c, leaves, o, static_grad)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_o = run_op(c, sources, query, g, h, static_grad)
+        static_grads = grads_of(c, leaves, static_o, static_grad)
+    with torch.no_grad():
+        for t, value in zip(leaves, values):
+            t.copy_(value)
+        for t in (static_o,) + tuple(static_grads):
+            t.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    check(c, report, "graph", (static_o,) + tuple(static_grads), ref)
+
+
+# --------------------------------------------------------------------------
+
+def merge_inputs(c):
+    gen = torch.Generator().manual_seed(c["seed"])
+    P, D, rows = c["P"], c["D"], c["rows"]
+    partials = torch.randn(P, rows, D, generator=gen, dtype=torch.float64)
+    lse = torch.randn(P, rows, generator=gen, dtype=torch.float64) * 3
+    sink = torch.randn(rows, generator=gen, dtype=torch.float64) * 3
+    for r in range(rows):
+        all_empty = c["empty"] == "all" or (c["empty"] == "rows" and r % 2 == 0)
+        for p in range(P):
+            if all_empty or (c["empty"] == "some" and
+                             torch.rand(1, generator=gen).item() < 1 / 3):
+                lse[p, r] = -math.inf
+                partials[p, r, 0::2] = math.inf
+                partials[p, r, 1::2] = math.nan
+        if c["sink"] == "-inf":
+            sink[r] = -math.inf
+        if c["sink"] == "+inf" and r % 2 == 0:
+            sink[r] = math.inf
+    h = (torch.randn(D, generator=gen, dtype=torch.float64) * 0.2 + 1)
+    return partials.float(), lse.float(), sink.float(), h
+
+
+def merge_reference64(partials, lse, sink, h, grad_o, grad_lse, eps=1e-6):
+    """Forward by ref_merge; gradients by float64 autograd through the
+    formula of DESIGN.md section 3 written with masks (empty partitions and
+    rows give exact zeros)."""
+    p = partials.double().requires_grad_()
+    l = lse.double().requires_grad_()
+    s = sink.double().requires_grad_() if sink is not None else None
+    hw = h.double().requires_grad_() if h is not None else None
+    m = l.max(0).values
+    if s is not None:
+        m = torch.maximum(m, s)
+    finite_m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    empty = torch.isneginf(l)
+    w = torch.where(empty, 0.0, torch.exp(torch.where(empty, 0.0, l)
+                                          - finite_m))
+    w = torch.where(torch.isposinf(m) & ~empty, (l == m).double(), w)
+    total = w.sum(0)
+    if s is not None:
+        sw = torch.where(torch.isneginf(s), 0.0,
+                         torch.exp(torch.where(torch.isinf(s), 0.0, s)
+                                   - finite_m))
+        sw = torch.where(torch.isposinf(s), 1.0, sw)
+        total = total + sw
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    values = torch.where(empty.unsqueeze(-1), 0.0, p)
+    o = (w.unsqueeze(-1) * values).sum(0) / safe.unsqueeze(-1)
+    out_lse = torch.where(total > 0, finite_m + torch.log(safe),
+                          torch.full_like(total, -math.inf))
+    out_lse = torch.where(torch.isposinf(m), m, out_lse)
+    if hw is not None:
+        o = o * torch.rsqrt((o * o).mean(-1, True) + eps) * hw
+    inputs = [p, l] + ([s] if s is not None else []) + \
+        ([hw] if hw is not None else [])
+    finite_lse = torch.where(torch.isfinite(out_lse), out_lse, 0.0)
+    loss = (o * grad_o.double()).sum() + (finite_lse * grad_lse.double()).sum()
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True)
+    return o.detach(), out_lse.detach(), grads
+
+
+def merge_case(c, report, device):
+    partials, lse, sink, h = merge_inputs(c)
+    use_sink = c["sink"] != "none"
+    T = DTYPES[c["dtype"]] if c["output_norm"] else torch.float32
+    hT = h.to(T) if c["output_norm"] else None
+    o64, lse64 = ref_merge(partials.double(), lse.double(),
+                           sink.double() if use_sink else None)
+    gen = torch.Generator().manual_seed(c["seed"] + 1)
+    grad_o = torch.randn(c["rows"], c["D"], generator=gen)
+    grad_lse = torch.randn(c["rows"], generator=gen)
+    _, _, grads64 = merge_reference64(
+        partials, lse, sink if use_sink else None,
+        hT.double() if hT is not None else None, grad_o, grad_lse)
+
+    inputs = [partials.to(device).requires_grad_(),
+              lse.to(device).requires_grad_()]
+    sink_d = sink.to(device).requires_grad_() if use_sink else None
+    h_d = hT.to(device).requires_grad_() if hT is not None else None
+    o, out_lse = attnres.partition_reduce(
+        inputs[0], inputs[1], sink=sink_d, output_norm_weight=h_d)
+    if c["output_norm"]:
+        o64 = o64 * torch.rsqrt((o64 * o64).mean(-1, True) + 1e-6) * \
+            hT.double()
+    storage = c["dtype"] if c["output_norm"] else "f32"
+    report.check("merge o", o, o64, o64, storage)
+    report.check("merge lse", out_lse, lse64, lse64, "f32")
+    # The lse gradient of rows whose merged lse is infinite is not defined;
+    # their incoming lse gradient is zeroed in both.
+    finite = torch.isfinite(lse64).to(device)
+    leaves = inputs + [t for t in (sink_d, h_d) if t is not None]
+    grads = torch.autograd.grad(
+        (o.float() * grad_o.to(device)).sum() +
+        (torch.where(finite, out_lse, 0.0) * grad_lse.to(device)).sum(),
+        leaves, allow_unused=True)
+    names = ["d partials", "d lse"] + (["d sink"] if use_sink else []) + \
+        (["d h"] if hT is not None else [])
+    for name, got, ref in zip(names, grads, grads64):
+        if ref is None:
+            continue
+        got = torch.zeros_like(ref) if got is None else got
+        # FP32 formulas against float64: the bf16 output's rounding is in o,
+        # not in these.
+        report.check(f"merge {name}", got, ref, ref, "bf16" if name == "d h"
+                     else "f32" if storage == "f32" else "bf16")
+
+
+def sum_case(c, report, device):
+    gen = torch.Generator().manual_seed(c["seed"])
+    partials = torch.randn(c["P"], 10, c["S"] // 10, generator=gen)
+    leaf = partials.to(device).requires_grad_()
+    total = attnres.partition_reduce(leaf, mode="sum")
+    report.check("sum", total, partials.double().sum(0),
+                 partials.sum(0).double(), "f32")
+    grad = torch.randn(total.shape, generator=gen).to(device)
+    (d,) = torch.autograd.grad(total, leaf, grad)
+    report.check("sum grad", d, grad.double().expand(c["P"], -1, -1).cpu(),
+                 grad.double().expand(c["P"], -1, -1).cpu(), "f32")
+
+
+# --------------------------------------------------------------------------
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prebuild", type=pathlib.Path,
+                        help="compile every bundle the cases need into this "
+                        "folder (on a machine with the compiler) and exit")
+    parser.add_argument("--target", default="sm_90")
+    parser.add_argument("--out", type=pathlib.Path)
+    parser.add_argument("--filter", default="")
+    args = parser.parse_args()
+    if args.prebuild:
+        needed = keys()
+        attnres.prebuild(needed, args.target, args.prebuild)
+        print(f"{len(needed)} bundles in {args.prebuild / args.target}")
+        return 0
+
+    device = "cuda"
+    torch._dynamo.config.cache_size_limit = 1024
+    cases = attnres_cases() + merge_cases()
+    cases = [c for c in cases if c["id"].startswith(args.filter)]
+    results, start = [], time.time()
+    for c in cases:
+        report = Report()
+        try:
+            if c["kind"] == "attnres":
+                attnres_case(c, report, device)
+            elif c["kind"] == "merge":
+                merge_case(c, report, device)
+            else:
+                sum_case(c, report, device)
+            torch.cuda.synchronize()
+        except Exception as error:  # a failing case must not stop the run
+            report.failures.append(f"exception: {error!r}")
+        ok = not report.failures
+        modes = "eager+graph" + ("+compile" if c.get("compile") else "")
+        label = c.get("id")
+        print(f"{'PASS' if ok else 'FAIL'} {label} {c['kind']} "
+              f"{modes if c['kind'] == 'attnres' else ''} "
+              f"worst={report.worst:.2e}"
+              + ("" if ok else "  " + "; ".join(report.failures[:4])),
+              flush=True)
+        results.append(dict(id=label, kind=c["kind"], ok=ok,
+                            compile=bool(c.get("compile")),
+                            worst=report.worst, failures=report.failures))
+    passed = sum(r["ok"] for r in results)
+    compiled = sum(r["compile"] for r in results)
+    print(f"\n{passed}/{len(results)} cases pass ({compiled} also under "
+          f"torch.compile) in {time.time() - start:.0f} s; "
+          f"torch {torch.__version__}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "torch_op.json").write_text(json.dumps(results, indent=1))
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
