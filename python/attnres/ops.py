@@ -173,9 +173,9 @@ def _sources_table(sources):
 
 @torch.library.custom_op("attnres::forward", mutates_args=())
 def forward_op(sources: list[torch.Tensor], query: torch.Tensor,
-             key_norm: torch.Tensor | None, output_norm: torch.Tensor | None,
-             eps: float, scale: float, save: str
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               key_norm: torch.Tensor | None,
+               output_norm: torch.Tensor | None, eps: float, scale: float,
+               save: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     call = _call(sources, query, key_norm, output_norm, eps, scale, save)
@@ -214,14 +214,23 @@ def _(sources, query, key_norm, output_norm, eps, scale, save):
     return o, lse, o_pre
 
 
+def _parameter_grads(query, key_norm, output_norm):
+    """Dense dq, dg, dh (empty when the weight is absent), in the real and
+    the fake implementation alike: compilers check one against the other."""
+    def like(tensor):
+        return query.new_empty(tuple(tensor.shape), dtype=tensor.dtype) \
+            if tensor is not None else query.new_empty((0,))
+    return like(query), like(key_norm), like(output_norm)
+
+
 @torch.library.custom_op("attnres::backward", mutates_args=())
 def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
-              key_norm: torch.Tensor | None,
-              output_norm: torch.Tensor | None, grad: torch.Tensor,
-              lse: torch.Tensor, saved: torch.Tensor | None, eps: float,
-              scale: float, save: str
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                         torch.Tensor]:
+                key_norm: torch.Tensor | None,
+                output_norm: torch.Tensor | None, grad: torch.Tensor,
+                lse: torch.Tensor, saved: torch.Tensor | None, eps: float,
+                scale: float, save: str
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                           torch.Tensor]:
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     grad, lse, saved = dense(grad), dense(lse), maybe_dense(saved)
@@ -232,11 +241,7 @@ def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
     # on the device, and a list of sources gets views of it.
     grad_sources = torch.empty((L, N, D), dtype=sources[0].dtype,
                                device=device)
-    dq = torch.empty_like(query)
-    dg = torch.empty_like(key_norm) if key_norm is not None else \
-        query.new_empty((0,))
-    dh = torch.empty_like(output_norm) if output_norm is not None else \
-        query.new_empty((0,))
+    dq, dg, dh = _parameter_grads(query, key_norm, output_norm)
     if N == 0:
         dq.zero_()
         dg.zero_()
@@ -267,11 +272,7 @@ def _(sources, query, key_norm, output_norm, grad, lse, saved, eps, scale,
     L = len(sources) if sources[0].dim() == 2 else sources[0].shape[0]
     N, D = sources[0].shape[-2], sources[0].shape[-1]
     grad_sources = sources[0].new_empty((L, N, D))
-    dq = torch.empty_like(query)
-    dg = torch.empty_like(key_norm) if key_norm is not None else \
-        query.new_empty((0,))
-    dh = torch.empty_like(output_norm) if output_norm is not None else \
-        query.new_empty((0,))
+    dq, dg, dh = _parameter_grads(query, key_norm, output_norm)
     return grad_sources, dq, dg, dh
 
 
@@ -305,8 +306,8 @@ def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre):
     # differentiable interface: attnres.attnres returns o only.
     grad = grad_o.to(sources[0].dtype)
     grad_sources, dq, dg, dh = backward_op(sources, query, key_norm,
-                                         output_norm, grad, lse, saved, eps,
-                                         scale, save)
+                                           output_norm, grad, lse, saved,
+                                           eps, scale, save)
     if len(sources) == 1 and sources[0].dim() == 3:
         grads_of_sources = [grad_sources]
     else:
@@ -331,8 +332,8 @@ def _merge_key(P, D, out, sink, output_norm, eps):
 
 @torch.library.custom_op("attnres::merge", mutates_args=())
 def merge_op(partials: torch.Tensor, lse: torch.Tensor,
-           sink: torch.Tensor | None, output_norm: torch.Tensor | None,
-           eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+             sink: torch.Tensor | None, output_norm: torch.Tensor | None,
+             eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     partials, lse = dense(partials), dense(lse)
     sink, output_norm = maybe_dense(sink), maybe_dense(output_norm)
     P, rows, D = partials.shape
