@@ -42,7 +42,9 @@ class Call:
     for, and how to lay the tensors out for them."""
 
     def __init__(self, **fields):
-        self.__dict__.update(fields)
+        # setattr, not __dict__.update: torch.compile traces this.
+        for name, value in fields.items():
+            setattr(self, name, value)
 
     def spec(self):
         """The compiler spec (docs/Bundle.md) of the forward and backward."""

@@ -180,7 +180,26 @@ def unpack(c, outputs):
     return o, dv, dq, dg, dh
 
 
-def references(c, x):
+def op_saved(c, x):
+    """The op's own forward results (o, lse, and what it saves for the
+    backward), from torch.ops.attnres.forward directly."""
+    v = x["v"].contiguous()
+    sources = [v] if c["packed"] else [v[l] for l in range(c["L"])]
+    o, lse, o_pre = torch.ops.attnres.forward(
+        sources, x["q"].contiguous(), x["g"], x["h"], c["eps"], c["scale"],
+        c["save"])
+    saved = None
+    if c["save"] == "o_pre":
+        saved = o_pre if c["output_norm"] else o
+    return lse, saved
+
+
+def references(c, x, lse, saved):
+    """The float64 reference. The backward reads the op's own stored lse and
+    o_pre (or o), as the op's backward does: rounding them to the storage
+    type is the op's design (DESIGN.md section 2), and the reference must
+    not charge that rounding to the kernels. The forward check compares
+    the stored values themselves with the reference."""
     eps, scale = c["eps"], c["scale"]
 
     def forward(dtype):
@@ -188,14 +207,13 @@ def references(c, x):
         return ref_forward(y["v"], y["q"], y["g"], y["h"], eps, scale)
 
     o64, lse64, opre64 = forward(torch.float64)
-    o32, _, _ = forward(torch.float32)
-    T = DTYPES[c["dtype"]]
-    # The op's backward reads its own stored o_pre (or o) and lse: the
-    # reference reads the same values, rounded to their storage types.
-    saved = None
-    if c["save"] == "o_pre":
-        saved = (opre64 if c["output_norm"] else o64).to(T)
-    lse = lse64.to(torch.float32)
+    o32, lse32, opre32 = forward(torch.float32)
+    stored = dict(lse=(lse, lse64, lse32, "f32"))
+    if saved is not None:
+        stored["saved"] = (saved, opre64 if c["output_norm"] else o64,
+                           opre32 if c["output_norm"] else o32, c["dtype"])
+    saved = saved.double() if saved is not None else None
+    lse = lse.double()
 
     def backward(dtype, magnitudes=False):
         y = {k: (t.to(dtype) if t is not None else None) for k, t in x.items()}
@@ -204,7 +222,8 @@ def references(c, x):
                             saved.to(dtype) if saved is not None else None,
                             eps, scale, magnitudes)
 
-    return dict(o=(o64, o32), backward64=backward(torch.float64, True),
+    return dict(o=(o64, o32), stored=stored,
+                backward64=backward(torch.float64, True),
                 backward32=backward(torch.float32))
 
 
@@ -224,8 +243,12 @@ def check(c, report, mode, got, ref):
 
 def attnres_case(c, report, device, modes):
     x = make_inputs(c, device)
+    lse, saved = op_saved(c, x)
     ref = references(c, {k: (t.cpu() if t is not None else None)
-                         for k, t in x.items()})
+                         for k, t in x.items()},
+                     lse.cpu(), saved.cpu() if saved is not None else None)
+    for name, (got, ref64, ref32, storage) in ref["stored"].items():
+        report.check(f"stored {name}", got, ref64, ref32, storage)
     grad = x["grad"].reshape((c["M"],) + lead_shape(c) + (c["D"],))
     if not c["multi_query"]:
         grad = grad[0]
