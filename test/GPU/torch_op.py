@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "python"))
 
 import attnres  # noqa: E402
+import attnres.ops  # noqa: E402,F401  (registers torch.ops.attnres)
 from attnres import _checks  # noqa: E402
 from cases import edge_cases, matrix, merge_cases  # noqa: E402
 from run_cases import (DTYPES, Report, make_inputs, ref_backward,  # noqa: E402
