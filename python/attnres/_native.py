@@ -102,6 +102,9 @@ def runtime_lib():
                                             ctypes.POINTER(handle), _p]),
             "attnresRuntimeInspect": (status, [ctypes.c_char_p,
                                                ctypes.POINTER(handle), _p]),
+            "attnresRuntimeLoadFromMemory": (
+                status, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                         ctypes.c_size_t, ctypes.POINTER(handle), _p]),
             "attnresRuntimeDestroy": (None, [handle]),
             "attnresFreeString": (None, [_p]),
             "attnresRuntimeNumOps": (ctypes.c_int, [handle]),

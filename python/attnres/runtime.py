@@ -135,11 +135,25 @@ def _open(function, directory):
     return Runtime(handle.value, str(directory))
 
 
-def load(directory):
-    """Loads a bundle folder for the calling thread's current GPU (the CUDA
-    primary context when none is current). Raises NoDriverError where there
-    is no driver, BundleError for a bad folder."""
-    return _open("attnresRuntimeLoad", directory)
+def load(bundle):
+    """Loads a bundle for the calling thread's current GPU (the CUDA primary
+    context when none is current): a folder, or a CompiledBundle from
+    attnres.compile, loaded from memory. Raises NoDriverError where there is
+    no driver, BundleError for a bad bundle."""
+    files = getattr(bundle, "files", None)
+    if files is None:
+        return _open("attnresRuntimeLoad", bundle)
+    if len(files) != 1:
+        raise InvalidArgumentError(
+            f"a bundle loads from memory with one binary, this one has "
+            f"{len(files)}: write it to a folder and load that")
+    manifest = bundle.manifest_text.encode()
+    (binary,) = files.values()
+    handle = ctypes.c_void_p()
+    _native.runtime_call("attnresRuntimeLoadFromMemory", manifest,
+                         len(manifest), binary, len(binary),
+                         ctypes.byref(handle))
+    return Runtime(handle.value, "<memory>")
 
 
 def inspect(directory):

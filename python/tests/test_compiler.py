@@ -105,6 +105,11 @@ def test_load_without_a_driver(train_bundle):
     with pytest.raises(attnres.NoDriverError,
                        match="cannot load the CUDA driver"):
         attnres.load(train_bundle)
+    # From memory: the manifest is parsed, then the driver is missing.
+    compiled = attnres.compile("forward:L=2,D=64", target="sm_90")
+    with pytest.raises(attnres.NoDriverError,
+                       match="cannot load the CUDA driver"):
+        attnres.load(compiled)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

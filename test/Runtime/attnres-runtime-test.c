@@ -82,6 +82,13 @@ int main(int argc, char **argv) {
        attnresRuntimeInspect("/nonexistent/attnres", &runtime, &error));
   SHOW("null directory", attnresRuntimeLoad(NULL, &runtime, &error));
 
+  static const char binary[] = "not a GPU binary";
+  SHOW("malformed manifest in memory",
+       attnresRuntimeLoadFromMemory("{\"kernels\": 3}", 14, binary,
+                                    sizeof(binary), &runtime, &error));
+  SHOW("null binary",
+       attnresRuntimeLoadFromMemory("{}", 2, NULL, 0, &runtime, &error));
+
   if (argc > 3 && strcmp(argv[3], "load") == 0) {
     error = NULL;
     runtime = NULL;
