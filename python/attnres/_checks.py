@@ -37,6 +37,13 @@ def _need_tensor(value, name):
                         f"{type(value).__name__}")
 
 
+def _check_eps(eps):
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or \
+            not math.isfinite(eps) or eps <= 0:
+        raise InvalidArgumentError(
+            f"eps must be a finite number > 0, got {eps!r}")
+
+
 class Call:
     """A checked attnres call: the static shape the kernels are compiled
     for, and how to lay the tensors out for them."""
@@ -158,10 +165,7 @@ def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
                 f"({param_dtype}), got {_dtype(output_norm_weight)}")
         tensors.append(("output_norm_weight", output_norm_weight))
 
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or \
-            not math.isfinite(eps) or eps <= 0:
-        raise InvalidArgumentError(
-            f"eps must be a finite number > 0, got {eps!r}")
+    _check_eps(eps)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
             not math.isfinite(scale):
         raise InvalidArgumentError(
@@ -260,10 +264,7 @@ def check_partition_reduce(partials, lse, sink, output_norm_weight, eps,
                 f"got {_dtype(output_norm_weight)}")
         out_type = VALUE_TYPES[_dtype(output_norm_weight)]
         tensors.append(("output_norm_weight", output_norm_weight))
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or \
-            not math.isfinite(eps) or eps <= 0:
-        raise InvalidArgumentError(
-            f"eps must be a finite number > 0, got {eps!r}")
+    _check_eps(eps)
     check_devices(tensors, cuda_available)
     rows = 1
     for extent in lead:

@@ -406,10 +406,12 @@ def ref_merge(partials, lse, sink):
     return o, out_lse
 
 
-def merge_case(bundle, c, device, report, dry_run):
+def merge_inputs(c):
+    """FP32 partials, lse and sink with the case's empty partitions (lse =
+    -inf, rows of inf and NaN) and sinks, and an output-norm weight (float64;
+    the caller rounds it to its type)."""
     gen = torch.Generator().manual_seed(c["seed"])
     P, D, rows = c["P"], c["D"], c["rows"]
-    T = DTYPES[c["dtype"]]
     partials = torch.randn(P, rows, D, generator=gen, dtype=torch.float64)
     lse = torch.randn(P, rows, generator=gen, dtype=torch.float64) * 3
     sink = torch.randn(rows, generator=gen, dtype=torch.float64) * 3
@@ -425,15 +427,18 @@ def merge_case(bundle, c, device, report, dry_run):
             sink[r] = -math.inf
         if c["sink"] == "+inf" and r % 2 == 0:
             sink[r] = math.inf
-    partials = partials.float().double()
-    lse = lse.float().double()
-    sink = sink.float().double()
+    h = torch.randn(D, generator=gen, dtype=torch.float64) * 0.2 + 1
+    return partials.float(), lse.float(), sink.float(), h
+
+
+def merge_case(bundle, c, device, report, dry_run):
+    P, D, rows = c["P"], c["D"], c["rows"]
+    T = DTYPES[c["dtype"]]
+    partials, lse, sink, h = (t.double() for t in merge_inputs(c))
     use_sink = c["sink"] != "none"
     o64, lse64 = ref_merge(partials, lse, sink if use_sink else None)
-    h = None
     if c["output_norm"]:
-        h = (torch.randn(D, generator=gen, dtype=torch.float64) * 0.2 + 1).to(
-            T).double()
+        h = h.to(T).double()
         o_pre64 = o64
         o64 = o64 * torch.rsqrt((o64 * o64).mean(-1, True) + 1e-6) * h
     op = bundle.op("partition_reduce_softmax")
@@ -444,7 +449,7 @@ def merge_case(bundle, c, device, report, dry_run):
     values = dict(partial_o=partials.float().to(device),
                   partial_lse=lse.float().to(device),
                   sink=sink.float().to(device) if use_sink else None,
-                  output_norm=h.to(T).to(device) if h is not None else None,
+                  output_norm=h.to(T).to(device) if c["output_norm"] else None,
                   num_rows=rows, num_partitions=P, **out)
     bundle.launch(op["merge"], values, {"rows": rows})
     if dry_run:

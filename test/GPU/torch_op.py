@@ -35,8 +35,8 @@ import attnres  # noqa: E402
 import attnres.ops  # noqa: E402,F401  (registers torch.ops.attnres)
 from attnres import _checks  # noqa: E402
 from cases import edge_cases, matrix, merge_cases  # noqa: E402
-from run_cases import (DTYPES, Report, make_inputs, ref_backward,  # noqa: E402
-                       ref_forward, ref_merge)
+from run_cases import (DTYPES, Report, make_inputs,  # noqa: E402
+                       merge_inputs, ref_backward, ref_forward, ref_merge)
 
 COMPILE_EVERY = 8  # one case in eight also runs under torch.compile
 
@@ -304,28 +304,6 @@ def attnres_case(c, report, device, modes):
 
 
 # --------------------------------------------------------------------------
-
-def merge_inputs(c):
-    gen = torch.Generator().manual_seed(c["seed"])
-    P, D, rows = c["P"], c["D"], c["rows"]
-    partials = torch.randn(P, rows, D, generator=gen, dtype=torch.float64)
-    lse = torch.randn(P, rows, generator=gen, dtype=torch.float64) * 3
-    sink = torch.randn(rows, generator=gen, dtype=torch.float64) * 3
-    for r in range(rows):
-        all_empty = c["empty"] == "all" or (c["empty"] == "rows" and r % 2 == 0)
-        for p in range(P):
-            if all_empty or (c["empty"] == "some" and
-                             torch.rand(1, generator=gen).item() < 1 / 3):
-                lse[p, r] = -math.inf
-                partials[p, r, 0::2] = math.inf
-                partials[p, r, 1::2] = math.nan
-        if c["sink"] == "-inf":
-            sink[r] = -math.inf
-        if c["sink"] == "+inf" and r % 2 == 0:
-            sink[r] = math.inf
-    h = (torch.randn(D, generator=gen, dtype=torch.float64) * 0.2 + 1)
-    return partials.float(), lse.float(), sink.float(), h
-
 
 def merge_reference64(partials, lse, sink, h, grad_o, grad_lse, eps=1e-6):
     """Forward by ref_merge; gradients by float64 autograd through the
