@@ -620,7 +620,6 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
     Value partials = op.getPartials();
     auto partialsType = op.getPartials().getType();
     int64_t rank = partialsType.getRank();
-    int64_t P = partialsType.getDimSize(0);
 
     if (op.getKind() == ReduceKind::Sum) {
       // out[s...] = sum_p partials[p, s...], p innermost so the order is
