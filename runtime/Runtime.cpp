@@ -488,6 +488,8 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
       symbol = it->second;
     }
     int64_t size = ceilDiv(symbol * g.scale, g.divisor);
+    if (size < 0)
+      return bundleError("kernel " + name + " has a negative grid rule");
     if (size == 0)
       return ok(); // nothing to do
     if (size > (dim == 0 ? 2147483647 : 65535))

@@ -1,5 +1,4 @@
-/*===- attnres-c/Compiler.h - one-call compile to a kernel bundle --*- C
--*-===*\
+/*===- attnres-c/Compiler.h - one-call compile to kernel bundles --*- C -*-===*\
 |*                                                                            *|
 |* Compiles a spec ("train:L=10,D=4096,dtype=bf16", docs/Bundle.md), module  *|
 |* text, or an MlirModule to a kernel bundle for a target (sm_80, sm_90,     *|
@@ -28,6 +27,8 @@ typedef struct AttnresCompileOptions {
   int opt_level;      /* 0 to 3; negative: 3 */
 } AttnresCompileOptions;
 
+/* The spec and source entry points compile in one context of their own and
+ * may be called from any thread (calls are serialized). */
 MLIR_CAPI_EXPORTED AttnresBundle *
 attnresCompileSpec(const char *spec, const AttnresCompileOptions *options,
                    char **error);

@@ -1,5 +1,4 @@
-/*===- attnres-c/Dialects.h - the attnres dialect in the MLIR C API -*- C
--*-===*\
+/*===- attnres-c/Dialects.h - attnres in the MLIR C API -----------*- C -*-===*\
 |*                                                                            *|
 |* Registration of the attnres dialect through MLIR's C API, for compilers   *|
 |* that embed it:                                                             *|

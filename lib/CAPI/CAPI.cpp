@@ -15,6 +15,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 using namespace mlir;
 
@@ -90,6 +91,10 @@ AttnresBundle *compile(ModuleOp module, const AttnresCompileOptions *options,
   return new AttnresBundle{std::move(*bundle)};
 }
 
+/// Serializes the string entry points: they share one context, and each
+/// call's diagnostics must reach only its own collector.
+std::mutex sharedContextMutex;
+
 MLIRContext &sharedContext() {
   // One context for the string entry points, set up once.
   static MLIRContext *context = [] {
@@ -119,6 +124,7 @@ AttnresBundle *attnresCompileSpec(const char *spec,
     setError(error, "spec must not be null");
     return nullptr;
   }
+  std::lock_guard<std::mutex> lock(sharedContextMutex);
   MLIRContext &context = sharedContext();
   std::string message;
   auto module = attnres::moduleFromSpec(&context, spec, message);
@@ -136,6 +142,7 @@ AttnresBundle *attnresCompileSource(const char *source, size_t length,
     setError(error, "source must not be null");
     return nullptr;
   }
+  std::lock_guard<std::mutex> lock(sharedContextMutex);
   MLIRContext &context = sharedContext();
   DiagnosticCollector diagnostics(&context);
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(

@@ -99,6 +99,32 @@ def test_bad_bundles(tmp_path):
         attnres.inspect(42)
 
 
+@pytest.mark.parametrize("manifest, message", [
+    ("[]", "format_version 1 expected"),
+    ('{"format_version": 1, "target": {"vendor": "tpu"}}',
+     "target.vendor must be nvidia or amd"),
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [3]}',
+     "a kernel lacks name, role, arguments, grid or block"),
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [{"name":'
+     ' "k", "role": "sum", "block": 64, "arguments": [7], "grid": [{}, {}, '
+     '{}]}]}', "kernel k has an argument without name or kind"),
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [{"name":'
+     ' "k", "role": "sum", "block": 64, "arguments": [], "grid": [{"symbol": '
+     '"N", "scale": 1, "divisor": 0}, {}, {}]}]}',
+     "kernel k has a bad grid rule"),
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
+     '"ops": [{"op": "sum", "sum": "missing"}]}',
+     "op names kernel 'missing', which the bundle lacks"),
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": []}',
+     "no ops array"),
+])
+def test_malformed_manifests(tmp_path, manifest, message):
+    (tmp_path / "manifest.json").write_text(manifest)
+    with pytest.raises(attnres.BundleError) as raised:
+        attnres.inspect(tmp_path)
+    assert message in str(raised.value)
+
+
 @needs_ptxas
 @pytest.mark.skipif(_has_cuda_driver(), reason="this machine has the driver")
 def test_load_without_a_driver(train_bundle):
