@@ -41,11 +41,11 @@ from run_cases import (DTYPES, Report, make_inputs,  # noqa: E402
 COMPILE_EVERY = 8  # one case in eight also runs under torch.compile
 
 
-def attnres_cases():
+def attnres_cases(compile_every=COMPILE_EVERY):
     cases = matrix() + edge_cases()
     for index, c in enumerate(cases):
         c["kind"] = "attnres"
-        c["compile"] = index % COMPILE_EVERY == 0
+        c["compile"] = index % compile_every == 0
         # Every third case splits its tokens over two leading dimensions,
         # every fifth passes non-contiguous sources.
         c["split_tokens"] = index % 3 == 1 and c["N"] % 2 == 0
@@ -416,6 +416,9 @@ def main():
     parser.add_argument("--filter", default="")
     parser.add_argument("--modes", default="eager,compile,graph")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--compile-every", type=int, default=COMPILE_EVERY,
+                        help="run every n-th attnres case under "
+                        "torch.compile too (1: all)")
     args = parser.parse_args()
     if args.prebuild:
         needed = keys()
@@ -425,7 +428,7 @@ def main():
 
     device, modes = args.device, args.modes.split(",")
     torch._dynamo.config.cache_size_limit = 1024
-    cases = attnres_cases() + merge_cases()
+    cases = attnres_cases(args.compile_every) + merge_cases()
     cases = [c for c in cases if c["id"].startswith(args.filter)]
     results, start = [], time.time()
     for c in cases:
