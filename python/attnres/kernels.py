@@ -46,14 +46,26 @@ def module_for_key(key):
     kind, items = _items(key)
     if kind in _SPEC_KINDS:
         return None
+    try:
+        return _module(kind, items)
+    except (KeyError, ValueError):
+        raise InvalidArgumentError(
+            f"bad kernel key {key!r}: expected sum:P=<n> or merge:P=<n>,"
+            f"D=<n>,out=<f32|bf16|f16>[,sink][,output_norm,eps=<x>]"
+        ) from None
+
+
+def _module(kind, items):
     P = int(items["P"])
     if kind == "sum":
         return (f"func.func @sum(%p: tensor<{P}x?xf32>) -> tensor<?xf32> {{\n"
                 f"  %s = attnres.partition_reduce sum %p : tensor<{P}x?xf32>"
                 f" -> tensor<?xf32>\n  return %s : tensor<?xf32>\n}}\n")
     if kind != "merge":
-        raise InvalidArgumentError(f"unknown kernel key {key!r}")
+        raise KeyError(kind)
     D, out = int(items["D"]), items["out"]
+    if out not in ("f32", "bf16", "f16"):
+        raise ValueError(out)
     args = [f"%p: tensor<{P}x?x{D}xf32>", f"%l: tensor<{P}x?xf32>"]
     operands = f"%p : tensor<{P}x?x{D}xf32> lse(%l : tensor<{P}x?xf32>)"
     results = [f"tensor<?x{D}x{out}>", "tensor<?xf32>"]

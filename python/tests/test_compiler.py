@@ -178,8 +178,11 @@ def test_merge_and_sum_keys_make_valid_modules():
                                  target="gfx942", format="isa")
         assert bundle.manifest["ops"]
     assert kernels.module_for_key("train:L=2,D=8") is None
-    with pytest.raises(attnres.InvalidArgumentError, match="unknown kernel"):
-        kernels.module_for_key("max:P=2")
+    for bad in ("max:P=2", "merge:D=4,out=f32", "merge:P=x,D=4,out=f32",
+                "merge:P=2,D=4,out=i8", "sum:"):
+        with pytest.raises(attnres.InvalidArgumentError,
+                           match="bad kernel key"):
+            kernels.module_for_key(bad)
     with pytest.raises(attnres.InvalidArgumentError, match="cannot name"):
         kernels.bundle_name("train:L=2,D=8,x=a/b")
 
