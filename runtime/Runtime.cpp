@@ -217,8 +217,17 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 } // namespace
 
+/// The manifest's launch rules as numbers ("rules"."launch").
+struct LaunchRules {
+  int64_t blocksPerMultiprocessor = 0;
+  int64_t sourcesPerPartition = 0;
+  int64_t partitionBytes = 0;
+  int64_t tokensPerBlock = 0;
+};
+
 struct AttnresRuntime {
   Value manifest;
+  LaunchRules rules;
   std::vector<Op> ops;
   std::map<std::string, Kernel> kernels;
   std::string vendor;
@@ -329,6 +338,21 @@ Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
       op.kernels[role] = name;
     }
     runtime.ops.push_back(op);
+  }
+
+  const Value *rules = manifest.get("rules");
+  const Value *launch = rules ? rules->get("launch") : nullptr;
+  for (auto [key, field] :
+       {std::pair{"blocks_per_multiprocessor",
+                  &runtime.rules.blocksPerMultiprocessor},
+        std::pair{"sources_per_partition", &runtime.rules.sourcesPerPartition},
+        std::pair{"partition_bytes", &runtime.rules.partitionBytes},
+        std::pair{"tokens_per_block", &runtime.rules.tokensPerBlock}}) {
+    const Value *value = launch ? launch->get(key) : nullptr;
+    if (!value || value->kind != Value::Kind::Number || value->number < 1)
+      return bundleError(std::string("rules.launch.") + key +
+                         " must be a number >= 1");
+    *field = static_cast<int64_t>(value->number);
   }
   return ok();
 }
@@ -518,17 +542,23 @@ int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
                           int64_t tokens) {
   int64_t L = op.integer("num_sources"), D = op.integer("width");
   int64_t M = op.integer("num_queries", 1);
+  const LaunchRules &rules = runtime.rules;
   int64_t rows = std::max<int64_t>(1, M * tokens);
-  int64_t wanted = ceilDiv(2 * std::max(1, runtime.multiprocessors), rows);
+  int64_t wanted = ceilDiv(rules.blocksPerMultiprocessor *
+                               std::max(1, runtime.multiprocessors),
+                           rows);
   int64_t bytes = elementBytes(op.text("value_type"));
-  int64_t partitions = std::min({wanted, L / 4, L * D * bytes / 32768});
+  int64_t partitions = std::min({wanted, L / rules.sourcesPerPartition,
+                                 L * D * bytes / rules.partitionBytes});
   return std::clamp<int64_t>(partitions, 1, std::max<int64_t>(L, 1));
 }
 
 int64_t backwardBlocks(const AttnresRuntime &runtime, int64_t tokens) {
+  const LaunchRules &rules = runtime.rules;
   return std::max<int64_t>(
-      1, std::min<int64_t>(2 * std::max(1, runtime.multiprocessors),
-                           ceilDiv(tokens, 16)));
+      1, std::min<int64_t>(rules.blocksPerMultiprocessor *
+                               std::max(1, runtime.multiprocessors),
+                           ceilDiv(tokens, rules.tokensPerBlock)));
 }
 
 size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {

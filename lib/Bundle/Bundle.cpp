@@ -39,6 +39,14 @@ std::string mlir::attnres::compilerVersion() {
 
 namespace {
 
+// The launch rules' constants (manifest "rules"): blocks in flight per
+// multiprocessor, the fewest sources and bytes of sources a partition of the
+// split forward reads, and tokens per backward block.
+constexpr int64_t kBlocksPerMultiprocessor = 2;
+constexpr int64_t kSourcesPerPartition = 4;
+constexpr int64_t kPartitionBytes = 32768;
+constexpr int64_t kTokensPerBlock = 16;
+
 bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
 bool isAmd(StringRef target) { return target.starts_with("gfx"); }
 
@@ -222,18 +230,31 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
             "Every buffer of a kernel with vector_width w must be aligned to "
             "w times its element size; the runtime checks."},
            {"forward",
-            "Partitions P = max(1, min(ceil(2 * SMs / (M * N)), floor(L / 4), "
-            "floor(L * D * value bytes / 32768))). P = 1: launch `forward`. "
-            "P > 1: `forward_partial` (grid y = P) into FP32 workspaces "
-            "partial_o [P, M, N, D] and partial_lse [P, M, N], then `merge` "
-            "with num_rows = M * N, num_partitions = P and rows_per_weight = "
-            "N."},
+            llvm::formatv(
+                "Partitions P = max(1, min(ceil({0} * SMs / (M * N)), floor(L "
+                "/ {1}), floor(L * D * value bytes / {2}))). P = 1: launch "
+                "`forward`. P > 1: `forward_partial` (grid y = P) into FP32 "
+                "workspaces partial_o [P, M, N, D] and partial_lse [P, M, N], "
+                "then `merge` with num_rows = M * N, num_partitions = P and "
+                "rows_per_weight = N.",
+                kBlocksPerMultiprocessor, kSourcesPerPartition, kPartitionBytes)
+                .str()},
            {"backward",
-            "Blocks B = max(1, min(2 * SMs, ceil(N / 16))). `backward` (grid "
-            "B) writes the source gradients and FP32 workspaces partial_da "
-            "[B * rows_per_block, M, R] and partial_dh [B * rows_per_block, "
-            "M or 1, D]; then `finalize` with num_partial_rows = B * "
-            "rows_per_block."},
+            llvm::formatv(
+                "Blocks B = max(1, min({0} * SMs, ceil(N / {1}))). `backward` "
+                "(grid B) writes the source gradients and FP32 workspaces "
+                "partial_da [B * rows_per_block, M, R] and partial_dh [B * "
+                "rows_per_block, M or 1, D]; then `finalize` with "
+                "num_partial_rows = B * rows_per_block.",
+                kBlocksPerMultiprocessor, kTokensPerBlock)
+                .str()},
+           // The same rules as numbers, which the runtime evaluates.
+           {"launch",
+            llvm::json::Object{
+                {"blocks_per_multiprocessor", kBlocksPerMultiprocessor},
+                {"sources_per_partition", kSourcesPerPartition},
+                {"partition_bytes", kPartitionBytes},
+                {"tokens_per_block", kTokensPerBlock}}},
            {"grid", "Each grid dimension is ceil(symbol * scale / divisor), "
                     "symbol one of N (tokens), P, B, rows, 1."}}},
       {"ops", std::move(ops)},
