@@ -19,10 +19,25 @@
 
 using namespace mlir;
 
-static void addDeviceCleanup(OpPassManager &device) {
+/// Attaches the target, lowers the device code of every gpu.module with
+/// `toVendor` (convert-gpu-to-nvvm or -rocdl) and serializes it: the part
+/// both vendors share.
+static void buildGPUModuleToBinary(OpPassManager &pm,
+                                   std::unique_ptr<Pass> attachTarget,
+                                   std::unique_ptr<Pass> toVendor,
+                                   StringRef format, StringRef toolkit) {
+  pm.addPass(std::move(attachTarget));
+  OpPassManager &device = pm.nest<gpu::GPUModuleOp>();
+  device.addPass(createConvertVectorToLLVMPass());
+  device.addPass(createSCFToControlFlowPass());
+  device.addPass(std::move(toVendor));
   device.addPass(createCanonicalizerPass());
   device.addPass(createCSEPass());
   device.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions binary;
+  binary.compilationTarget = format.str();
+  binary.toolkitPath = toolkit.str();
+  pm.addPass(createGpuModuleToBinaryPass(binary));
 }
 
 void mlir::attnres::buildGPUModuleToNVVMBinary(
@@ -31,18 +46,11 @@ void mlir::attnres::buildGPUModuleToNVVMBinary(
   target.chip = options.chip;
   target.features = options.features;
   target.optLevel = options.optLevel;
-  pm.addPass(createGpuNVVMAttachTarget(target));
-  OpPassManager &device = pm.nest<gpu::GPUModuleOp>();
-  device.addPass(createConvertVectorToLLVMPass());
-  device.addPass(createSCFToControlFlowPass());
   ConvertGpuOpsToNVVMOpsOptions nvvm;
   nvvm.indexBitwidth = 64;
-  device.addPass(createConvertGpuOpsToNVVMOps(nvvm));
-  addDeviceCleanup(device);
-  GpuModuleToBinaryPassOptions binary;
-  binary.compilationTarget = options.format;
-  binary.toolkitPath = options.toolkit;
-  pm.addPass(createGpuModuleToBinaryPass(binary));
+  buildGPUModuleToBinary(pm, createGpuNVVMAttachTarget(target),
+                         createConvertGpuOpsToNVVMOps(nvvm), options.format,
+                         options.toolkit);
 }
 
 void mlir::attnres::buildLowerToNVVMPipeline(
@@ -59,20 +67,13 @@ void mlir::attnres::buildGPUModuleToROCDLBinary(
   target.chip = options.chip;
   target.features = options.features;
   target.optLevel = options.optLevel;
-  pm.addPass(createGpuROCDLAttachTarget(target));
-  OpPassManager &device = pm.nest<gpu::GPUModuleOp>();
-  device.addPass(createConvertVectorToLLVMPass());
-  device.addPass(createSCFToControlFlowPass());
   ConvertGpuOpsToROCDLOpsOptions rocdl;
   rocdl.chipset = options.chip;
   rocdl.indexBitwidth = 64;
   rocdl.runtime = gpu::amd::Runtime::HIP;
-  device.addPass(createConvertGpuOpsToROCDLOps(rocdl));
-  addDeviceCleanup(device);
-  GpuModuleToBinaryPassOptions binary;
-  binary.compilationTarget = options.format;
-  binary.toolkitPath = options.toolkit;
-  pm.addPass(createGpuModuleToBinaryPass(binary));
+  buildGPUModuleToBinary(pm, createGpuROCDLAttachTarget(target),
+                         createConvertGpuOpsToROCDLOps(rocdl), options.format,
+                         options.toolkit);
 }
 
 void mlir::attnres::buildLowerToROCDLPipeline(

@@ -72,6 +72,12 @@ Value KernelEmitter::ceilDivI(Value x, Value y) {
 Value KernelEmitter::lessThan(Value x, Value y) {
   return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x, y);
 }
+Value KernelEmitter::inRange(Value x, int64_t first, int64_t count) {
+  Value atLeastFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                             x, constI64(first));
+  return arith::AndIOp::create(b, loc, atLeastFirst,
+                               lessThan(x, constI64(first + count)));
+}
 Value KernelEmitter::toI64(Value index) {
   return arith::IndexCastOp::create(b, loc, i64, index);
 }

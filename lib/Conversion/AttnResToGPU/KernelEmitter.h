@@ -69,6 +69,8 @@ public:
   Value divI(Value x, Value y); // unsigned floor division
   Value ceilDivI(Value x, Value y);
   Value lessThan(Value x, Value y); // signed
+  /// first <= x < first + count (signed).
+  Value inRange(Value x, int64_t first, int64_t count);
   Value toI64(Value index);
 
   // FP32 arithmetic on scalars or vectors.

@@ -918,12 +918,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitFinalizeKernel(
     e.storeScalar(value, k.arg(dq), index, spec.gradQuery);
   });
   if (dg >= 0) {
-    Value inRange = arith::AndIOp::create(
-        b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, index,
-                              e.constI64(dqCount)),
-        e.lessThan(index, e.constI64(dqCount + dgCount)));
-    e.ifThen(inRange, [&] {
+    e.ifThen(e.inRange(index, dqCount, dgCount), [&] {
       Value r = e.addI(index, e.constI64(-dqCount));
       Value value = e.constF32(0.0);
       for (int64_t m = 0; m < M; ++m) {
@@ -936,12 +931,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitFinalizeKernel(
   }
   if (dh >= 0) {
     int64_t first = dqCount + dgCount;
-    Value inRange = arith::AndIOp::create(
-        b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, index,
-                              e.constI64(first)),
-        e.lessThan(index, e.constI64(first + dhCount)));
-    e.ifThen(inRange, [&] {
+    e.ifThen(e.inRange(index, first, dhCount), [&] {
       Value j = e.addI(index, e.constI64(-first));
       Value value =
           sumStrided(e, k.arg(partialDh), K, e.constI64(weightRows * D), j);

@@ -522,6 +522,16 @@ struct AttnResData {
   ref::Problem problem;
   std::unique_ptr<Buffer> sources; // [L, T..., D]
   std::unique_ptr<Buffer> query, keyNorm, outputNorm;
+
+  /// The kernel arguments every attnres op starts with, in operand order.
+  std::vector<Buffer *> leadingArguments() const {
+    std::vector<Buffer *> arguments{sources.get(), query.get()};
+    if (keyNorm)
+      arguments.push_back(keyNorm.get());
+    if (outputNorm)
+      arguments.push_back(outputNorm.get());
+    return arguments;
+  }
 };
 
 AttnResData makeAttnResData(const Case &c, Random &random) {
@@ -718,12 +728,7 @@ Outcome runForward(Runner &runner, const Case &c) {
                    " = attnres.forward " + operands +
                    (c.saveOPre ? "" : " save(lse)") + " " + normAttrs(c) +
                    " -> " + types + "\n";
-  std::vector<Buffer *> arguments{data.sources.get()};
-  arguments.push_back(data.query.get());
-  if (data.keyNorm)
-    arguments.push_back(data.keyNorm.get());
-  if (data.outputNorm)
-    arguments.push_back(data.outputNorm.get());
+  std::vector<Buffer *> arguments = data.leadingArguments();
   arguments.push_back(&o);
   arguments.push_back(&lse);
   if (savesOPre)
@@ -761,12 +766,7 @@ Outcome runBackward(Runner &runner, const Case &c) {
     operands += " saved(" + w.input("saved", saved, outShape) + " : " +
                 KernelWriter::tensorType(saved, outShape) + ")";
 
-  std::vector<Buffer *> arguments{data.sources.get()};
-  arguments.push_back(data.query.get());
-  if (data.keyNorm)
-    arguments.push_back(data.keyNorm.get());
-  if (data.outputNorm)
-    arguments.push_back(data.outputNorm.get());
+  std::vector<Buffer *> arguments = data.leadingArguments();
   arguments.push_back(&gradOutput);
   arguments.push_back(&lse);
   if (c.saveOPre)
