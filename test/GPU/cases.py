@@ -6,8 +6,6 @@ backward cases share one `train:` bundle per configuration), `module` the
 .mlir text of a partition_reduce case.
 """
 
-import math
-
 LS = [1, 2, 7, 33, 129]
 DS = [8, 64, 769, 2048]
 

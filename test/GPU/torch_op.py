@@ -20,7 +20,6 @@ compiler (--prebuild DIR there; ATTNRES_BUNDLE_DIR=DIR here).
 import argparse
 import json
 import math
-import os
 import pathlib
 import sys
 import time
@@ -155,14 +154,14 @@ def make_leaves(c, x):
     return sources, query, g, h, leaves
 
 
-def run_op(c, sources, query, g, h, grad):
+def run_op(c, sources, query, g, h):
     o = attnres.attnres(sources, query, key_norm_weight=g,
                         output_norm_weight=h, eps=c["eps"], scale=c["scale"],
                         save=c["save"])
     return o
 
 
-def grads_of(c, leaves, o, grad):
+def grads_of(leaves, o, grad):
     return torch.autograd.grad(o, leaves, grad)
 
 
@@ -256,20 +255,17 @@ def attnres_case(c, report, device, modes):
 
     if "eager" in modes:
         sources, query, g, h, leaves = make_leaves(c, x)
-        o = run_op(c, sources, query, g, h, grad)
-        check(c, report, "eager", (o,) + grads_of(c, leaves, o, grad), ref)
+        o = run_op(c, sources, query, g, h)
+        check(c, report, "eager", (o,) + grads_of(leaves, o, grad), ref)
 
     # torch.compile(fullgraph=True), forward and backward
     if c["compile"] and "compile" in modes:
         torch._dynamo.reset()
         compiled = torch.compile(
-            lambda s, q, g_, h_: attnres.attnres(
-                s, q, key_norm_weight=g_, output_norm_weight=h_,
-                eps=c["eps"], scale=c["scale"], save=c["save"]),
-            fullgraph=True)
+            lambda s, q, g_, h_: run_op(c, s, q, g_, h_), fullgraph=True)
         sources, query, g, h, leaves = make_leaves(c, x)
         o = compiled(sources, query, g, h)
-        check(c, report, "compile", (o,) + grads_of(c, leaves, o, grad),
+        check(c, report, "compile", (o,) + grads_of(leaves, o, grad),
               ref)
 
     # CUDA graph: capture forward + backward on placeholder values, then
@@ -286,13 +282,13 @@ def attnres_case(c, report, device, modes):
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):  # warm-up: kernels loaded, tables cached
-            o = run_op(c, sources, query, g, h, static_grad)
-            grads_of(c, leaves, o, static_grad)
+            o = run_op(c, sources, query, g, h)
+            grads_of(leaves, o, static_grad)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        static_o = run_op(c, sources, query, g, h, static_grad)
-        static_grads = grads_of(c, leaves, static_o, static_grad)
+        static_o = run_op(c, sources, query, g, h)
+        static_grads = grads_of(leaves, static_o, static_grad)
     with torch.no_grad():
         for t, value in zip(leaves, values):
             t.copy_(value)
