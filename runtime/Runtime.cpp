@@ -72,6 +72,8 @@ struct Driver {
                          unsigned, unsigned, unsigned, void *, void **,
                          void **) = nullptr;
   Result (*deviceGetAttribute)(int *, int, int) = nullptr;
+  // Optional: blocks of a kernel a multiprocessor holds at once.
+  Result (*occupancy)(int *, void *, int, size_t) = nullptr;
   // CUDA only: make the primary context current when none is.
   Result (*ctxGetCurrent)(void **) = nullptr;
   Result (*ctxGetDevice)(int *) = nullptr;
@@ -131,6 +133,8 @@ Failure openDriver(bool hip, Driver &driver) {
                   driver.deviceGetAttribute);
     found &= bind(driver.library, "hipGetDevice", driver.getDevice);
     bind(driver.library, "hipGetErrorString", driver.hipErrorString);
+    bind(driver.library, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
+         driver.occupancy);
   } else {
     found &= bind(driver.library, "cuInit", driver.init);
     found &= bind(driver.library, "cuModuleLoadData", driver.moduleLoadData);
@@ -147,6 +151,8 @@ Failure openDriver(bool hip, Driver &driver) {
                   driver.primaryCtxRetain);
     found &= bind(driver.library, "cuCtxSetCurrent", driver.ctxSetCurrent);
     bind(driver.library, "cuGetErrorString", driver.getErrorString);
+    bind(driver.library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+         driver.occupancy);
   }
   if (!found)
     return {ATTNRES_ERROR_NO_DRIVER,
@@ -176,6 +182,9 @@ struct Kernel {
   GridDim grid[3];
   int64_t block = 1, vectorWidth = 1;
   void *function = nullptr;
+  /// Blocks a multiprocessor holds at once (the driver's occupancy
+  /// calculator; 0 when unknown).
+  int64_t residentBlocks = 0;
 };
 
 struct Op {
@@ -385,12 +394,18 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
           driver.moduleLoadData(&runtime.module, binary.data()))
     return {ATTNRES_ERROR_DRIVER,
             "loading the kernels: " + driver.describe(result)};
-  for (auto &[name, kernel] : runtime.kernels)
+  for (auto &[name, kernel] : runtime.kernels) {
     if (Driver::Result result = driver.moduleGetFunction(
             &kernel.function, runtime.module, name.c_str()))
       return {ATTNRES_ERROR_BUNDLE,
               "kernel '" + name +
                   "' is not in the binary: " + driver.describe(result)};
+    int blocks = 0;
+    if (driver.occupancy &&
+        !driver.occupancy(&blocks, kernel.function,
+                          static_cast<int>(kernel.block), 0))
+      kernel.residentBlocks = blocks;
+  }
   // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
   // hipDeviceAttributeMultiprocessorCount = 63 (ROCm 5 and 6).
   int count = 0;
@@ -538,27 +553,55 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
   return ok();
 }
 
+/// Blocks of `kernel` the whole device holds at once: the driver's
+/// occupancy for a loaded bundle, else the manifest's
+/// blocks_per_multiprocessor; ATTNRES_BLOCKS_PER_MULTIPROCESSOR overrides
+/// both (for experiments).
+int64_t residentBlocks(const AttnresRuntime &runtime, const Op &op,
+                       const char *role) {
+  int64_t perMultiprocessor = runtime.rules.blocksPerMultiprocessor;
+  auto name = op.kernels.find(role);
+  if (name != op.kernels.end()) {
+    auto kernel = runtime.kernels.find(name->second);
+    if (kernel != runtime.kernels.end() && kernel->second.residentBlocks > 0)
+      perMultiprocessor = kernel->second.residentBlocks;
+  }
+  if (const char *override = std::getenv("ATTNRES_BLOCKS_PER_MULTIPROCESSOR"))
+    if (int64_t value = std::atoll(override); value > 0)
+      perMultiprocessor = value;
+  return perMultiprocessor * std::max(1, runtime.multiprocessors);
+}
+
 int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
                           int64_t tokens) {
   int64_t L = op.integer("num_sources"), D = op.integer("width");
-  int64_t M = op.integer("num_queries", 1);
+  int64_t G = op.integer("rows_per_block", 1);
   const LaunchRules &rules = runtime.rules;
-  int64_t rows = std::max<int64_t>(1, M * tokens);
-  int64_t wanted = ceilDiv(rules.blocksPerMultiprocessor *
-                               std::max(1, runtime.multiprocessors),
-                           rows);
+  int64_t blocks = std::max<int64_t>(1, ceilDiv(tokens, G));
+  int64_t wanted =
+      ceilDiv(residentBlocks(runtime, op, "forward_partial"), blocks);
   int64_t bytes = elementBytes(op.text("value_type"));
   int64_t partitions = std::min({wanted, L / rules.sourcesPerPartition,
                                  L * D * bytes / rules.partitionBytes});
   return std::clamp<int64_t>(partitions, 1, std::max<int64_t>(L, 1));
 }
 
-int64_t backwardBlocks(const AttnresRuntime &runtime, int64_t tokens) {
-  const LaunchRules &rules = runtime.rules;
+int64_t backwardBlocks(const AttnresRuntime &runtime, const Op &op,
+                       int64_t tokens) {
+  int64_t G = op.integer("rows_per_block", 1);
   return std::max<int64_t>(
-      1, std::min<int64_t>(rules.blocksPerMultiprocessor *
-                               std::max(1, runtime.multiprocessors),
-                           ceilDiv(tokens, rules.tokensPerBlock)));
+      1, std::min(residentBlocks(runtime, op, "backward"),
+                  ceilDiv(tokens, G * runtime.rules.tokensPerBlock)));
+}
+
+int64_t backwardPartitions(const AttnresRuntime &runtime, const Op &op,
+                           int64_t blocks) {
+  int64_t L = op.integer("num_sources");
+  int64_t wanted = ceilDiv(residentBlocks(runtime, op, "backward"),
+                           std::max<int64_t>(1, blocks));
+  return std::clamp<int64_t>(
+      std::min(wanted, L / runtime.rules.sourcesPerPartition), 1,
+      std::max<int64_t>(L, 1));
 }
 
 size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {
@@ -569,13 +612,20 @@ size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {
          align256(partitions * M * tokens * 4);
 }
 
-size_t backwardWorkspace(const Op &op, int64_t blocks) {
+/// The partial rows of a backward: one per row group of every block of
+/// every source partition.
+int64_t backwardPartialRows(const Op &op, int64_t blocks, int64_t partitions) {
+  return partitions * blocks * op.integer("rows_per_block", 1);
+}
+
+size_t backwardWorkspace(const Op &op, int64_t blocks, int64_t partitions) {
   int64_t M = op.integer("num_queries", 1), D = op.integer("width");
-  int64_t R = op.integer("rank"), G = op.integer("rows_per_block", 1);
+  int64_t R = op.integer("rank");
   int64_t weightRows = op.flag("output_norm_per_query") ? M : 1;
-  size_t bytes = align256(blocks * G * M * R * 4);
+  int64_t rows = backwardPartialRows(op, blocks, partitions);
+  size_t bytes = align256(rows * M * R * 4);
   if (op.has("output_norm_type"))
-    bytes += align256(blocks * G * weightRows * D * 4);
+    bytes += align256(rows * weightRows * D * 4);
   return bytes;
 }
 
@@ -726,21 +776,31 @@ int64_t attnresBackwardBlocks(const AttnresRuntime *runtime, int op,
                               int64_t numTokens) {
   if (checkOp(runtime, op, "backward").status != ATTNRES_OK)
     return 0;
-  return backwardBlocks(*runtime, numTokens);
+  return backwardBlocks(*runtime, runtime->ops[op], numTokens);
+}
+
+int64_t attnresBackwardPartitions(const AttnresRuntime *runtime, int op,
+                                  int64_t blocks) {
+  if (checkOp(runtime, op, "backward").status != ATTNRES_OK || blocks < 1)
+    return 0;
+  return backwardPartitions(*runtime, runtime->ops[op], blocks);
 }
 
 AttnresStatus attnresBackwardWorkspaceSize(const AttnresRuntime *runtime,
                                            int op, int64_t numTokens,
-                                           int64_t blocks, size_t *size,
-                                           char **error) {
+                                           int64_t blocks, int64_t partitions,
+                                           size_t *size, char **error) {
   ATTNRES_TRY(checkOp(runtime, op, "backward"));
-  if (!size || numTokens < 0 || blocks < 0)
-    return report(invalid("size must not be null; tokens and blocks must be "
-                          ">= 0"),
+  if (!size || numTokens < 0 || blocks < 0 || partitions < 0)
+    return report(invalid("size must not be null; tokens, blocks and "
+                          "partitions must be >= 0"),
                   error);
+  const Op &entry = runtime->ops[op];
   if (!blocks)
-    blocks = backwardBlocks(*runtime, numTokens);
-  *size = backwardWorkspace(runtime->ops[op], blocks);
+    blocks = backwardBlocks(*runtime, entry, numTokens);
+  if (!partitions)
+    partitions = backwardPartitions(*runtime, entry, blocks);
+  *size = backwardWorkspace(entry, blocks, partitions);
   return ATTNRES_OK;
 }
 
@@ -751,20 +811,26 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
   if (!args)
     return report(invalid("args must not be null"), error);
   const Op &entry = runtime->ops[op];
-  int64_t N = args->num_tokens;
+  int64_t N = args->num_tokens, L = entry.integer("num_sources");
   if (N < 0)
     return report(invalid("num_tokens must be >= 0"), error);
-  int64_t B = args->blocks ? args->blocks : backwardBlocks(*runtime, N);
+  int64_t B = args->blocks ? args->blocks : backwardBlocks(*runtime, entry, N);
   if (B < 1)
     return report(invalid("blocks must be >= 1"), error);
-  size_t needed = backwardWorkspace(entry, B);
+  int64_t P = args->partitions ? args->partitions
+                               : backwardPartitions(*runtime, entry, B);
+  if (P < 1 || P > L)
+    return report(invalid("partitions must be in [1, L = " + std::to_string(L) +
+                          "], got " + std::to_string(P)),
+                  error);
+  size_t needed = backwardWorkspace(entry, B, P);
   if (!args->workspace || args->workspace_size < needed)
-    return report(invalid("the backward (B = " + std::to_string(B) +
-                          ") needs a workspace of " + std::to_string(needed) +
-                          " bytes"),
+    return report(invalid("the backward (B = " + std::to_string(B) + ", P = " +
+                          std::to_string(P) + ") needs a workspace of " +
+                          std::to_string(needed) + " bytes"),
                   error);
   int64_t M = entry.integer("num_queries", 1), R = entry.integer("rank");
-  int64_t G = entry.integer("rows_per_block", 1);
+  int64_t rows = backwardPartialRows(entry, B, P);
   char *workspace = static_cast<char *>(args->workspace);
   Values values;
   values.pointers = {{"sources", args->sources},
@@ -779,13 +845,15 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
                      {"dg", args->dg},
                      {"dh", args->dh},
                      {"partial_da", workspace},
-                     {"partial_dh", workspace + align256(B * G * M * R * 4)}};
-  values.integers = {
-      {"num_tokens", N}, {"num_blocks", B}, {"num_partial_rows", B * G}};
+                     {"partial_dh", workspace + align256(rows * M * R * 4)}};
+  values.integers = {{"num_tokens", N},
+                     {"num_blocks", B},
+                     {"num_partitions", P},
+                     {"num_partial_rows", rows}};
   std::string backward, finalize;
   ATTNRES_TRY(kernelFor(entry, "backward", backward));
   ATTNRES_TRY(kernelFor(entry, "finalize", finalize));
-  ATTNRES_TRY(launch(*runtime, backward, values, {{"B", B}}, stream));
+  ATTNRES_TRY(launch(*runtime, backward, values, {{"B", B}, {"P", P}}, stream));
   ATTNRES_TRY(launch(*runtime, finalize, values, {}, stream));
   return ATTNRES_OK;
 }

@@ -90,7 +90,9 @@ attnresForward(const AttnresRuntime *runtime, int op,
 
 /* Backward of op `op`: `grad_sources` is a device table of L pointers to the
  * [N, D] source gradients; dq, dg and dh have the parameters' shapes.
- * `blocks` = 0 chooses by the manifest's rule. */
+ * `blocks` (of tokens) and `partitions` (of the sources) = 0 choose by the
+ * manifest's rules. The workspace must hold attnresBackwardWorkspaceSize
+ * bytes, aligned to 256. */
 typedef struct AttnresBackwardArgs {
   int64_t num_tokens;
   const void *sources;
@@ -99,15 +101,20 @@ typedef struct AttnresBackwardArgs {
   const void *grad_sources;
   void *dq, *dg, *dh;
   int64_t blocks;
+  int64_t partitions;
   void *workspace;
   size_t workspace_size;
 } AttnresBackwardArgs;
 
 ATTNRES_RUNTIME_EXPORT AttnresStatus attnresBackwardWorkspaceSize(
     const AttnresRuntime *runtime, int op, int64_t num_tokens, int64_t blocks,
-    size_t *size, char **error);
+    int64_t partitions, size_t *size, char **error);
+/* The token blocks the manifest's rule picks for `num_tokens`, and the
+ * source partitions for that many blocks. */
 ATTNRES_RUNTIME_EXPORT int64_t attnresBackwardBlocks(
     const AttnresRuntime *runtime, int op, int64_t num_tokens);
+ATTNRES_RUNTIME_EXPORT int64_t attnresBackwardPartitions(
+    const AttnresRuntime *runtime, int op, int64_t blocks);
 ATTNRES_RUNTIME_EXPORT AttnresStatus
 attnresBackward(const AttnresRuntime *runtime, int op,
                 const AttnresBackwardArgs *args, void *stream, char **error);

@@ -41,11 +41,12 @@ namespace {
 
 // The launch rules' constants (manifest "rules"): blocks in flight per
 // multiprocessor, the fewest sources and bytes of sources a partition of the
-// split forward reads, and tokens per backward block.
+// split forward or backward reads, and the fewest row groups a backward
+// block takes.
 constexpr int64_t kBlocksPerMultiprocessor = 2;
 constexpr int64_t kSourcesPerPartition = 4;
 constexpr int64_t kPartitionBytes = 32768;
-constexpr int64_t kTokensPerBlock = 16;
+constexpr int64_t kTokensPerBlock = 1;
 
 bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
 bool isAmd(StringRef target) { return target.starts_with("gfx"); }
@@ -149,9 +150,18 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
   // 1. Kernels, with their descriptions, which the manifest is written from.
   int64_t subgroupSize = isNvidia(target) ? 32 : 64;
   PassManager kernels(context);
-  ConvertAttnResToGPUOptions kernelOptions;
-  kernelOptions.subgroupSize = subgroupSize;
-  kernels.addPass(createConvertAttnResToGPU(kernelOptions));
+  std::unique_ptr<Pass> lowering = createConvertAttnResToGPU();
+  std::string optionError;
+  if (failed(lowering->initializeOptions(
+          options.kernelOptions +
+              " subgroup-size=" + std::to_string(subgroupSize),
+          [&](const Twine &message) {
+            optionError = message.str();
+            return failure();
+          })))
+    return emitError(loc) << "bad kernel options '" << options.kernelOptions
+                          << "': " << optionError;
+  kernels.addPass(std::move(lowering));
   if (failed(kernels.run(module)))
     return failure();
   llvm::json::Array ops, kernelDescriptions;
@@ -217,8 +227,10 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                           {"vendor", isNvidia(target) ? "nvidia" : "amd"},
                           {"format", options.format},
                           {"subgroup_size", subgroupSize}}},
-      {"options", llvm::json::Object{{"opt_level", options.optLevel},
-                                     {"features", features}}},
+      {"options",
+       llvm::json::Object{{"opt_level", options.optLevel},
+                          {"features", features},
+                          {"kernel_options", options.kernelOptions}}},
       {"binaries", std::move(binaryFiles)},
       {"rules",
        llvm::json::Object{
@@ -231,22 +243,24 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
             "w times its element size; the runtime checks."},
            {"forward",
             llvm::formatv(
-                "Partitions P = max(1, min(ceil({0} * SMs / (M * N)), floor(L "
-                "/ {1}), floor(L * D * value bytes / {2}))). P = 1: launch "
-                "`forward`. P > 1: `forward_partial` (grid y = P) into FP32 "
-                "workspaces partial_o [P, M, N, D] and partial_lse [P, M, N], "
-                "then `merge` with num_rows = M * N, num_partitions = P and "
-                "rows_per_weight = N.",
+                "Partitions P = max(1, min(ceil({0} * SMs / ceil(N / "
+                "rows_per_block)), floor(L / {1}), floor(L * D * value bytes "
+                "/ {2}))). P = 1: launch `forward`. P > 1: `forward_partial` "
+                "(grid y = P) into FP32 workspaces partial_o [P, M, N, D] and "
+                "partial_lse [P, M, N], then `merge` with num_rows = M * N, "
+                "num_partitions = P and rows_per_weight = N.",
                 kBlocksPerMultiprocessor, kSourcesPerPartition, kPartitionBytes)
                 .str()},
            {"backward",
             llvm::formatv(
-                "Blocks B = max(1, min({0} * SMs, ceil(N / {1}))). `backward` "
-                "(grid B) writes the source gradients and FP32 workspaces "
-                "partial_da [B * rows_per_block, M, R] and partial_dh [B * "
-                "rows_per_block, M or 1, D]; then `finalize` with "
-                "num_partial_rows = B * rows_per_block.",
-                kBlocksPerMultiprocessor, kTokensPerBlock)
+                "Token blocks B = max(1, min({0} * SMs, ceil(N / "
+                "(rows_per_block * {2})))) and source partitions P = max(1, "
+                "min(ceil({0} * SMs / B), floor(L / {1}))). `backward` (grid "
+                "B x P) writes the source gradients and FP32 workspaces "
+                "partial_da [P * B * rows_per_block, M, R] and partial_dh [P * "
+                "B * rows_per_block, M or 1, D]; then `finalize` with "
+                "num_partial_rows = P * B * rows_per_block.",
+                kBlocksPerMultiprocessor, kSourcesPerPartition, kTokensPerBlock)
                 .str()},
            // The same rules as numbers, which the runtime evaluates.
            {"launch",

@@ -28,9 +28,12 @@ static void buildGPUModuleToBinary(OpPassManager &pm,
                                    StringRef format, StringRef toolkit) {
   pm.addPass(std::move(attachTarget));
   OpPassManager &device = pm.nest<gpu::GPUModuleOp>();
-  device.addPass(createConvertVectorToLLVMPass());
+  // The vendor conversion lowers the vector ops too, with the GPU address
+  // spaces mapped (vector loads from workgroup memory); convert-vector-to-llvm
+  // on its own would not know them.
   device.addPass(createSCFToControlFlowPass());
   device.addPass(std::move(toVendor));
+  device.addPass(createConvertVectorToLLVMPass());
   device.addPass(createCanonicalizerPass());
   device.addPass(createCSEPass());
   device.addPass(createReconcileUnrealizedCastsPass());

@@ -78,7 +78,8 @@ class BackwardArgs(ctypes.Structure):
                 ("key_norm", _p), ("output_norm", _p), ("grad", _p),
                 ("lse", _p), ("saved", _p), ("grad_sources", _p),
                 ("dq", _p), ("dg", _p), ("dh", _p), ("blocks", _i64),
-                ("workspace", _p), ("workspace_size", ctypes.c_size_t)]
+                ("partitions", _i64), ("workspace", _p),
+                ("workspace_size", ctypes.c_size_t)]
 
 
 class MergeArgs(ctypes.Structure):
@@ -119,9 +120,10 @@ def runtime_lib():
             "attnresForward": (status, [handle, ctypes.c_int,
                                         ctypes.POINTER(ForwardArgs), _p, _p]),
             "attnresBackwardWorkspaceSize": (
-                status, [handle, ctypes.c_int, _i64, _i64,
+                status, [handle, ctypes.c_int, _i64, _i64, _i64,
                          ctypes.POINTER(ctypes.c_size_t), _p]),
             "attnresBackwardBlocks": (_i64, [handle, ctypes.c_int, _i64]),
+            "attnresBackwardPartitions": (_i64, [handle, ctypes.c_int, _i64]),
             "attnresBackward": (status, [handle, ctypes.c_int,
                                          ctypes.POINTER(BackwardArgs), _p,
                                          _p]),

@@ -251,7 +251,8 @@ def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
     runtime = _runtime(call.spec(), device)
     op = runtime.op("backward")
     blocks = runtime.backward_blocks(op, N)
-    size = runtime.backward_workspace_size(op, N, blocks)
+    partitions = runtime.backward_partitions(op, blocks)
+    size = runtime.backward_workspace_size(op, N, blocks, partitions)
     workspace = torch.empty(size, dtype=torch.uint8, device=device)
     table = _sources_table(sources)
     runtime.backward(op, num_tokens=N, sources=table.data_ptr(),
@@ -261,7 +262,8 @@ def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
                      saved=_pointer(saved),
                      grad_sources=_packed_table(grad_sources).data_ptr(),
                      dq=dq.data_ptr(), dg=_pointer(dg), dh=_pointer(dh),
-                     blocks=blocks, workspace=workspace.data_ptr(),
+                     blocks=blocks, partitions=partitions,
+                     workspace=workspace.data_ptr(),
                      workspace_size=size, stream=_stream(device))
     return grad_sources, dq, dg, dh
 

@@ -80,10 +80,15 @@ class Runtime:
         return _native.runtime_lib().attnresBackwardBlocks(
             self._handle, _index(op), num_tokens)
 
-    def backward_workspace_size(self, op, num_tokens, blocks=0):
+    def backward_partitions(self, op, blocks):
+        return _native.runtime_lib().attnresBackwardPartitions(
+            self._handle, _index(op), blocks)
+
+    def backward_workspace_size(self, op, num_tokens, blocks=0,
+                                partitions=0):
         size = ctypes.c_size_t()
         _native.runtime_call("attnresBackwardWorkspaceSize", self._handle,
-                             _index(op), num_tokens, blocks,
+                             _index(op), num_tokens, blocks, partitions,
                              ctypes.byref(size))
         return size.value
 
@@ -99,12 +104,12 @@ class Runtime:
 
     def backward(self, op, *, num_tokens, sources, query, grad,
                  grad_sources, dq, lse=0, saved=0, key_norm=0, output_norm=0,
-                 dg=0, dh=0, blocks=0, workspace=0, workspace_size=0,
-                 stream=0):
+                 dg=0, dh=0, blocks=0, partitions=0, workspace=0,
+                 workspace_size=0, stream=0):
         args = _native.BackwardArgs(num_tokens, sources, query, key_norm,
                                     output_norm, grad, lse, saved,
                                     grad_sources, dq, dg, dh, blocks,
-                                    workspace, workspace_size)
+                                    partitions, workspace, workspace_size)
         _native.runtime_call("attnresBackward", self._handle, _index(op),
                              ctypes.byref(args), stream)
 

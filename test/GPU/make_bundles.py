@@ -41,23 +41,16 @@ def main():
     parser.add_argument("--target", default="sm_90")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--filter", default="", help="case id prefix")
-    parser.add_argument("--bench", action="store_true",
-                        help="also the bundles of bench.py")
     args = parser.parse_args()
 
     cases = [c for c in case_matrix.all_cases()
              if c["id"].startswith(args.filter)]
-    bench = []
-    if args.bench:
-        import bench as bench_script
-        bench = [dict(id=name, spec=spec)
-                 for name, spec in bench_script.BENCH_SPECS.items()]
     args.out.mkdir(parents=True, exist_ok=True)
     failures = []
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         for problem in pool.map(
                 lambda c: compile_case(args.compiler, args.out, c, args.target),
-                cases + bench):
+                cases):
             if problem:
                 failures.append(problem)
     (args.out / "cases.json").write_text(json.dumps(cases, indent=1))

@@ -6,8 +6,9 @@ PyTorch reference written from DESIGN.md on fresh random inputs.
 * Outputs are filled with NaN before every launch: an element a kernel does
   not write fails.
 * The forward runs unsplit and split over sources (P = 2, 3 and L where
-  they differ), the backward with B = 1, 7 and 128 blocks: the launch rules of
-  the manifest, with the counts forced.
+  they differ), the backward with (blocks of tokens, partitions of the
+  sources) B x P = 1 x 1, 7 x 2, 3 x 3 and 128 x L: the launch rules of the
+  manifest, with the counts forced.
 * Tolerance: an error passes when it is within rtol * max|ref| (1e-5 for f32
   storage, 1e-2 for bf16, as in the CPU numerics; for the token reductions
   dq, dg and dh, max|ref| or the largest sum of absolute terms) or within 8x the error of
@@ -259,8 +260,9 @@ def prepare_forward(bundle, c, x, partitions, device):
     return values, launches, out
 
 
-def prepare_backward(bundle, c, x, saved_inputs, blocks, device):
-    """Buffers and launches of a backward over `blocks` blocks of tokens."""
+def prepare_backward(bundle, c, x, saved_inputs, blocks, partitions, device):
+    """Buffers and launches of a backward over `blocks` blocks of tokens and
+    `partitions` partitions of the sources."""
     op = bundle.op("backward")
     L, D, R, M, N = c["L"], c["D"], c["R"], c["M"], c["N"]
     T, Tp = DTYPES[c["dtype"]], DTYPES[c["param_dtype"]]
@@ -271,6 +273,7 @@ def prepare_backward(bundle, c, x, saved_inputs, blocks, device):
     else:
         grad_rows = [poisoned((N, D), T, device) for _ in range(L)]
     G = op["rows_per_block"]
+    partial_rows = partitions * blocks * G
     weight_rows = M if c["per_query"] else 1
     out = dict(dq=poisoned(tuple(x["q"].shape), Tp, device))
     if x["g"] is not None:
@@ -282,14 +285,16 @@ def prepare_backward(bundle, c, x, saved_inputs, blocks, device):
         key_norm=x["g"], output_norm=x["h"], grad=x["grad"],
         lse=saved_inputs["lse"], saved=saved_inputs.get("saved"),
         grad_sources=pointer_table(grad_rows, device),
-        partial_da=torch.empty((blocks * G, M, R), dtype=torch.float32,
+        partial_da=torch.empty((partial_rows, M, R), dtype=torch.float32,
                                device=device),
-        partial_dh=torch.empty((blocks * G, weight_rows, D),
+        partial_dh=torch.empty((partial_rows, weight_rows, D),
                                dtype=torch.float32, device=device),
-        num_tokens=N, num_blocks=blocks, num_partial_rows=blocks * G,
+        num_tokens=N, num_blocks=blocks, num_partitions=partitions,
+        num_partial_rows=partial_rows,
         keep=(keep, grad_rows), **out)
     out["grad_rows"] = grad_rows
-    launches = [(op["backward"], {"B": blocks}), (op["finalize"], {})]
+    launches = [(op["backward"], {"B": blocks, "P": partitions}),
+                (op["finalize"], {})]
     return values, launches, out
 
 
@@ -304,9 +309,9 @@ def run_forward(bundle, c, x, partitions, device):
     return out
 
 
-def run_backward(bundle, c, x, saved_inputs, blocks, device):
+def run_backward(bundle, c, x, saved_inputs, blocks, partitions, device):
     values, launches, out = prepare_backward(bundle, c, x, saved_inputs,
-                                             blocks, device)
+                                             blocks, partitions, device)
     execute(bundle, values, launches)
     out["dv"] = torch.stack(out.pop("grad_rows"))
     return out
@@ -356,11 +361,11 @@ def attnres_case(bundle, c, device, report, dry_run):
     dv64, dq64, dg64, dh64, dq_abs, dg_abs, dh_abs = reference_backward(
         torch.float64, magnitudes=True)
     dv32, dq32, dg32, dh32 = reference_backward(torch.float32)
-    for B in [1, 7, 128]:
-        out = run_backward(bundle, c, x, saved_inputs, B, device)
+    for B, P in [(1, 1), (7, min(2, L)), (3, min(3, L)), (128, L)]:
+        out = run_backward(bundle, c, x, saved_inputs, B, P, device)
         if dry_run:
             continue
-        tag = f"B={B}"
+        tag = f"B={B} P={P}"
         report.check(f"dv {tag}", out["dv"], dv64, dv32, c["dtype"])
         report.check(f"dq {tag}", out["dq"], dq64, dq32, c["param_dtype"],
                      dq_abs)

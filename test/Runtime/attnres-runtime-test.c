@@ -51,12 +51,14 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 3; ++i) {
     size_t forward = 0, backward = 0;
     attnresForwardWorkspaceSize(runtime, 0, tokens[i], 0, &forward, NULL);
-    attnresBackwardWorkspaceSize(runtime, 1, tokens[i], 0, &backward, NULL);
-    printf("N=%lld: partitions %lld (workspace %zu), blocks %lld "
-           "(workspace %zu)\n",
+    attnresBackwardWorkspaceSize(runtime, 1, tokens[i], 0, 0, &backward, NULL);
+    int64_t blocks = attnresBackwardBlocks(runtime, 1, tokens[i]);
+    printf("N=%lld: partitions %lld (workspace %zu), blocks %lld x "
+           "partitions %lld (workspace %zu)\n",
            (long long)tokens[i],
            (long long)attnresForwardPartitions(runtime, 0, tokens[i]), forward,
-           (long long)attnresBackwardBlocks(runtime, 1, tokens[i]), backward);
+           (long long)blocks,
+           (long long)attnresBackwardPartitions(runtime, 1, blocks), backward);
   }
 
   AttnresForwardArgs forward;

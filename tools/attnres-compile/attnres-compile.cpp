@@ -28,8 +28,9 @@ int main(int argc, char **argv) {
                                    llvm::cl::desc("<input .mlir>"),
                                    llvm::cl::init(""));
   llvm::cl::opt<std::string> spec(
-      "spec", llvm::cl::desc("compile one op from a spec instead of a file "
-                             "(see docs/Bundle.md)"),
+      "spec",
+      llvm::cl::desc("compile one op from a spec instead of a file "
+                     "(see docs/Bundle.md)"),
       llvm::cl::init(""));
   llvm::cl::opt<std::string> target(
       "target", llvm::cl::desc("sm_80, sm_90, sm_100, gfx942, gfx950, ..."),
@@ -39,6 +40,11 @@ int main(int argc, char **argv) {
       llvm::cl::init("bin"));
   llvm::cl::opt<int> optLevel("opt-level", llvm::cl::desc("0 to 3"),
                               llvm::cl::init(3));
+  llvm::cl::opt<std::string> kernelOptions(
+      "kernel-options",
+      llvm::cl::desc("options of convert-attnres-to-gpu, e.g. "
+                     "\"threads-per-row=256 source-batch=4\""),
+      llvm::cl::init(""));
   llvm::cl::opt<std::string> output("o", llvm::cl::desc("output folder"),
                                     llvm::cl::init("bundle"));
   llvm::cl::opt<bool> quiet("quiet", llvm::cl::desc("print nothing on success"),
@@ -76,6 +82,7 @@ int main(int argc, char **argv) {
   options.target = target;
   options.format = format;
   options.optLevel = optLevel;
+  options.kernelOptions = kernelOptions;
   llvm::SourceMgr diagnosticSources;
   SourceMgrDiagnosticHandler handler(diagnosticSources, &context);
   FailureOr<attnres::Bundle> bundle =

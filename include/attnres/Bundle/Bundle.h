@@ -26,6 +26,10 @@ struct BundleOptions {
   /// "bin" (cubin / hsaco), "isa" (PTX / AMDGPU assembly) or "fatbin".
   std::string format = "bin";
   int optLevel = 3;
+  /// Options of convert-attnres-to-gpu in pass-option syntax, e.g.
+  /// "threads-per-row=256 source-batch=4"; empty: its defaults. The subgroup
+  /// size is the target's.
+  std::string kernelOptions;
   /// Empty: the defaults the project was configured with.
   std::string cudaToolkit, rocmToolkit;
 };

@@ -52,6 +52,14 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     `gpu.shuffle xor` within a subgroup and a workgroup buffer across
     subgroups; accumulation is FP32; the partition and block counts of the
     split forward and the backward are kernel arguments, chosen at run time.
+
+    The sources of a row are walked in batches: the rows of a batch are all
+    loaded (and the next batch's prefetched) before one row sum reduces the
+    key norms and dot products of the whole batch, so a thread keeps several
+    16-byte loads in flight and a block meets at one barrier per batch. The
+    options below set the lanes of a row, the batch, prefetching and
+    unrolling; their defaults come from measurements on the H200
+    (docs/Performance.md).
   }];
   let options = [
     Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
@@ -59,7 +67,32 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     Option<"maxBlockThreads", "max-block-threads", "int64_t",
            /*default=*/"1024", "Largest block">,
     Option<"reductionThreads", "reduction-threads", "int64_t",
-           /*default=*/"256", "Block size of the finalize and sum kernels">
+           /*default=*/"256", "Block size of the finalize and sum kernels">,
+    Option<"forwardThreadsPerRow", "forward-threads-per-row", "int64_t",
+           /*default=*/"0",
+           "Lanes that share a row in the forward kernels: a power of two up "
+           "to a subgroup, or a multiple of the subgroup; 0 chooses">,
+    Option<"backwardThreadsPerRow", "backward-threads-per-row", "int64_t",
+           /*default=*/"0", "The same for the backward kernel">,
+    Option<"forwardSourceBatch", "forward-source-batch", "int64_t",
+           /*default=*/"0",
+           "Sources whose rows the forward loads before one row sum reduces "
+           "them together (loads in flight, one barrier per batch); 0 "
+           "chooses">,
+    Option<"backwardSourceBatch", "backward-source-batch", "int64_t",
+           /*default=*/"0", "The same for the backward kernel">,
+    Option<"forwardPrefetch", "forward-prefetch", "int64_t",
+           /*default=*/"-1",
+           "Load the forward's next batch of source rows while the current "
+           "one is reduced: 1 or 0; -1 chooses (off for the unsplit forward, "
+           "on for the partial forward of the split over sources)">,
+    Option<"backwardPrefetch", "backward-prefetch", "int64_t",
+           /*default=*/"-1",
+           "The same for the backward kernel: 1 or 0; -1 chooses (on when a "
+           "thread holds no more than one query's rows)">,
+    Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
+           "Unroll the forward's walk over the sources at compile time up to "
+           "this many sources (a loop beyond)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

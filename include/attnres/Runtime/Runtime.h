@@ -95,12 +95,15 @@ public:
   int64_t backwardBlocks(int op, int64_t numTokens) const {
     return attnresBackwardBlocks(handle_, op, numTokens);
   }
-  size_t backwardWorkspaceSize(int op, int64_t numTokens,
-                               int64_t blocks = 0) const {
+  int64_t backwardPartitions(int op, int64_t blocks) const {
+    return attnresBackwardPartitions(handle_, op, blocks);
+  }
+  size_t backwardWorkspaceSize(int op, int64_t numTokens, int64_t blocks = 0,
+                               int64_t partitions = 0) const {
     size_t size = 0;
     char *error = nullptr;
-    AttnresStatus status = attnresBackwardWorkspaceSize(handle_, op, numTokens,
-                                                        blocks, &size, &error);
+    AttnresStatus status = attnresBackwardWorkspaceSize(
+        handle_, op, numTokens, blocks, partitions, &size, &error);
     check(status, error);
     return size;
   }

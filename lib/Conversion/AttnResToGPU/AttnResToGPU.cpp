@@ -116,6 +116,12 @@ struct ConvertAttnResToGPUPass
                         "power of two no larger than max-block-threads";
       return signalPassFailure();
     }
+    if (forwardSourceBatch < 0 || backwardSourceBatch < 0 ||
+        unrollSources < 0) {
+      emitError(loc) << "convert-attnres-to-gpu: forward-source-batch, "
+                        "backward-source-batch and unroll-sources must be >= 0";
+      return signalPassFailure();
+    }
 
     b.setInsertionPointToEnd(module.getBody());
     auto kernels = gpu::GPUModuleOp::create(b, loc, "attnres_kernels");
@@ -163,12 +169,67 @@ struct ConvertAttnResToGPUPass
                     b.getUnitAttr());
   }
 
-  RowLayout layoutFor(int64_t width, ArrayRef<Type> streamed) {
+  /// The row layout of a kernel streaming `streamed` types; `lanes` is the
+  /// threads-per-row option (0: automatic).
+  FailureOr<RowLayout> layoutFor(Operation *op, int64_t width,
+                                 ArrayRef<Type> streamed, int64_t lanes) {
     int64_t bytes = 16;
     for (Type type : streamed)
       if (type)
         bytes = std::min(bytes, bytesOf(type));
-    return RowLayout::choose(width, bytes, subgroupSize, maxBlockThreads);
+    FailureOr<RowLayout> layout =
+        RowLayout::choose(width, bytes, subgroupSize, maxBlockThreads, lanes);
+    if (failed(layout))
+      return op->emitError()
+             << "convert-attnres-to-gpu: threads-per-row = " << lanes
+             << " is not a power of two up to the subgroup ("
+             << static_cast<int64_t>(subgroupSize)
+             << ") or a multiple of it up to max-block-threads ("
+             << static_cast<int64_t>(maxBlockThreads) << ")";
+    return layout;
+  }
+
+  /// The lanes of a row the forward and backward kernels default to: four
+  /// 16-byte vectors a lane, so that a batch of two sources keeps eight
+  /// loads in flight (docs/Performance.md has the measurements); fewer where
+  /// a thread holds more rows of its own: one row each of the query and the
+  /// output a query in the forward, and of the query, the output gradient
+  /// and da a query in the backward (plus dh with an output norm). At least
+  /// 64 lanes in the forward.
+  int64_t defaultLanes(int64_t width, ArrayRef<Type> streamed, bool forward,
+                       int64_t queries, bool outputNorm) {
+    int64_t bytes = 16;
+    for (Type type : streamed)
+      if (type)
+        bytes = std::min(bytes, bytesOf(type));
+    int64_t vectorWidth = std::max<int64_t>(1, 16 / bytes);
+    while (width % vectorWidth != 0)
+      vectorWidth /= 2;
+    int64_t vectors = width / vectorWidth;
+    int64_t heldRows = forward ? queries : queries + (outputNorm ? 1 : 0);
+    int64_t chunks = std::clamp<int64_t>(4 / heldRows, 1, 4);
+    int64_t lanes = std::max<int64_t>(llvm::divideCeil(vectors, chunks),
+                                      forward ? 64 : subgroupSize);
+    // Past 256 lanes a thread may use at most 128 registers: hold more of
+    // the row per lane instead.
+    if (!forward && heldRows > 1)
+      lanes = std::min<int64_t>(lanes, 256);
+    lanes = std::min<int64_t>(lanes, llvm::PowerOf2Ceil(vectors));
+    if (lanes > subgroupSize)
+      lanes = llvm::alignTo(lanes, subgroupSize);
+    else
+      lanes = llvm::PowerOf2Ceil(lanes);
+    return std::min<int64_t>(lanes, maxBlockThreads);
+  }
+
+  /// The batch of sources a thread loads before one row sum (two by
+  /// default: with four vectors a lane, eight loads in flight).
+  SourceSchedule scheduleFor(int64_t batch, bool prefetch, int64_t numSources) {
+    SourceSchedule schedule;
+    schedule.batch = std::min<int64_t>(batch > 0 ? batch : 2, numSources);
+    schedule.prefetch = prefetch;
+    schedule.unrollLimit = unrollSources;
+    return schedule;
   }
 
   /// Records a kernel on its gpu.func and returns its name.
@@ -184,20 +245,38 @@ struct ConvertAttnResToGPUPass
     AttnResSpec spec = commonSpec(op);
     spec.output = op.getOutput().getType().getElementType();
     spec.writeOPre = static_cast<bool>(op.getOPre());
-    RowLayout layout = layoutFor(spec.width, {spec.value, spec.output});
+    int64_t lanes = forwardThreadsPerRow;
+    if (lanes == 0)
+      lanes = defaultLanes(spec.width, {spec.value, spec.output}, true,
+                           spec.numQueries, false);
+    FailureOr<RowLayout> layoutOr =
+        layoutFor(op, spec.width, {spec.value, spec.output}, lanes);
+    if (failed(layoutOr))
+      return {};
+    RowLayout layout = *layoutOr;
+    // The split over sources runs when there are few rows: every block's
+    // loads must then be in flight, prefetching included.
+    SourceSchedule schedule =
+        scheduleFor(forwardSourceBatch, forwardPrefetch > 0, spec.numSources);
+    SourceSchedule partialSchedule =
+        scheduleFor(forwardSourceBatch, forwardPrefetch != 0, spec.numSources);
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "forward", spec);
     facts.append("output_type", b.getStringAttr(typeName(spec.output)));
     facts.append("writes_o_pre", b.getBoolAttr(spec.writeOPre));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
+    facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
+    facts.append("source_batch", b.getI64IntegerAttr(schedule.batch));
     facts.append("forward",
                  record(b, emitForwardKernel(b, loc, prefix + "_forward", spec,
-                                             layout, /*partial=*/false)));
+                                             layout, schedule,
+                                             /*partial=*/false)));
     facts.append(
         "forward_partial",
         record(b, emitForwardKernel(b, loc, prefix + "_forward_partial", spec,
-                                    layout, /*partial=*/true)));
+                                    layout, partialSchedule,
+                                    /*partial=*/true)));
     MergeSpec merge;
     merge.width = spec.width;
     merge.output = spec.output;
@@ -205,8 +284,11 @@ struct ConvertAttnResToGPUPass
     merge.perRowGroupWeight = spec.perQueryOutputNorm;
     merge.writeOPre = spec.writeOPre;
     merge.eps = spec.eps;
-    RowLayout mergeLayout =
-        layoutFor(spec.width, {b.getF32Type(), spec.output});
+    FailureOr<RowLayout> mergeLayoutOr =
+        layoutFor(op, spec.width, {b.getF32Type(), spec.output}, 0);
+    if (failed(mergeLayoutOr))
+      return {};
+    RowLayout mergeLayout = *mergeLayoutOr;
     facts.append("merge", record(b, emitMergeKernel(b, loc, prefix + "_merge",
                                                     merge, mergeLayout)));
     facts.append("merge_rows_per_block",
@@ -222,8 +304,22 @@ struct ConvertAttnResToGPUPass
     spec.gradQuery = elementOf(op.getGradQuery());
     spec.gradKeyNorm = elementOf(op.getGradKeyNormWeight());
     spec.gradOutputNorm = elementOf(op.getGradOutputNormWeight());
-    RowLayout layout =
-        layoutFor(spec.width, {spec.value, spec.grad, spec.saved});
+    SmallVector<Type> streamed = {spec.value, spec.grad, spec.saved};
+    int64_t lanes = backwardThreadsPerRow;
+    if (lanes == 0)
+      lanes = defaultLanes(spec.width, streamed, false, spec.numQueries,
+                           static_cast<bool>(spec.outputNorm));
+    FailureOr<RowLayout> layoutOr = layoutFor(op, spec.width, streamed, lanes);
+    if (failed(layoutOr))
+      return {};
+    RowLayout layout = *layoutOr;
+    // Prefetching holds another batch of rows: only where a thread holds
+    // one query's rows.
+    bool prefetchRows = backwardPrefetch >= 0
+                            ? backwardPrefetch > 0
+                            : spec.numQueries == 1 && !spec.outputNorm;
+    SourceSchedule schedule =
+        scheduleFor(backwardSourceBatch, prefetchRows, spec.numSources);
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "backward", spec);
     facts.append("grad_type", b.getStringAttr(typeName(spec.grad)));
@@ -231,12 +327,14 @@ struct ConvertAttnResToGPUPass
       facts.append("saved_type", b.getStringAttr(typeName(spec.saved)));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
+    facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
+    facts.append("source_batch", b.getI64IntegerAttr(schedule.batch));
     facts.append("backward",
                  record(b, emitBackwardKernel(b, loc, prefix + "_backward",
-                                              spec, layout)));
-    facts.append("finalize",
-                 record(b, emitFinalizeKernel(b, loc, prefix + "_finalize",
-                                              spec, reductionThreads)));
+                                              spec, layout, schedule)));
+    facts.append("finalize", record(b, emitFinalizeKernel(
+                                           b, loc, prefix + "_finalize", spec,
+                                           reductionThreads, subgroupSize)));
     return facts.getDictionary(b.getContext());
   }
 
@@ -268,7 +366,11 @@ struct ConvertAttnResToGPUPass
     merge.staticPartitions = op.getNumPartitions();
     merge.writeOPre = static_cast<bool>(op.getOPre());
     merge.eps = op.getEps().convertToDouble();
-    RowLayout layout = layoutFor(merge.width, {b.getF32Type(), merge.output});
+    FailureOr<RowLayout> layoutOr =
+        layoutFor(op, merge.width, {b.getF32Type(), merge.output}, 0);
+    if (failed(layoutOr))
+      return {};
+    RowLayout layout = *layoutOr;
     facts.append("op", b.getStringAttr("partition_reduce_softmax"));
     facts.append("width", b.getI64IntegerAttr(merge.width));
     facts.append("has_sink", b.getBoolAttr(merge.sink));

@@ -15,8 +15,10 @@
 using namespace mlir;
 using namespace mlir::attnres::gpu_kernels;
 
-RowLayout RowLayout::choose(int64_t width, int64_t elementBytes,
-                            int64_t subgroupSize, int64_t maxBlockThreads) {
+FailureOr<RowLayout> RowLayout::choose(int64_t width, int64_t elementBytes,
+                                       int64_t subgroupSize,
+                                       int64_t maxBlockThreads,
+                                       int64_t threadsPerRow) {
   RowLayout layout;
   layout.width = width;
   layout.subgroupSize = subgroupSize;
@@ -25,18 +27,31 @@ RowLayout RowLayout::choose(int64_t width, int64_t elementBytes,
   while (width % layout.vectorWidth != 0)
     layout.vectorWidth /= 2;
   layout.vectors = width / layout.vectorWidth;
-  if (layout.vectors <= subgroupSize) {
-    // Several rows per block, each on a power-of-two group of lanes.
-    layout.threadsPerRow = llvm::PowerOf2Ceil(layout.vectors);
-    layout.rowsPerBlock =
-        std::max<int64_t>(1, 4 * subgroupSize / layout.threadsPerRow);
-    layout.chunks = 1;
-    return layout;
+  if (threadsPerRow == 0) {
+    if (layout.vectors <= subgroupSize) {
+      threadsPerRow = llvm::PowerOf2Ceil(layout.vectors);
+    } else {
+      // Two vectors a thread: enough lanes that a row's loads are spread
+      // wide, few enough that the accumulators of a thread stay small and
+      // a block holds one row (docs/Performance.md has the measurements).
+      threadsPerRow = std::min<int64_t>(
+          llvm::alignTo(llvm::divideCeil(layout.vectors, 2), subgroupSize),
+          maxBlockThreads);
+    }
   }
-  layout.threadsPerRow = std::min(llvm::alignTo(layout.vectors, subgroupSize),
-                                  static_cast<uint64_t>(maxBlockThreads));
-  layout.chunks = llvm::divideCeil(layout.vectors, layout.threadsPerRow);
-  layout.rowsPerBlock = 1;
+  bool valid =
+      threadsPerRow >= 1 && threadsPerRow <= maxBlockThreads &&
+      (threadsPerRow <= subgroupSize ? llvm::isPowerOf2_64(threadsPerRow)
+                                     : threadsPerRow % subgroupSize == 0);
+  if (!valid)
+    return failure();
+  layout.threadsPerRow = threadsPerRow;
+  layout.chunks = llvm::divideCeil(layout.vectors, threadsPerRow);
+  // Rows on part of a subgroup share a block of four subgroups.
+  layout.rowsPerBlock =
+      threadsPerRow < subgroupSize ? 4 * subgroupSize / threadsPerRow : 1;
+  if (threadsPerRow == subgroupSize)
+    layout.rowsPerBlock = 4;
   return layout;
 }
 
@@ -82,14 +97,19 @@ Value KernelEmitter::toI64(Value index) {
   return arith::IndexCastOp::create(b, loc, i64, index);
 }
 
+// Products feeding sums may fuse into FMAs (one rounding instead of two):
+// half the instructions of the streaming loops.
+static constexpr arith::FastMathFlags kContract =
+    arith::FastMathFlags::contract;
+
 Value KernelEmitter::add(Value x, Value y) {
-  return arith::AddFOp::create(b, loc, x, y);
+  return arith::AddFOp::create(b, loc, x, y, kContract);
 }
 Value KernelEmitter::sub(Value x, Value y) {
-  return arith::SubFOp::create(b, loc, x, y);
+  return arith::SubFOp::create(b, loc, x, y, kContract);
 }
 Value KernelEmitter::mul(Value x, Value y) {
-  return arith::MulFOp::create(b, loc, x, y);
+  return arith::MulFOp::create(b, loc, x, y, kContract);
 }
 Value KernelEmitter::div(Value x, Value y) {
   return arith::DivFOp::create(b, loc, x, y);
@@ -126,16 +146,24 @@ static int64_t bytesOf(Type type) {
   return std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8);
 }
 
-Value KernelEmitter::loadVector(Value base, Value index, Type elementType) {
+Value KernelEmitter::loadVectorRaw(Value base, Value index, Type elementType) {
   int64_t width = layout.vectorWidth;
   Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
                                       elementType, base, ValueRange{index});
   auto type = VectorType::get({width}, elementType);
-  Value value =
-      LLVM::LoadOp::create(b, loc, type, address, width * bytesOf(elementType));
-  if (elementType != f32)
-    value = LLVM::FPExtOp::create(b, loc, VectorType::get({width}, f32), value);
-  return value;
+  return LLVM::LoadOp::create(b, loc, type, address,
+                              width * bytesOf(elementType));
+}
+
+Value KernelEmitter::extend(Value vector) {
+  auto type = cast<VectorType>(vector.getType());
+  if (type.getElementType() == f32)
+    return vector;
+  return LLVM::FPExtOp::create(b, loc, type.clone(f32), vector);
+}
+
+Value KernelEmitter::loadVector(Value base, Value index, Type elementType) {
+  return extend(loadVectorRaw(base, index, elementType));
 }
 
 void KernelEmitter::storeVector(Value vector, Value base, Value index,
@@ -220,16 +248,36 @@ void KernelEmitter::setUpThreads(Value workgroupBuffer) {
   }
 }
 
-SmallVector<Value> KernelEmitter::rowSum(ArrayRef<Value> values) {
-  return rowReduce(values, /*maximum=*/false);
+void KernelEmitter::planReductions(int64_t settled, int64_t loop) {
+  settledValues = settled;
+  loopValues = loop;
+}
+
+int64_t KernelEmitter::readWidth() const {
+  int64_t subgroups = layout.subgroupsPerRow();
+  return subgroups % 4 == 0 ? 4 : subgroups % 2 == 0 ? 2 : 1;
+}
+
+int64_t KernelEmitter::valueStride() const {
+  return llvm::alignTo(layout.subgroupsPerRow(), readWidth());
+}
+
+int64_t KernelEmitter::reductionFloats() const {
+  if (!layout.blockReduce())
+    return 0;
+  return valueStride() * (settledValues + 2 * loopValues);
+}
+
+SmallVector<Value> KernelEmitter::rowSum(ArrayRef<Value> values, Value half) {
+  return rowReduce(values, /*maximum=*/false, half);
 }
 
 SmallVector<Value> KernelEmitter::rowMax(ArrayRef<Value> values) {
-  return rowReduce(values, /*maximum=*/true);
+  return rowReduce(values, /*maximum=*/true, Value());
 }
 
 SmallVector<Value> KernelEmitter::rowReduce(ArrayRef<Value> values,
-                                            bool maximum) {
+                                            bool maximum, Value half) {
   auto combine = [&](Value x, Value y) {
     return maximum ? this->maximum(x, y) : add(x, y);
   };
@@ -245,31 +293,54 @@ SmallVector<Value> KernelEmitter::rowReduce(ArrayRef<Value> values,
   if (!layout.blockReduce())
     return sums;
 
-  // Across the subgroups of the row: each writes its sums, then every lane
-  // adds them up in subgroup order.
+  // Across the subgroups of a row: the first lane of each subgroup writes
+  // its sums ([value][subgroup], so that a lane reads the partial sums of a
+  // value with few vector loads), then every lane adds them up in subgroup
+  // order.
   int64_t count = sums.size();
+  int64_t stride = valueStride(), subgroups = layout.subgroupsPerRow();
+  Value region;
+  if (half) {
+    assert(count <= loopValues && "row sum larger than planned");
+    region = addI(constI64(stride * settledValues),
+                  mulI(half, constI64(stride * loopValues)));
+  } else {
+    assert(count <= settledValues && "row sum larger than planned");
+    region = constI64(0);
+  }
+  auto indexAt = [&](Value offset) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), offset);
+  };
   Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                       laneInSubgroup, constI64(0));
-  Value base = arith::IndexCastOp::create(b, loc, b.getIndexType(),
-                                          mulI(subgroupInRow, constI64(count)));
   ifThen(first, [&] {
     for (int64_t k = 0; k < count; ++k)
       memref::StoreOp::create(
           b, loc, sums[k], workgroup,
-          ValueRange{arith::AddIOp::create(b, loc, base, constIndex(k))});
+          ValueRange{indexAt(
+              addI(region, addI(constI64(k * stride), subgroupInRow)))});
   });
   gpu::BarrierOp::create(b, loc);
+  int64_t width = readWidth();
+  auto readType = VectorType::get({width}, f32);
   SmallVector<Value> totals;
   for (int64_t k = 0; k < count; ++k) {
     Value total;
-    for (int64_t s = 0; s < layout.subgroupsPerRow(); ++s) {
-      Value part = memref::LoadOp::create(
-          b, loc, workgroup, ValueRange{constIndex(s * count + k)});
-      total = total ? combine(total, part) : part;
+    for (int64_t s = 0; s < subgroups; s += width) {
+      Value parts = vector::LoadOp::create(
+          b, loc, readType, workgroup,
+          ValueRange{indexAt(addI(region, constI64(k * stride + s)))},
+          /*nontemporal=*/false, llvm::MaybeAlign(width * 4));
+      for (int64_t j = 0; j < width; ++j) {
+        Value part =
+            vector::ExtractOp::create(b, loc, parts, ArrayRef<int64_t>{j});
+        total = total ? combine(total, part) : part;
+      }
     }
     totals.push_back(total);
   }
-  gpu::BarrierOp::create(b, loc);
+  if (!half)
+    gpu::BarrierOp::create(b, loc);
   return totals;
 }
 

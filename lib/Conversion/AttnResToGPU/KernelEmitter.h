@@ -39,8 +39,25 @@ struct RowLayout {
   }
 
   /// `elementBytes` is the size of the narrowest element type streamed.
-  static RowLayout choose(int64_t width, int64_t elementBytes,
-                          int64_t subgroupSize, int64_t maxBlockThreads);
+  /// `threadsPerRow` = 0 picks the lanes of a row automatically (see
+  /// docs/Performance.md); otherwise it must be a power of two, or a multiple
+  /// of the subgroup, no larger than `maxBlockThreads`.
+  static FailureOr<RowLayout> choose(int64_t width, int64_t elementBytes,
+                                     int64_t subgroupSize,
+                                     int64_t maxBlockThreads,
+                                     int64_t threadsPerRow = 0);
+};
+
+/// How a kernel walks over the L sources of a row.
+struct SourceSchedule {
+  /// Sources whose rows are loaded before one row sum reduces all of their
+  /// dot products together: the loads in flight per thread, and one
+  /// reduction (one barrier) per batch instead of one per source.
+  int64_t batch = 1;
+  /// Load the next batch's rows while the current batch is reduced.
+  bool prefetch = true;
+  /// Up to this many sources, the batch loop is unrolled at compile time.
+  int64_t unrollLimit = 16;
 };
 
 /// Emits the body of one gpu.func.
@@ -91,6 +108,11 @@ public:
 
   // Global memory. Indices count elements of `elementType`.
   Value loadVector(Value base, Value index, Type elementType);
+  /// The vector as stored (not extended to FP32): what a prefetch keeps in
+  /// registers, at half the size for 16-bit types.
+  Value loadVectorRaw(Value base, Value index, Type elementType);
+  /// FP32 of a vector `loadVectorRaw` returned.
+  Value extend(Value vector);
   void storeVector(Value vector, Value base, Value index, Type elementType);
   Value loadScalar(Value base, Value index, Type elementType);
   void storeScalar(Value value, Value base, Value index, Type elementType);
@@ -113,9 +135,21 @@ public:
   /// Element offsets of chunk c (vector<vectorWidth x i64>).
   SmallVector<Value> elementIndex;
 
+  /// Reserves the workgroup memory of the row sums (before the kernel is
+  /// created): `settledValues` for sums that end with a barrier, and two
+  /// halves of `loopValues` each for the sums of a loop, which alternate
+  /// between them and need one barrier each.
+  void planReductions(int64_t settledValues, int64_t loopValues);
+  /// Floats of workgroup memory the planned row sums use; a kernel's own
+  /// workgroup data starts there.
+  int64_t reductionFloats() const;
+
   /// Sums each of `values` over the lanes of a row; every lane gets the
-  /// totals, bit-identical across lanes.
-  SmallVector<Value> rowSum(ArrayRef<Value> values);
+  /// totals, bit-identical across lanes, added in a fixed order. Without
+  /// `half` the sums go through the settled region and end with a barrier;
+  /// with `half` (i64, 0 or 1) through that loop half, with one barrier:
+  /// consecutive calls must alternate halves.
+  SmallVector<Value> rowSum(ArrayRef<Value> values, Value half = {});
   /// The same with maximum.
   SmallVector<Value> rowMax(ArrayRef<Value> values);
 
@@ -123,13 +157,14 @@ public:
   /// lie in the row: vector<vectorWidth x i1> per chunk.
   SmallVector<Value> keyMasks(int64_t rank);
 
-  /// Size in f32 of the workgroup buffer rowSum needs for `values` sums.
-  int64_t workgroupFloats(int64_t values) const {
-    return layout.blockReduce() ? layout.subgroupsPerRow() * values : 1;
-  }
-
 private:
-  SmallVector<Value> rowReduce(ArrayRef<Value> values, bool maximum);
+  SmallVector<Value> rowReduce(ArrayRef<Value> values, bool maximum,
+                               Value half);
+  /// Floats between the partial sums of two values: the subgroups of a row,
+  /// padded to the width the totals are read with.
+  int64_t valueStride() const;
+  int64_t readWidth() const;
+  int64_t settledValues = 0, loopValues = 0;
   Value workgroup;
   Value laneInSubgroup, subgroupInRow;
 };

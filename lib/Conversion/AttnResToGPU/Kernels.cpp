@@ -173,19 +173,18 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
   }
 }
 
-/// The row of source `index` (clamped into [0, L)) of the table: what a
-/// source loop prefetches one iteration ahead, so that a load is always in
-/// flight while the row sums of the current source wait on each other.
-SmallVector<Value> loadSourceRow(KernelEmitter &e, Value table, Value index,
-                                 int64_t numSources, Value row, Type element) {
-  Value clamped = e.minI(index, e.constI64(numSources - 1));
-  return loadRow(e, e.loadPointer(table, clamped), row, element);
-}
-
+/// sum_c <x_c, y_c> as one chain of fused multiply-adds over the elements
+/// in order: one live register per sum, so that a thread can form several
+/// sums of a row without holding the row's products.
 Value dotChunks(KernelEmitter &e, ArrayRef<Value> x, ArrayRef<Value> y) {
-  Value total = e.constF32(0.0);
+  Value total;
   for (auto [u, v] : llvm::zip(x, y))
-    total = e.add(total, e.sumVector(e.mul(u, v)));
+    for (int64_t j = 0; j < e.layout.vectorWidth; ++j) {
+      Value product =
+          e.mul(vector::ExtractOp::create(e.b, e.loc, u, ArrayRef<int64_t>{j}),
+                vector::ExtractOp::create(e.b, e.loc, v, ArrayRef<int64_t>{j}));
+      total = total ? e.add(total, product) : product;
+    }
   return total;
 }
 
@@ -223,6 +222,243 @@ struct Carried {
   }
 };
 
+/// sum over the key coordinates of x^2: all of them when R = D (rows are
+/// zero outside their chunks), else those `keyMasks` selects.
+Value keySquares(KernelEmitter &e, ArrayRef<Value> row,
+                 ArrayRef<Value> keyMasks) {
+  if (keyMasks.empty())
+    return dotChunks(e, row, row);
+  Value total;
+  for (auto [c, v] : llvm::enumerate(row)) {
+    Value squares = e.select(keyMasks[c], e.mul(v, v), e.zeroVector());
+    total = total ? e.add(total, squares) : squares;
+  }
+  return e.sumVector(total);
+}
+
+/// One source of a batch: its index, whether the row reads it (null:
+/// always) and its row as FP32 chunk vectors (zero outside the row).
+struct SourceSlot {
+  Value index;
+  Value valid;
+  SmallVector<Value> row;
+  /// The chunks as loaded (before the FP32 extension).
+  SmallVector<Value> raw;
+};
+
+/// The slot's row in FP32 once more, for the uses after a row sum. For
+/// bf16 the extension is redone from the stored bits (a bf16 is the high
+/// half of its f32), written differently from the first one so that the
+/// compiler does not merge the two: the row is kept across the row sum at
+/// the width it was loaded with, half the registers.
+SmallVector<Value> rowAgain(KernelEmitter &e, const SourceSlot &slot) {
+  SmallVector<Value> row;
+  for (auto [c, raw] : llvm::enumerate(slot.raw)) {
+    auto type = cast<VectorType>(raw.getType());
+    if (!type.getElementType().isBF16()) {
+      row.push_back(slot.row[c]);
+      continue;
+    }
+    OpBuilder &b = e.b;
+    auto bits16 = type.clone(b.getI16Type()),
+         bits32 = type.clone(b.getI32Type());
+    Value bits = LLVM::BitcastOp::create(b, e.loc, bits16, raw);
+    Value wide = arith::ExtUIOp::create(b, e.loc, bits32, bits);
+    Value shifted = arith::ShLIOp::create(
+        b, e.loc, wide,
+        arith::ConstantOp::create(
+            b, e.loc, bits32,
+            DenseElementsAttr::get(bits32, b.getI32IntegerAttr(16))));
+    Value value =
+        LLVM::BitcastOp::create(b, e.loc, type.clone(b.getF32Type()), shifted);
+    row.push_back(e.select(e.chunkActive[c], value, e.zeroVector()));
+  }
+  return row;
+}
+
+/// What a source walk does with a batch: the next state from the slots and
+/// the state, reducing its row sums through workgroup half `half`; `first`
+/// says the batch is statically the first one.
+using BatchBody = function_ref<SmallVector<Value>(
+    ArrayRef<SourceSlot> slots, ValueRange state, Value half, bool first)>;
+
+/// Walks the sources of one row in batches (SourceSchedule): the rows of a
+/// batch are all loaded before its row sums, the next batch's rows are
+/// loaded before the current batch is reduced (prefetch), and the table
+/// entries one batch further still, so no load waits on a pointer.
+class SourceWalker {
+public:
+  SourceWalker(KernelEmitter &e, Value table, Type element, Value row,
+               int64_t numSources, SourceSchedule schedule)
+      : e(e), table(table), element(element), numSources(numSources),
+        schedule(schedule) {
+    batch = std::clamp<int64_t>(schedule.batch, 1, numSources);
+    rowStart = e.mulI(row, e.constI64(e.layout.width));
+  }
+
+  int64_t batchSize() const { return batch; }
+
+  /// All L sources: unrolled at compile time up to the schedule's limit,
+  /// else a loop.
+  SmallVector<Value> all(ValueRange state, BatchBody body) {
+    if (numSources > schedule.unrollLimit)
+      return range(e.constI64(0), e.constI64(numSources), state, body);
+    int64_t batches = llvm::divideCeil(numSources, batch);
+    auto pointersOf = [&](int64_t t) {
+      SmallVector<Value> pointers;
+      for (int64_t s = t * batch; s < std::min(numSources, (t + 1) * batch);
+           ++s)
+        pointers.push_back(e.loadPointer(table, e.constI64(s)));
+      return pointers;
+    };
+    SmallVector<SmallVector<Value>> pointers(batches + 1);
+    SmallVector<SmallVector<SmallVector<Value>>> rows(batches + 1);
+    pointers[0] = pointersOf(0);
+    if (schedule.prefetch) {
+      rows[0] = loadRows(pointers[0]);
+      if (batches > 1)
+        pointers[1] = pointersOf(1);
+    }
+    SmallVector<Value> current(state);
+    for (int64_t t = 0; t < batches; ++t) {
+      if (schedule.prefetch) {
+        if (t + 1 < batches)
+          rows[t + 1] = loadRows(pointers[t + 1]);
+        if (t + 2 < batches)
+          pointers[t + 2] = pointersOf(t + 2);
+      } else {
+        rows[t] = loadRows(pointers[t]);
+        if (t + 1 < batches)
+          pointers[t + 1] = pointersOf(t + 1);
+      }
+      SmallVector<SourceSlot> slots;
+      for (auto [i, raw] : llvm::enumerate(rows[t]))
+        slots.push_back({e.constI64(t * batch + i), Value(), extend(raw),
+                         SmallVector<Value>(raw)});
+      current = body(slots, current, e.constI64(t % 2), t == 0);
+    }
+    return current;
+  }
+
+  /// Sources [begin, end) (i64, end > begin) in a loop over batches; the
+  /// slots past `end` of the last batch are invalid.
+  /// The loads a walk over [begin, end) starts with (the first batch's
+  /// table entries, and its rows when prefetching): issued by `range`, or
+  /// earlier, so that they are in flight while the caller does other work.
+  SmallVector<Value> start(Value begin, Value end) {
+    SmallVector<Value> started;
+    SmallVector<Value> firstPointers = pointersOf(begin, end, e.constI64(0));
+    if (schedule.prefetch) {
+      SmallVector<SmallVector<Value>> firstRows = loadRows(firstPointers);
+      llvm::append_range(started, pointersOf(begin, end, e.constI64(1)));
+      for (auto &row : firstRows)
+        llvm::append_range(started, row);
+    } else {
+      llvm::append_range(started, firstPointers);
+    }
+    return started;
+  }
+
+  SmallVector<Value> range(Value begin, Value end, ValueRange state,
+                           BatchBody body, ArrayRef<Value> started = {}) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value batches = e.ceilDivI(arith::SubIOp::create(b, loc, end, begin),
+                               e.constI64(batch));
+    auto firstOf = [&](Value t) {
+      return e.addI(begin, e.mulI(t, e.constI64(batch)));
+    };
+    // Carried: the state, the pointers of the batch after the current one
+    // (prefetch) or of the current one, and the current rows (prefetch).
+    SmallVector<Value> init(state);
+    unsigned pointersAt = init.size();
+    unsigned rowsAt = pointersAt + batch;
+    if (started.empty())
+      llvm::append_range(init, start(begin, end));
+    else
+      llvm::append_range(init, started);
+    int64_t C = e.layout.chunks;
+    auto loop = scf::ForOp::create(
+        b, loc, e.constI64(0), batches, e.constI64(1), init,
+        [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(nested.getInsertionBlock(),
+                              nested.getInsertionPoint());
+          SmallVector<Value> pointers(carried.begin() + pointersAt,
+                                      carried.begin() + pointersAt + batch);
+          SmallVector<SmallVector<Value>> rows, nextRows;
+          SmallVector<Value> nextPointers;
+          if (schedule.prefetch) {
+            for (int64_t i = 0; i < batch; ++i)
+              rows.push_back(
+                  SmallVector<Value>(carried.begin() + rowsAt + i * C,
+                                     carried.begin() + rowsAt + (i + 1) * C));
+            nextRows = loadRows(pointers);
+            nextPointers = pointersOf(begin, end, e.addI(t, e.constI64(2)));
+          } else {
+            rows = loadRows(pointers);
+            nextPointers = pointersOf(begin, end, e.addI(t, e.constI64(1)));
+          }
+          Value first = firstOf(t);
+          SmallVector<SourceSlot> slots;
+          for (int64_t i = 0; i < batch; ++i) {
+            Value index = e.addI(first, e.constI64(i));
+            slots.push_back(
+                {index, e.lessThan(index, end), extend(rows[i]), rows[i]});
+          }
+          Value half = arith::AndIOp::create(b, loc, t, e.constI64(1));
+          SmallVector<Value> next =
+              body(slots, carried.take_front(pointersAt), half, false);
+          llvm::append_range(next, nextPointers);
+          for (auto &row : nextRows)
+            llvm::append_range(next, row);
+          scf::YieldOp::create(b, loc, next);
+        });
+    return SmallVector<Value>(loop.getResults().take_front(pointersAt));
+  }
+
+private:
+  /// The table entries of batch t of [begin, end), clamped into the range.
+  SmallVector<Value> pointersOf(Value begin, Value end, Value t) {
+    SmallVector<Value> pointers;
+    Value first = e.addI(begin, e.mulI(t, e.constI64(batch)));
+    Value last = e.addI(end, e.constI64(-1));
+    for (int64_t i = 0; i < batch; ++i)
+      pointers.push_back(
+          e.loadPointer(table, e.minI(e.addI(first, e.constI64(i)), last)));
+    return pointers;
+  }
+
+  SmallVector<SmallVector<Value>> loadRows(ArrayRef<Value> pointers) {
+    SmallVector<SmallVector<Value>> rows;
+    for (Value pointer : pointers) {
+      SmallVector<Value> chunks;
+      for (int64_t c = 0; c < e.layout.chunks; ++c) {
+        Value index =
+            e.addI(rowStart,
+                   e.mulI(e.vectorIndex[c], e.constI64(e.layout.vectorWidth)));
+        chunks.push_back(e.loadVectorRaw(pointer, index, element));
+      }
+      rows.push_back(chunks);
+    }
+    return rows;
+  }
+  SmallVector<Value> extend(ArrayRef<Value> raw) {
+    SmallVector<Value> row;
+    for (auto [c, chunk] : llvm::enumerate(raw))
+      row.push_back(
+          e.select(e.chunkActive[c], e.extend(chunk), e.zeroVector()));
+    return row;
+  }
+
+  KernelEmitter &e;
+  Value table;
+  Type element;
+  int64_t numSources;
+  SourceSchedule schedule;
+  int64_t batch;
+  Value rowStart;
+};
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -231,7 +467,7 @@ struct Carried {
 
 KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
-    RowLayout layout, bool partial) {
+    RowLayout layout, SourceSchedule schedule, bool partial) {
   KernelBuilder k(b, loc, name, partial ? "forward_partial" : "forward");
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
@@ -253,75 +489,100 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   int partitions = partial ? k.scalar("num_partitions") : -1;
 
   KernelEmitter e(b, loc, layout);
-  k.begin(layout.blockThreads(), e.workgroupFloats(1 + M));
+  int64_t S = std::clamp<int64_t>(schedule.batch, 1, L);
+  e.planReductions(/*settled=*/M, /*loop=*/S * (1 + M));
+  k.begin(layout.blockThreads(), std::max<int64_t>(1, e.reductionFloats()));
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens);
   Value row =
       e.addI(e.mulI(e.blockX, e.constI64(layout.rowsPerBlock)), e.group);
   Value valid = e.lessThan(row, N);
   Value rowc = e.minI(row, e.addI(N, e.constI64(-1)));
-  SmallVector<Value> keyMasks = e.keyMasks(R);
+  SmallVector<Value> keyMasks;
+  if (R < D)
+    keyMasks = e.keyMasks(R);
   auto a = keyQuery(e, spec, k.arg(query),
-                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), keyMasks);
+                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), e.keyMasks(R));
 
-  // The sources of this block: all of them, or partition blockIdx.y.
-  Value begin = e.constI64(0), end = e.constI64(L);
-  if (partial) {
-    Value P = k.arg(partitions);
-    begin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
-    end = e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
-  }
-
+  // Per query: the running maximum, the weight sum and the FP32 output row.
   Carried init;
   unsigned maxAt = init.add(SmallVector<Value>(M, e.constF32(-kInf)));
   unsigned sumAt = init.add(SmallVector<Value>(M, e.constF32(0.0)));
   unsigned accAt = init.add(SmallVector<Value>(M * C, e.zeroVector()));
-  unsigned rowAt =
-      init.add(loadSourceRow(e, k.arg(sources), begin, L, rowc, spec.value));
-  auto loop = scf::ForOp::create(
-      b, loc, begin, end, e.constI64(1), init.values,
-      [&](OpBuilder &nested, Location, Value s, ValueRange carried) {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(nested.getInsertionBlock(),
-                            nested.getInsertionPoint());
-        SmallVector<Value> v(carried.begin() + rowAt,
-                             carried.begin() + rowAt + C);
-        SmallVector<Value> prefetched = loadSourceRow(
-            e, k.arg(sources), e.addI(s, e.constI64(1)), L, rowc, spec.value);
-        SmallVector<Value> partials;
-        Value squares = e.constF32(0.0);
+  int64_t width = layout.vectorWidth;
+  // One batch: one row sum for every key's sum of squares and dot products,
+  // then the online softmax rescales once per batch.
+  auto batchStep = [&](ArrayRef<SourceSlot> slots, ValueRange state, Value half,
+                       bool first) {
+    SmallVector<Value> partials;
+    for (const SourceSlot &slot : slots) {
+      partials.push_back(keySquares(e, slot.row, keyMasks));
+      for (int64_t m = 0; m < M; ++m)
+        partials.push_back(dotChunks(e, slot.row, a[m]));
+    }
+    SmallVector<Value> sums = e.rowSum(partials, half);
+    SmallVector<SmallVector<Value>> logits(M);
+    for (auto [i, slot] : llvm::enumerate(slots)) {
+      Value rho = normFactor(e, sums[i * (1 + M)], R, spec.eps);
+      for (int64_t m = 0; m < M; ++m) {
+        Value z = e.mul(e.constF32(spec.scale),
+                        e.mul(rho, sums[i * (1 + M) + 1 + m]));
+        if (slot.valid)
+          z = e.select(slot.valid, z, e.constF32(-kInf));
+        logits[m].push_back(z);
+      }
+    }
+    SmallVector<Value> maxes, weightSums, accs;
+    for (int64_t m = 0; m < M; ++m) {
+      Value newMax = logits[m][0];
+      for (Value z : ArrayRef<Value>(logits[m]).drop_front())
+        newMax = e.maximum(newMax, z);
+      Value weightSum;
+      SmallVector<Value> acc;
+      if (first) {
+        // Statically the first batch: nothing to rescale.
+        weightSum = e.constF32(0.0);
+        acc.assign(C, e.zeroVector());
+      } else {
+        Value previous = state[maxAt + m];
+        newMax = e.maximum(previous, newMax);
+        Value alpha = e.exp(e.sub(previous, newMax));
+        weightSum = e.mul(state[sumAt + m], alpha);
+        Value alphaV = e.splat(alpha, width);
         for (int64_t c = 0; c < C; ++c)
-          squares = e.add(squares,
-                          e.sumVector(e.select(keyMasks[c], e.mul(v[c], v[c]),
-                                               e.zeroVector())));
-        partials.push_back(squares);
-        for (int64_t m = 0; m < M; ++m)
-          partials.push_back(dotChunks(e, v, a[m]));
-        SmallVector<Value> sums = e.rowSum(partials);
-        Value rho = normFactor(e, sums[0], R, spec.eps);
-        SmallVector<Value> next;
-        SmallVector<Value> maxes, weightSums, accs;
-        for (int64_t m = 0; m < M; ++m) {
-          Value z = e.mul(e.constF32(spec.scale), e.mul(rho, sums[1 + m]));
-          Value previous = carried[maxAt + m];
-          Value newMax = e.maximum(previous, z);
-          Value alpha = e.exp(e.sub(previous, newMax));
-          Value beta = e.exp(e.sub(z, newMax));
-          maxes.push_back(newMax);
-          weightSums.push_back(e.add(e.mul(carried[sumAt + m], alpha), beta));
-          Value alphaV = e.splat(alpha, layout.vectorWidth);
-          Value betaV = e.splat(beta, layout.vectorWidth);
-          for (int64_t c = 0; c < C; ++c)
-            accs.push_back(e.add(e.mul(carried[accAt + m * C + c], alphaV),
-                                 e.mul(v[c], betaV)));
-        }
-        llvm::append_range(next, maxes);
-        llvm::append_range(next, weightSums);
-        llvm::append_range(next, accs);
-        llvm::append_range(next, prefetched);
-        scf::YieldOp::create(b, loc, next);
-      });
-  ValueRange results = loop.getResults();
+          acc.push_back(e.mul(state[accAt + m * C + c], alphaV));
+      }
+      for (auto [i, slot] : llvm::enumerate(slots)) {
+        Value beta = e.exp(e.sub(logits[m][i], newMax));
+        weightSum = e.add(weightSum, beta);
+        Value betaV = e.splat(beta, width);
+        SmallVector<Value> row = rowAgain(e, slot);
+        for (int64_t c = 0; c < C; ++c)
+          acc[c] = e.add(acc[c], e.mul(row[c], betaV));
+      }
+      maxes.push_back(newMax);
+      weightSums.push_back(weightSum);
+      llvm::append_range(accs, acc);
+    }
+    SmallVector<Value> next;
+    llvm::append_range(next, maxes);
+    llvm::append_range(next, weightSums);
+    llvm::append_range(next, accs);
+    return next;
+  };
+
+  // The sources of this block: all of them, or partition blockIdx.y.
+  SourceWalker walker(e, k.arg(sources), spec.value, rowc, L, schedule);
+  SmallVector<Value> results;
+  if (partial) {
+    Value P = k.arg(partitions);
+    Value begin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
+    Value end =
+        e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
+    results = walker.range(begin, end, init.values, batchStep);
+  } else {
+    results = walker.all(init.values, batchStep);
+  }
 
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                         e.lane, e.constI64(0));
@@ -330,14 +591,27 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   if (norm)
     weights = loadWeightRows(e, k.arg(outputNorm), spec.outputNorm,
                              spec.perQueryOutputNorm ? M : 1);
+  SmallVector<Value> lses;
+  SmallVector<SmallVector<Value>> oPreRows;
   for (int64_t m = 0; m < M; ++m) {
     Value weightSum = results[sumAt + m];
-    Value lse = e.add(results[maxAt + m], e.log(weightSum));
-    SmallVector<Value> oPreRow =
+    lses.push_back(e.add(results[maxAt + m], e.log(weightSum)));
+    oPreRows.push_back(
         scaleChunks(e,
                     SmallVector<Value>(results.begin() + accAt + m * C,
                                        results.begin() + accAt + (m + 1) * C),
-                    e.div(e.constF32(1.0), weightSum));
+                    e.div(e.constF32(1.0), weightSum)));
+  }
+  // The output norm's mean squares of all queries in one row sum.
+  SmallVector<Value> normSums;
+  if (norm) {
+    SmallVector<Value> squares;
+    for (int64_t m = 0; m < M; ++m)
+      squares.push_back(dotChunks(e, oPreRows[m], oPreRows[m]));
+    normSums = e.rowSum(squares);
+  }
+  for (int64_t m = 0; m < M; ++m) {
+    ArrayRef<Value> oPreRow = oPreRows[m];
     // Output row index: (p * M + m) * N + row for partials, m * N + row.
     Value outRowBase = e.constI64(m);
     if (partial)
@@ -346,10 +620,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     if (partial) {
       storeRow(e, oPreRow, k.arg(out), outRow, f32, valid);
     } else {
-      SmallVector<Value> oRow = oPreRow;
+      SmallVector<Value> oRow(oPreRow);
       if (norm) {
-        Value squares = dotChunks(e, oPreRow, oPreRow);
-        Value rho = normFactor(e, e.rowSum({squares})[0], D, spec.eps);
+        Value rho = normFactor(e, normSums[m], D, spec.eps);
         ArrayRef<Value> weight = weights[spec.perQueryOutputNorm ? m : 0];
         oRow.clear();
         Value rhoV = e.splat(rho, layout.vectorWidth);
@@ -361,7 +634,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
         storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid);
     }
     e.ifThen(writesLse,
-             [&] { e.storeScalar(lse, k.arg(lseOut), outRow, f32); });
+             [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
   }
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
@@ -403,9 +676,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   int64_t weightTile =
       std::clamp<int64_t>(kWeightFloats / layout.rowsPerBlock, 1, 128);
   KernelEmitter e(b, loc, layout);
-  int64_t reduceFloats = e.workgroupFloats(1);
-  k.begin(layout.blockThreads(),
-          reduceFloats + (unrolled ? 0 : layout.rowsPerBlock * weightTile));
+  e.planReductions(/*settled=*/1, /*loop=*/0);
+  int64_t reduceFloats = e.reductionFloats();
+  k.begin(
+      layout.blockThreads(),
+      std::max<int64_t>(
+          1, reduceFloats + (unrolled ? 0 : layout.rowsPerBlock * weightTile)));
   e.setUpThreads(k.workgroup());
   Value rows = k.arg(rowsArg), P = k.arg(partitionsArg);
   Value row =
@@ -573,7 +849,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
 
 KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
-    RowLayout layout) {
+    RowLayout layout, SourceSchedule schedule) {
   KernelBuilder k(b, loc, name, "backward");
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
@@ -591,35 +867,46 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   int saved = spec.saved ? k.buffer("saved", spec.saved, "[M, N, D]") : -1;
   unsigned gradSources = k.table("grad_sources", spec.value, "L x [N, D]");
   unsigned partialDa =
-      k.buffer("partial_da", f32, "[B * rows_per_block, M, R]");
-  int partialDh = spec.outputNorm ? k.buffer("partial_dh", f32,
-                                             spec.perQueryOutputNorm
-                                                 ? "[B * rows_per_block, M, D]"
-                                                 : "[B * rows_per_block, 1, D]")
-                                  : -1;
+      k.buffer("partial_da", f32, "[P * B * rows_per_block, M, R]");
+  int partialDh =
+      spec.outputNorm
+          ? k.buffer("partial_dh", f32,
+                     spec.perQueryOutputNorm ? "[P * B * rows_per_block, M, D]"
+                                             : "[P * B * rows_per_block, 1, D]")
+          : -1;
   unsigned tokens = k.scalar("num_tokens");
   unsigned blocks = k.scalar("num_blocks");
+  unsigned partitions = k.scalar("num_partitions");
 
   KernelEmitter e(b, loc, layout);
-  k.begin(layout.blockThreads(), e.workgroupFloats(1 + 2 * M));
+  int64_t S = std::clamp<int64_t>(schedule.batch, 1, L);
+  // Settled: the output norm's two sums and delta, M each; a loop batch:
+  // every source's key sum of squares and its dot products with the M
+  // queries and the M output gradients.
+  e.planReductions(/*settled=*/2 * M, /*loop=*/S * (1 + 2 * M));
+  k.begin(layout.blockThreads(), std::max<int64_t>(1, e.reductionFloats()));
   e.setUpThreads(k.workgroup());
-  Value N = k.arg(tokens), B = k.arg(blocks);
-  SmallVector<Value> keyMasks = e.keyMasks(R);
+  Value N = k.arg(tokens), B = k.arg(blocks), P = k.arg(partitions);
+  SmallVector<Value> keyMasks;
+  if (R < D)
+    keyMasks = e.keyMasks(R);
   auto a = keyQuery(e, spec, k.arg(query),
-                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), keyMasks);
-  SmallVector<SmallVector<Value>> weights;
-  if (outputNorm >= 0)
-    weights = loadWeightRows(e, k.arg(outputNorm), spec.outputNorm, weightRows);
+                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), e.keyMasks(R));
 
-  // The tokens of this block and the trips every row group makes over them.
+  // The tokens of this block (blockIdx.x) and the trips every row group
+  // makes over them; the sources of its partition (blockIdx.y).
   Value G = e.constI64(layout.rowsPerBlock);
   Value chunk = e.ceilDivI(N, B);
   Value start = e.minI(e.mulI(e.blockX, chunk), N);
   Value stop = e.minI(e.addI(start, chunk), N);
   Value trips = e.ceilDivI(chunk, G);
   Value lastRow = e.addI(N, e.constI64(-1));
+  Value sourceBegin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
+  Value sourceEnd =
+      e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
   int64_t width = layout.vectorWidth;
   Value zero = e.zeroVector();
+  Value zeroF = e.constF32(0.0);
 
   Carried init;
   unsigned daAt = init.add(SmallVector<Value>(M * C, zero));
@@ -634,7 +921,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
         Value row = e.addI(e.addI(start, e.mulI(trip, G)), e.group);
         Value valid = e.lessThan(row, stop);
         Value rowc = e.minI(row, lastRow);
-        Value validV = e.splat(valid, width);
+        SourceWalker walker(e, k.arg(sources), spec.value, rowc, L, schedule);
+        // The walk's first loads go out now, to be in flight while delta is
+        // formed (with the recompute, after the recompute's walk).
+        SmallVector<Value> started;
+        if (saved >= 0)
+          started = walker.start(sourceBegin, sourceEnd);
 
         SmallVector<Value> lse;
         SmallVector<SmallVector<Value>> dOut, oPre;
@@ -646,43 +938,41 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
             oPre.push_back(loadRow(e, k.arg(saved), perQueryRow, spec.saved));
         }
         if (saved < 0) {
-          // Recompute o_pre = sum_s p_s v_s with p_s = exp(z_s - lse).
-          Carried accInit;
-          accInit.add(SmallVector<Value>(M * C, zero));
-          auto recompute = scf::ForOp::create(
-              b, loc, e.constI64(0), e.constI64(L), e.constI64(1),
-              accInit.values,
-              [&](OpBuilder &inner, Location, Value s, ValueRange acc) {
-                OpBuilder::InsertionGuard innerGuard(b);
-                b.setInsertionPoint(inner.getInsertionBlock(),
-                                    inner.getInsertionPoint());
-                Value source = e.loadPointer(k.arg(sources), s);
-                SmallVector<Value> v = loadRow(e, source, rowc, spec.value);
-                SmallVector<Value> partials;
-                Value squares = e.constF32(0.0);
+          // Recompute o_pre = sum_s p_s v_s with p_s = exp(z_s - lse). The
+          // barrier keeps this walk's first row sums off the workgroup half
+          // the previous row's last batch may still be reading.
+          gpu::BarrierOp::create(b, loc);
+          auto recomputeStep = [&](ArrayRef<SourceSlot> slots, ValueRange acc,
+                                   Value half, bool first) {
+            SmallVector<Value> partials;
+            for (const SourceSlot &slot : slots) {
+              partials.push_back(keySquares(e, slot.row, keyMasks));
+              for (int64_t m = 0; m < M; ++m)
+                partials.push_back(dotChunks(e, slot.row, a[m]));
+            }
+            SmallVector<Value> sums = e.rowSum(partials, half);
+            SmallVector<Value> next(acc);
+            for (auto [i, slot] : llvm::enumerate(slots)) {
+              Value rho = normFactor(e, sums[i * (1 + M)], R, spec.eps);
+              for (int64_t m = 0; m < M; ++m) {
+                Value z = e.mul(e.constF32(spec.scale),
+                                e.mul(rho, sums[i * (1 + M) + 1 + m]));
+                Value p = e.exp(e.sub(z, lse[m]));
+                if (slot.valid)
+                  p = e.select(slot.valid, p, zeroF);
+                Value pV = e.splat(p, width);
+                SmallVector<Value> row = rowAgain(e, slot);
                 for (int64_t c = 0; c < C; ++c)
-                  squares = e.add(
-                      squares, e.sumVector(e.select(keyMasks[c],
-                                                    e.mul(v[c], v[c]), zero)));
-                partials.push_back(squares);
-                for (int64_t m = 0; m < M; ++m)
-                  partials.push_back(dotChunks(e, v, a[m]));
-                SmallVector<Value> sums = e.rowSum(partials);
-                Value rho = normFactor(e, sums[0], R, spec.eps);
-                SmallVector<Value> next;
-                for (int64_t m = 0; m < M; ++m) {
-                  Value z =
-                      e.mul(e.constF32(spec.scale), e.mul(rho, sums[1 + m]));
-                  Value pV = e.splat(e.exp(e.sub(z, lse[m])), width);
-                  for (int64_t c = 0; c < C; ++c)
-                    next.push_back(e.add(acc[m * C + c], e.mul(v[c], pV)));
-                }
-                scf::YieldOp::create(b, loc, next);
-              });
+                  next[m * C + c] = e.add(next[m * C + c], e.mul(row[c], pV));
+              }
+            }
+            return next;
+          };
+          SmallVector<Value> acc =
+              walker.all(SmallVector<Value>(M * C, zero), recomputeStep);
           for (int64_t m = 0; m < M; ++m)
-            oPre.push_back(SmallVector<Value>(
-                recompute.getResults().begin() + m * C,
-                recompute.getResults().begin() + (m + 1) * C));
+            oPre.push_back(SmallVector<Value>(acc.begin() + m * C,
+                                              acc.begin() + (m + 1) * C));
         }
 
         // do_pre, through the output norm when there is one.
@@ -691,6 +981,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                               carried.begin() + dhAt +
                                   (outputNorm >= 0 ? weightRows * C : 0));
         if (outputNorm >= 0) {
+          // The weight rows are read per row (cached), not held in registers
+          // across the walk over the sources.
+          SmallVector<SmallVector<Value>> weights =
+              loadWeightRows(e, k.arg(outputNorm), spec.outputNorm, weightRows);
           SmallVector<Value> squares;
           for (int64_t m = 0; m < M; ++m)
             squares.push_back(dotChunks(e, oPre[m], oPre[m]));
@@ -702,13 +996,14 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
             rhos.push_back(normFactor(e, squareSums[m], D, spec.eps));
             xhat.push_back(scaleChunks(e, oPre[m], rhos[m]));
             ArrayRef<Value> h = weights[spec.perQueryOutputNorm ? m : 0];
-            Value term = e.constF32(0.0);
+            Value term = zeroF;
             for (int64_t c = 0; c < C; ++c)
               term = e.add(term, e.sumVector(e.mul(e.mul(xhat[m][c], h[c]),
                                                    dOut[m][c])));
             meanTerms.push_back(term);
           }
           SmallVector<Value> meanSums = e.rowSum(meanTerms);
+          Value validV = e.splat(valid, width);
           for (int64_t m = 0; m < M; ++m) {
             ArrayRef<Value> h = weights[spec.perQueryOutputNorm ? m : 0];
             Value meanV = e.splat(
@@ -718,97 +1013,112 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
             for (int64_t c = 0; c < C; ++c) {
               dPre[m][c] = e.mul(rhoV, e.sub(e.mul(h[c], dOut[m][c]),
                                              e.mul(xhat[m][c], meanV)));
+              // dh is a token reduction: every source partition computes
+              // it, the first one keeps it.
               Value contribution = e.mul(xhat[m][c], dOut[m][c]);
               dh[weightRow * C + c] = e.add(
                   dh[weightRow * C + c], e.select(validV, contribution, zero));
             }
           }
         }
+        if (saved < 0)
+          started = walker.start(sourceBegin, sourceEnd);
         SmallVector<Value> deltaTerms;
         for (int64_t m = 0; m < M; ++m)
           deltaTerms.push_back(dotChunks(e, dPre[m], oPre[m]));
         SmallVector<Value> delta = e.rowSum(deltaTerms);
 
-        // One pass over the sources: dv, and the block's share of da.
-        SmallVector<Value> loopInit(carried.take_front(M * C));
-        llvm::append_range(loopInit,
-                           loadSourceRow(e, k.arg(sources), e.constI64(0), L,
-                                         rowc, spec.value));
-        auto sourcesLoop = scf::ForOp::create(
-            b, loc, e.constI64(0), e.constI64(L), e.constI64(1), loopInit,
-            [&](OpBuilder &inner, Location, Value s, ValueRange loopCarried) {
-              OpBuilder::InsertionGuard innerGuard(b);
-              b.setInsertionPoint(inner.getInsertionBlock(),
-                                  inner.getInsertionPoint());
-              ValueRange da = loopCarried.take_front(M * C);
-              SmallVector<Value> v(loopCarried.drop_front(M * C));
-              SmallVector<Value> prefetched =
-                  loadSourceRow(e, k.arg(sources), e.addI(s, e.constI64(1)), L,
-                                rowc, spec.value);
-              SmallVector<Value> partials;
-              Value squares = e.constF32(0.0);
-              for (int64_t c = 0; c < C; ++c)
-                squares =
-                    e.add(squares, e.sumVector(e.select(
-                                       keyMasks[c], e.mul(v[c], v[c]), zero)));
-              partials.push_back(squares);
-              for (int64_t m = 0; m < M; ++m)
-                partials.push_back(dotChunks(e, v, a[m]));
-              for (int64_t m = 0; m < M; ++m)
-                partials.push_back(dotChunks(e, v, dPre[m]));
-              SmallVector<Value> sums = e.rowSum(partials);
-              Value rho = normFactor(e, sums[0], R, spec.eps);
-              SmallVector<Value> dv(C, zero), keyTerm(C, zero);
-              SmallVector<Value> next;
-              SmallVector<Value> dsRho;
-              for (int64_t m = 0; m < M; ++m) {
-                Value ell = e.mul(rho, sums[1 + m]);
-                Value p =
-                    e.exp(e.sub(e.mul(e.constF32(spec.scale), ell), lse[m]));
-                Value ds = e.mul(e.constF32(spec.scale),
-                                 e.mul(p, e.sub(sums[1 + M + m], delta[m])));
-                Value pV = e.splat(p, width);
-                Value dsRhoV = e.splat(e.mul(ds, rho), width);
-                Value correction = e.splat(
-                    e.div(e.mul(rho, ell), e.constF32(static_cast<double>(R))),
-                    width);
-                for (int64_t c = 0; c < C; ++c) {
-                  dv[c] = e.add(dv[c], e.mul(pV, dPre[m][c]));
-                  keyTerm[c] = e.add(
-                      keyTerm[c],
-                      e.mul(dsRhoV, e.sub(a[m][c], e.mul(correction, v[c]))));
-                }
-                dsRho.push_back(dsRhoV);
+        // One pass over the partition's sources: dv, and the block's share
+        // of da.
+        auto sourceStep = [&](ArrayRef<SourceSlot> slots, ValueRange da,
+                              Value half, bool first) {
+          // The gradients' rows are addressed before the row sums, so the
+          // table loads are done by the time the stores need them.
+          SmallVector<Value> targets;
+          for (const SourceSlot &slot : slots)
+            targets.push_back(e.loadPointer(
+                k.arg(gradSources), e.minI(slot.index, e.constI64(L - 1))));
+          SmallVector<Value> partials;
+          for (const SourceSlot &slot : slots) {
+            partials.push_back(keySquares(e, slot.row, keyMasks));
+            for (int64_t m = 0; m < M; ++m)
+              partials.push_back(dotChunks(e, slot.row, a[m]));
+            for (int64_t m = 0; m < M; ++m)
+              partials.push_back(dotChunks(e, slot.row, dPre[m]));
+          }
+          SmallVector<Value> sums = e.rowSum(partials, half);
+          SmallVector<Value> next(da);
+          int64_t stride = 1 + 2 * M;
+          for (auto [i, slot] : llvm::enumerate(slots)) {
+            Value rho = normFactor(e, sums[i * stride], R, spec.eps);
+            Value writes =
+                slot.valid ? arith::AndIOp::create(b, loc, valid, slot.valid)
+                                 .getResult()
+                           : valid;
+            SmallVector<Value> dv(C, zero), keyTerm(C, zero);
+            SmallVector<Value> row = rowAgain(e, slot);
+            for (int64_t m = 0; m < M; ++m) {
+              Value ell = e.mul(rho, sums[i * stride + 1 + m]);
+              Value p =
+                  e.exp(e.sub(e.mul(e.constF32(spec.scale), ell), lse[m]));
+              Value ds = e.mul(
+                  e.constF32(spec.scale),
+                  e.mul(p, e.sub(sums[i * stride + 1 + M + m], delta[m])));
+              Value dsRho = e.mul(ds, rho);
+              Value pV = e.splat(p, width);
+              Value dsRhoV = e.splat(dsRho, width);
+              Value correction = e.splat(
+                  e.div(e.mul(rho, ell), e.constF32(static_cast<double>(R))),
+                  width);
+              for (int64_t c = 0; c < C; ++c) {
+                dv[c] = e.add(dv[c], e.mul(pV, dPre[m][c]));
+                keyTerm[c] = e.add(
+                    keyTerm[c],
+                    e.mul(dsRhoV, e.sub(a[m][c], e.mul(correction, row[c]))));
               }
+              // da = sum ds * khat over the rows and sources this block
+              // owns; only its key coordinates are stored.
+              Value dsRhoV2 = e.splat(e.select(writes, dsRho, zeroF), width);
               for (int64_t c = 0; c < C; ++c)
-                dv[c] = e.add(dv[c], e.select(keyMasks[c], keyTerm[c], zero));
-              Value target = e.loadPointer(k.arg(gradSources), s);
-              storeRow(e, dv, target, rowc, spec.value, valid);
-              for (int64_t m = 0; m < M; ++m)
-                for (int64_t c = 0; c < C; ++c) {
-                  Value contributes =
-                      arith::AndIOp::create(b, loc, keyMasks[c], validV);
-                  next.push_back(e.add(
-                      da[m * C + c],
-                      e.select(contributes, e.mul(dsRho[m], v[c]), zero)));
-                }
-              llvm::append_range(next, prefetched);
-              scf::YieldOp::create(b, loc, next);
-            });
-        SmallVector<Value> next(sourcesLoop.getResults().take_front(M * C));
+                next[m * C + c] =
+                    e.add(next[m * C + c], e.mul(dsRhoV2, row[c]));
+            }
+            for (int64_t c = 0; c < C; ++c)
+              dv[c] =
+                  e.add(dv[c], keyMasks.empty()
+                                   ? keyTerm[c]
+                                   : e.select(keyMasks[c], keyTerm[c], zero));
+            storeRow(e, dv, targets[i], rowc, spec.value, writes);
+          }
+          return next;
+        };
+        SmallVector<Value> da =
+            walker.range(sourceBegin, sourceEnd, carried.take_front(M * C),
+                         sourceStep, started);
+        SmallVector<Value> next(da);
         llvm::append_range(next, dh);
         scf::YieldOp::create(b, loc, next);
       });
 
-  // The block's partial rows: this row group's share of da (key coordinates)
-  // and of dh.
+  // The block's partial rows: this row group's share of da (key
+  // coordinates) and of dh (partition 0's; zero from the others).
   Value partialRow =
-      e.addI(e.mulI(e.blockX, e.constI64(layout.rowsPerBlock)), e.group);
-  for (int64_t m = 0; m < M; ++m)
+      e.addI(e.mulI(e.addI(e.mulI(e.blockY, B), e.blockX), G), e.group);
+  Value always = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+  for (int64_t m = 0; m < M; ++m) {
+    if (R == D) {
+      SmallVector<Value> da;
+      for (int64_t c = 0; c < C; ++c)
+        da.push_back(rows.getResult(daAt + m * C + c));
+      storeRow(e, da, k.arg(partialDa),
+               e.addI(e.mulI(partialRow, e.constI64(M)), e.constI64(m)), f32,
+               always);
+      continue;
+    }
     for (int64_t c = 0; c < C; ++c) {
       Value da = rows.getResult(daAt + m * C + c);
       for (int64_t j = 0; j < width; ++j) {
-        Value isKey = vector::ExtractOp::create(b, loc, keyMasks[c],
+        Value isKey = vector::ExtractOp::create(b, loc, e.keyMasks(R)[c],
                                                 ArrayRef<int64_t>{j});
         e.ifThen(isKey, [&] {
           Value d = vector::ExtractOp::create(b, loc, e.elementIndex[c],
@@ -824,21 +1134,24 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
         });
       }
     }
+  }
   if (partialDh >= 0) {
+    Value firstPartition = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::eq, e.blockY, e.constI64(0));
+    Value keep = e.splat(firstPartition, width);
     for (int64_t w = 0; w < weightRows; ++w) {
       SmallVector<Value> dh;
       for (int64_t c = 0; c < C; ++c)
-        dh.push_back(rows.getResult(dhAt + w * C + c));
+        dh.push_back(e.select(keep, rows.getResult(dhAt + w * C + c), zero));
       Value outRow =
           e.addI(e.mulI(partialRow, e.constI64(weightRows)), e.constI64(w));
-      Value always = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
       storeRow(e, dh, k.arg(partialDh), outRow, f32, always);
     }
   }
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
   info.grid[0] = {"B", 1, 1};
-  info.grid[1] = {"1", 1, 1};
+  info.grid[1] = {"P", 1, 1};
   info.grid[2] = {"1", 1, 1};
   return info;
 }
@@ -873,9 +1186,83 @@ Value sumStrided(KernelEmitter &e, Value base, Value count, Value stride,
 }
 } // namespace
 
+namespace {
+/// Column sums of K partial rows, split over the subgroups of a block: lane
+/// l of every subgroup owns column `column`; subgroup w adds rows
+/// [w * K / W, (w + 1) * K / W) in order, `unroll` loads in flight, and the
+/// W partial sums are added in subgroup order through workgroup memory.
+/// Element (k, v) of the column is at k * rowStride + v * valueStride +
+/// column. The totals (one per v) are valid in subgroup 0.
+SmallVector<Value> sumColumns(KernelEmitter &e, Value base, Value K,
+                              int64_t rowStride, int64_t values,
+                              int64_t valueStride, Value column, Value inRange,
+                              Value workgroup, int64_t subgroups, Value lane,
+                              Value subgroup) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  constexpr int64_t unroll = 4;
+  Type f32 = b.getF32Type();
+  Value segment = e.ceilDivI(K, e.constI64(subgroups));
+  Value first = e.minI(e.mulI(subgroup, segment), K);
+  Value last = e.minI(e.addI(first, segment), K);
+  Value safeColumn = e.select(inRange, column, e.constI64(0));
+  auto loop = scf::ForOp::create(
+      b, loc, first, last, e.constI64(unroll),
+      SmallVector<Value>(values, e.constF32(0.0)),
+      [&](OpBuilder &nested, Location, Value k, ValueRange carried) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        SmallVector<SmallVector<Value>> loaded(unroll);
+        for (int64_t u = 0; u < unroll; ++u) {
+          Value index = e.addI(k, e.constI64(u));
+          Value present = e.lessThan(index, last);
+          Value row = e.minI(index, e.addI(last, e.constI64(-1)));
+          for (int64_t v = 0; v < values; ++v) {
+            Value x =
+                e.loadScalar(base,
+                             e.addI(e.addI(e.mulI(row, e.constI64(rowStride)),
+                                           e.constI64(v * valueStride)),
+                                    safeColumn),
+                             f32);
+            loaded[u].push_back(e.select(present, x, e.constF32(0.0)));
+          }
+        }
+        SmallVector<Value> next(carried);
+        for (int64_t u = 0; u < unroll; ++u)
+          for (int64_t v = 0; v < values; ++v)
+            next[v] = e.add(next[v], loaded[u][v]);
+        scf::YieldOp::create(b, loc, next);
+      });
+  int64_t lanes = e.layout.subgroupSize;
+  auto slot = [&](Value w, int64_t v) {
+    return arith::IndexCastOp::create(
+        b, loc, b.getIndexType(),
+        e.addI(e.mulI(e.addI(e.mulI(w, e.constI64(values)), e.constI64(v)),
+                      e.constI64(lanes)),
+               lane));
+  };
+  for (int64_t v = 0; v < values; ++v)
+    memref::StoreOp::create(b, loc, loop.getResult(v), workgroup,
+                            ValueRange{slot(subgroup, v)});
+  gpu::BarrierOp::create(b, loc);
+  SmallVector<Value> totals;
+  for (int64_t v = 0; v < values; ++v) {
+    Value total;
+    for (int64_t w = 0; w < subgroups; ++w) {
+      Value part = memref::LoadOp::create(b, loc, workgroup,
+                                          ValueRange{slot(e.constI64(w), v)});
+      total = total ? e.add(total, part) : part;
+    }
+    totals.push_back(total);
+  }
+  return totals;
+}
+} // namespace
+
 KernelInfo mlir::attnres::gpu_kernels::emitFinalizeKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
-    int64_t threads) {
+    int64_t threads, int64_t subgroupSize) {
   KernelBuilder k(b, loc, name, "finalize");
   int64_t M = spec.numQueries, R = spec.rank, D = spec.width;
   int64_t weightRows = spec.perQueryOutputNorm ? M : 1;
@@ -896,50 +1283,71 @@ KernelInfo mlir::attnres::gpu_kernels::emitFinalizeKernel(
                : -1;
   unsigned partialRows = k.scalar("num_partial_rows");
 
+  // A block: `subgroupSize` columns, its subgroups splitting the rows.
   RowLayout flat;
+  flat.subgroupSize = subgroupSize;
   KernelEmitter e(b, loc, flat);
-  k.begin(threads, 1);
+  int64_t subgroups = std::max<int64_t>(1, threads / subgroupSize);
+  int64_t daTiles = llvm::divideCeil(R, subgroupSize);
+  int64_t dhColumns = dh >= 0 ? weightRows * D : 0;
+  int64_t dhTiles = llvm::divideCeil(dhColumns, subgroupSize);
+  k.begin(subgroups * subgroupSize,
+          subgroups * std::max<int64_t>(M, 1) * subgroupSize);
   Value K = k.arg(partialRows);
-  Value index = globalThread(e, threads);
-  int64_t dqCount = M * R, dgCount = keyNorm >= 0 ? R : 0;
-  int64_t dhCount = dh >= 0 ? weightRows * D : 0;
+  Value tid = e.toI64(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
+  Value tile = e.toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
+  Value lane = arith::RemUIOp::create(b, loc, tid, e.constI64(subgroupSize));
+  Value subgroup = e.divI(tid, e.constI64(subgroupSize));
+  Value firstSubgroup = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                              subgroup, e.constI64(0));
+  Value isDa = e.lessThan(tile, e.constI64(daTiles));
 
-  // da[m][r] summed over the partial rows, in order.
-  auto daSum = [&](Value m, Value r) {
-    return sumStrided(e, k.arg(partialDa), K, e.constI64(M * R),
-                      e.addI(e.mulI(m, e.constI64(R)), r));
-  };
-  e.ifThen(e.lessThan(index, e.constI64(dqCount)), [&] {
-    Value m = e.divI(index, e.constI64(R));
-    Value r = arith::RemUIOp::create(b, loc, index, e.constI64(R));
-    Value value = daSum(m, r);
-    if (keyNorm >= 0)
-      value = e.mul(value, e.loadScalar(k.arg(keyNorm), r, spec.keyNorm));
-    e.storeScalar(value, k.arg(dq), index, spec.gradQuery);
-  });
-  if (dg >= 0) {
-    e.ifThen(e.inRange(index, dqCount, dgCount), [&] {
-      Value r = e.addI(index, e.constI64(-dqCount));
-      Value value = e.constF32(0.0);
+  auto daThen = [&] {
+    // dq[m][r] = da[m][r] * g[r]; dg[r] = sum_m da[m][r] * q[m][r].
+    Value r = e.addI(e.mulI(tile, e.constI64(subgroupSize)), lane);
+    Value inRange = e.lessThan(r, e.constI64(R));
+    SmallVector<Value> da =
+        sumColumns(e, k.arg(partialDa), K, M * R, M, R, r, inRange,
+                   k.workgroup(), subgroups, lane, subgroup);
+    e.ifThen(arith::AndIOp::create(b, loc, firstSubgroup, inRange), [&] {
+      Value g = keyNorm >= 0 ? e.loadScalar(k.arg(keyNorm), r, spec.keyNorm)
+                             : Value();
+      Value dgSum = e.constF32(0.0);
       for (int64_t m = 0; m < M; ++m) {
-        Value q = e.loadScalar(k.arg(query), e.addI(e.constI64(m * R), r),
-                               spec.query);
-        value = e.add(value, e.mul(daSum(e.constI64(m), r), q));
+        Value index = e.addI(e.constI64(m * R), r);
+        e.storeScalar(g ? e.mul(da[m], g) : da[m], k.arg(dq), index,
+                      spec.gradQuery);
+        if (dg >= 0)
+          dgSum = e.add(dgSum, e.mul(da[m], e.loadScalar(k.arg(query), index,
+                                                         spec.query)));
       }
-      e.storeScalar(value, k.arg(dg), r, spec.gradKeyNorm);
+      if (dg >= 0)
+        e.storeScalar(dgSum, k.arg(dg), r, spec.gradKeyNorm);
     });
-  }
-  if (dh >= 0) {
-    int64_t first = dqCount + dgCount;
-    e.ifThen(e.inRange(index, first, dhCount), [&] {
-      Value j = e.addI(index, e.constI64(-first));
-      Value value =
-          sumStrided(e, k.arg(partialDh), K, e.constI64(weightRows * D), j);
-      e.storeScalar(value, k.arg(dh), j, spec.gradOutputNorm);
-    });
+  };
+  if (dhTiles == 0) {
+    daThen();
+  } else {
+    auto branch = scf::IfOp::create(b, loc, isDa, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(branch.thenBlock());
+      daThen();
+      b.setInsertionPointToStart(branch.elseBlock());
+      Value j = e.addI(
+          e.mulI(e.addI(tile, e.constI64(-daTiles)), e.constI64(subgroupSize)),
+          lane);
+      Value inRange = e.lessThan(j, e.constI64(dhColumns));
+      SmallVector<Value> total =
+          sumColumns(e, k.arg(partialDh), K, dhColumns, 1, 0, j, inRange,
+                     k.workgroup(), subgroups, lane, subgroup);
+      e.ifThen(arith::AndIOp::create(b, loc, firstSubgroup, inRange), [&] {
+        e.storeScalar(total[0], k.arg(dh), j, spec.gradOutputNorm);
+      });
+    }
   }
   KernelInfo info = k.finish();
-  info.grid[0] = {"1", dqCount + dgCount + dhCount, threads};
+  info.grid[0] = {"1", daTiles + dhTiles, 1};
   info.grid[1] = {"1", 1, 1};
   info.grid[2] = {"1", 1, 1};
   return info;

@@ -82,13 +82,17 @@ struct KernelInfo {
 
 KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
                              const AttnResSpec &spec, RowLayout layout,
-                             bool partial);
+                             SourceSchedule schedule, bool partial);
 KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
                            const MergeSpec &spec, RowLayout layout);
 KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,
-                              const AttnResSpec &spec, RowLayout layout);
+                              const AttnResSpec &spec, RowLayout layout,
+                              SourceSchedule schedule);
+/// Sums the backward's partial rows: blocks of `threads` lanes, each block a
+/// tile of `subgroupSize` columns whose rows its subgroups split.
 KernelInfo emitFinalizeKernel(OpBuilder &b, Location loc, StringRef name,
-                              const AttnResSpec &spec, int64_t threads);
+                              const AttnResSpec &spec, int64_t threads,
+                              int64_t subgroupSize);
 KernelInfo emitSumKernel(OpBuilder &b, Location loc, StringRef name,
                          int64_t partitions, Type output, int64_t threads);
 

@@ -3,10 +3,14 @@
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=48 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: convert-attnres-to-gpu: subgroup-size must be a power of two
 
-// A forward becomes three kernels (unsplit, partial, merge); D = 1024 bf16
-// is read as 128 vectors of 8 by a block of 128 threads, one row per block,
-// summed across subgroups through a workgroup buffer of (1 + M) floats per
-// subgroup. The host function is gone: launching is the runtime's.
+// A forward becomes three kernels (unsplit, partial, merge). D = 1024 bf16
+// is 128 vectors of 8: by default two vectors a lane, a block of 64 threads
+// per row (two subgroups). The sources are walked in batches of two: both
+// rows loaded, then one row sum (shuffles, then a workgroup buffer across the
+// two subgroups) for their key norms and dot products, one barrier per
+// batch. The workgroup buffer: 2 floats per value, 1 settled value (the
+// output norm) and two halves of 2 x (1 + M) = 4 loop values: 18 floats.
+// The host function is gone: launching is the runtime's.
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: attnres.ops = [{
 // CHECK-SAME: forward = "layer_0_forward"
@@ -14,25 +18,35 @@
 // CHECK-SAME: merge = "layer_0_merge"
 // CHECK-SAME: op = "forward"
 // CHECK-SAME: rows_per_block = 1
+// CHECK-SAME: source_batch = 2
+// CHECK-SAME: threads_per_row = 64
 // CHECK-SAME: vector_width = 8
-// CHECK: gpu.func @layer_0_forward(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i64) workgroup(%{{.*}} : memref<8xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK: gpu.func @layer_0_forward(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i64) workgroup(%{{.*}} : memref<18xf32, #gpu.address_space<workgroup>>) kernel
 // CHECK-SAME: {kind = "table", name = "sources", shape = "L x [N, D]", type = "bf16"}
-// CHECK-SAME: block = 128
+// CHECK-SAME: block = 64
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}
-// CHECK-SAME: known_block_size = array<i32: 128, 1, 1>
-// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-SAME: known_block_size = array<i32: 64, 1, 1>
+// CHECK: scf.for
+// CHECK-COUNT-4: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK: gpu.shuffle  xor
 // CHECK: gpu.barrier
+// CHECK: vector.load %{{.*}} {alignment = 8 : i64} : memref<18xf32, #gpu.address_space<workgroup>>, vector<2xf32>
+// CHECK-NOT: gpu.barrier
 // CHECK: math.exp2
+// CHECK: scf.yield
 // CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 // CHECK: gpu.func @layer_0_forward_partial
 // CHECK-SAME: name = "num_partitions"
 // CHECK: gpu.func @layer_0_merge
 // CHECK-NOT: func.func
+// On AMD the 64 lanes of a row are one subgroup: four rows a block, no
+// workgroup buffer.
 // AMD-LABEL: gpu.module @attnres_kernels
 // AMD: gpu.func @layer_0_forward
-// AMD-SAME: block = 128
-// AMD: memref<4xf32, #gpu.address_space<workgroup>>
+// AMD-SAME: memref<1xf32, #gpu.address_space<workgroup>>
+// AMD-SAME: block = 256
+// AMD-NOT: gpu.barrier
+// AMD: gpu.func @layer_0_forward_partial
 func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
                  %q: tensor<1024xbf16>) {
   %o, %lse = attnres.forward sources(%v0, %v1 : tensor<?x1024xbf16>)
@@ -44,7 +58,9 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 
 // Small rows share a block: D = 64 bf16 is 8 vectors, so 8 lanes per row
 // and 16 rows per block of 128; row sums stay within the subgroup (no
-// barrier). The backward writes FP32 partial rows that finalize sums.
+// barrier). The backward's grid is blocks of tokens x partitions of the
+// sources; it writes FP32 partial rows that finalize sums, its subgroups
+// splitting the partial rows of a tile of 32 columns (16 rows of dq here).
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: backward = "grad_0_backward"
 // CHECK-SAME: finalize = "grad_0_finalize"
@@ -53,12 +69,19 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-SAME: name = "grad_sources"
 // CHECK-SAME: name = "partial_da"
 // CHECK-SAME: name = "num_blocks"
-// CHECK-SAME: symbol = "B"
+// CHECK-SAME: name = "num_partitions"
+// CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "B"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "P"}
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.func @grad_0_finalize
+// CHECK-SAME: workgroup(%{{.*}} : memref<256xf32, #gpu.address_space<workgroup>>)
 // CHECK-SAME: name = "dq"
 // CHECK-SAME: name = "dg"
 // CHECK-SAME: block = 256
+// CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "1"}
+// CHECK: scf.for
+// CHECK: memref.store
+// CHECK: gpu.barrier
+// CHECK: memref.load
 func.func @grad(%v: tensor<3x?x64xbf16>, %q: tensor<16xbf16>, %g: tensor<16xbf16>,
                 %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %o: tensor<?x64xbf16>) {
   %dv, %dq, %dg = attnres.backward packed(%v : tensor<3x?x64xbf16>)
@@ -74,7 +97,7 @@ func.func @grad(%v: tensor<3x?x64xbf16>, %q: tensor<16xbf16>, %g: tensor<16xbf16
 // Four partitions are unrolled, their lse in registers: no loop over them,
 // and rows of 8 lanes need no barrier. 64 partitions are shared by the lanes
 // of a row, their weights staged in workgroup memory (8 rows of 16 lanes x
-// 128 weights after the one-float reduction slot), a tile at a time.
+// 128 weights), a tile at a time.
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: has_sink = true
 // CHECK-SAME: op = "partition_reduce_softmax"
@@ -88,7 +111,7 @@ func.func @grad(%v: tensor<3x?x64xbf16>, %q: tensor<16xbf16>, %g: tensor<16xbf16
 // CHECK: gpu.return
 // CHECK: gpu.func @merges_1_sum
 // CHECK: gpu.func @merges_2_merge
-// CHECK-SAME: workgroup(%{{.*}} : memref<1025xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xf32, #gpu.address_space<workgroup>>)
 // CHECK: scf.for
 // CHECK: memref.store
 // CHECK: gpu.barrier
