@@ -191,7 +191,10 @@ def measure_shape(L, N, D, variant, bandwidth):
 
 def host_times(repeats=300):
     """Microseconds of host time per call on tiny shapes: the GPU is idle,
-    so the calls' wall time is the host's."""
+    so the calls' wall time is the host's. Also with Python's cyclic garbage
+    collector off (measure names ending in _nogc), which shows how much of
+    it the collector's passes over PyTorch's objects take."""
+    import gc
     records = []
     for L, N, D in HOST_SHAPES:
         gen = torch.Generator(device="cuda").manual_seed(L)
@@ -204,21 +207,52 @@ def host_times(repeats=300):
 
         def both():
             forward_backward(x, "o_pre", leaves)
-        for measure, fn in (("host_forward", forward),
-                            ("host_fwd_bwd", both)):
+        for measure, fn, collect in (
+                ("host_forward", forward, True),
+                ("host_fwd_bwd", both, True),
+                ("host_forward_nogc", forward, False),
+                ("host_fwd_bwd_nogc", both, False)):
             for _ in range(20):
                 fn()
             torch.cuda.synchronize()
             samples = []
-            for _ in range(5):
-                start = time.perf_counter()
-                for _ in range(repeats):
-                    fn()
-                torch.cuda.synchronize()
-                samples.append((time.perf_counter() - start) / repeats * 1e6)
+            if not collect:
+                gc.disable()
+            try:
+                for _ in range(5):
+                    start = time.perf_counter()
+                    for _ in range(repeats):
+                        fn()
+                    torch.cuda.synchronize()
+                    samples.append((time.perf_counter() - start) / repeats *
+                                   1e6)
+            finally:
+                gc.enable()
             records.append(dict(L=L, N=N, D=D, measure=measure,
                                 us=statistics.median(samples)))
     return records
+
+
+def profile_host(calls=200):
+    """Where the host time of a tiny forward + backward goes."""
+    import cProfile
+    import pstats
+    for L, N, D in HOST_SHAPES:
+        gen = torch.Generator(device="cuda").manual_seed(L)
+        x = Inputs(L, N, D, False, gen)
+        leaves = x.leaves()
+        for _ in range(20):
+            forward_backward(x, "o_pre", leaves)
+        torch.cuda.synchronize()
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            forward_backward(x, "o_pre", leaves)
+        torch.cuda.synchronize()
+        profiler.disable()
+        print(f"--- L={L} N={N} D={D}: {calls} forward + backward calls")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    return 0
 
 
 def chart(result, path):
@@ -264,7 +298,15 @@ def main():
     parser.add_argument("--shapes", default="",
                         help="only these shapes, L,N,D;L,N,D...")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--no-chart", action="store_true")
+    parser.add_argument("--no-host", action="store_true",
+                        help="skip the host-time measures")
+    parser.add_argument("--profile-host", action="store_true",
+                        help="profile the host side of tiny calls (cProfile) "
+                        "and exit")
     args = parser.parse_args()
+    if args.profile_host:
+        return profile_host()
 
     shapes = [tuple(s) for s in common.SHAPES]
     if args.shapes:
@@ -287,7 +329,7 @@ def main():
             worst = max(errors.values())
             print(f"({L}, {N}, {D}) {variant:<12} {line}  worst error "
                   f"{worst:.1e}", flush=True)
-    host = host_times()
+    host = [] if args.no_host else host_times()
     records += host
     result = dict(copy_tbps=bandwidth / 1e12, gpu=facts["gpu"],
                   driver=facts["driver"], torch=facts["torch"],
@@ -295,10 +337,11 @@ def main():
                   checks=checks)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1))
-    try:
-        chart(result, args.json.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib is missing: no chart")
+    if not args.no_chart:
+        try:
+            chart(result, args.json.with_suffix(".png"))
+        except ImportError:
+            print("matplotlib is missing: no chart")
 
     print(f"\ncopy {bandwidth / 1e12:.3f} TB/s; fraction of the byte floor "
           f"(ms in brackets); worst relative gradient error")

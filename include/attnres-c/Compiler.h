@@ -25,6 +25,10 @@ typedef struct AttnresCompileOptions {
   const char *target; /* null: "sm_90" */
   const char *format; /* "bin" (null), "isa" or "fatbin" */
   int opt_level;      /* 0 to 3; negative: 3 */
+  /* Options of convert-attnres-to-gpu in pass-option syntax, e.g.
+   * "backward-source-batch=4 forward-prefetch=1"; null or "": its defaults,
+   * chosen from measurements (docs/Performance.md). */
+  const char *kernel_options;
 } AttnresCompileOptions;
 
 /* The spec and source entry points compile in one context of their own and

@@ -74,6 +74,8 @@ attnres::BundleOptions toOptions(const AttnresCompileOptions *options) {
       result.format = options->format;
     if (options->opt_level >= 0)
       result.optLevel = options->opt_level;
+    if (options->kernel_options)
+      result.kernelOptions = options->kernel_options;
   }
   return result;
 }

@@ -163,7 +163,8 @@ def runtime_call(name, *args):
 
 class CompileOptions(ctypes.Structure):
     _fields_ = [("target", ctypes.c_char_p), ("format", ctypes.c_char_p),
-                ("opt_level", ctypes.c_int)]
+                ("opt_level", ctypes.c_int),
+                ("kernel_options", ctypes.c_char_p)]
 
 
 def compiler_available():

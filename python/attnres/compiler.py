@@ -55,7 +55,7 @@ class CompiledBundle:
         return directory
 
 
-def _options(target, format, opt_level):
+def _options(target, format, opt_level, kernel_options=""):
     if not isinstance(target, str) or not target:
         raise InvalidArgumentError(f"target must be a chip name such as "
                                    f"'sm_90' or 'gfx942', got {target!r}")
@@ -65,13 +65,21 @@ def _options(target, format, opt_level):
     if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
         raise InvalidArgumentError(
             f"opt_level must be an int in [0, 3], got {opt_level!r}")
-    return _native.CompileOptions(target.encode(), format.encode(), opt_level)
+    if not isinstance(kernel_options, str):
+        raise InvalidArgumentError(
+            f"kernel_options must be a str of convert-attnres-to-gpu options "
+            f"such as 'backward-source-batch=4', got {kernel_options!r}")
+    return _native.CompileOptions(target.encode(), format.encode(), opt_level,
+                                  kernel_options.encode())
 
 
 def compile(spec=None, *, module=None, target="sm_90", output=None,
-            format="bin", opt_level=3):
+            format="bin", opt_level=3, kernel_options=""):
     """Compiles one op spec (``"train:L=8,D=1024,dtype=bf16"``, see
     docs/Bundle.md) or the attnres ops of MLIR `module` text for `target`.
+    `kernel_options` overrides the lowering's choices (lanes of a row,
+    batches of sources, prefetching: ``attnres-opt --help``, under
+    convert-attnres-to-gpu); the defaults come from measurements.
 
     Returns the :class:`CompiledBundle`; with `output`, also writes it there.
     Raises :class:`attnres.CompileError` with the compiler's message when the
@@ -79,7 +87,7 @@ def compile(spec=None, *, module=None, target="sm_90", output=None,
     """
     if (spec is None) == (module is None):
         raise InvalidArgumentError("give exactly one of spec and module")
-    options = _options(target, format, opt_level)
+    options = _options(target, format, opt_level, kernel_options)
     lib = _native.compiler_lib()
     error = ctypes.c_void_p()
     if spec is not None:

@@ -55,8 +55,8 @@ int main(int argc, char **argv) {
   mlirDialectRegistryDestroy(registry);
   mlirContextLoadAllAvailableDialects(context);
 
-  MlirModule module =
-      mlirModuleCreateParse(context, mlirStringRefCreateFromCString(module_text));
+  MlirModule module = mlirModuleCreateParse(
+      context, mlirStringRefCreateFromCString(module_text));
   if (mlirModuleIsNull(module)) {
     printf("parse failed\n");
     return 1;
@@ -73,7 +73,8 @@ int main(int argc, char **argv) {
       mlirStringRefCreateFromCString(
           "builtin.module(func.func(attnres-split-sources{partitions=2}))"),
       NULL, NULL);
-  printf("pipeline parsed: %s\n", mlirLogicalResultIsSuccess(parsed) ? "yes" : "no");
+  printf("pipeline parsed: %s\n",
+         mlirLogicalResultIsSuccess(parsed) ? "yes" : "no");
   mlirPassManagerDestroy(pm);
 
   /* One-call compile of the module. */
@@ -91,7 +92,7 @@ int main(int argc, char **argv) {
          size > 0 && strstr(ptx, ".target sm_90") ? "PTX for sm_90" : "?");
   printf("manifest names layer_0_forward: %s\n",
          strstr(attnresBundleManifest(bundle), "\"layer_0_forward\"") ? "yes"
-                                                                       : "no");
+                                                                      : "no");
   if (attnresBundleWrite(bundle, out, &error) != 0) {
     printf("write failed: %s\n", error);
     return 1;
@@ -101,11 +102,26 @@ int main(int argc, char **argv) {
   mlirContextDestroy(context);
 
   /* A spec, and errors as messages. */
-  bundle = attnresCompileSpec("train:L=3,D=128,dtype=f32,key_norm", NULL,
-                              &error);
+  bundle =
+      attnresCompileSpec("train:L=3,D=128,dtype=f32,key_norm", NULL, &error);
   printf("spec compiled: %s, %zu file(s)\n", bundle ? "yes" : "no",
          attnresBundleNumFiles(bundle));
   attnresBundleDestroy(bundle);
+
+  /* The lowering's choices, and a bad one refused with its reason. */
+  AttnresCompileOptions tuned = {"sm_90", "isa", 3,
+                                 "forward-source-batch=3 "
+                                 "forward-threads-per-row=8"};
+  bundle = attnresCompileSpec("forward:L=4,D=64", &tuned, &error);
+  printf("kernel options: %s\n",
+         bundle && strstr(attnresBundleManifest(bundle), "\"source_batch\": 3")
+             ? "recorded"
+             : "?");
+  attnresBundleDestroy(bundle);
+  tuned.kernel_options = "forward-threads-per-row=3";
+  bundle = attnresCompileSpec("forward:L=4,D=64", &tuned, &error);
+  printf("bad kernel options: %s\n", bundle ? "compiled?!" : error);
+  attnresCompilerFreeString(error);
 
   bundle = attnresCompileSpec("forward:L=3,D=64,R=65", NULL, &error);
   printf("bad spec: %s\n", bundle ? "compiled?!" : error);

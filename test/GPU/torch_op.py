@@ -18,6 +18,7 @@ compiler (--prebuild DIR there; ATTNRES_BUNDLE_DIR=DIR here).
 """
 
 import argparse
+import importlib
 import json
 import math
 import pathlib
@@ -31,7 +32,6 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "python"))
 
 import attnres  # noqa: E402
-import attnres.ops  # noqa: E402,F401  (registers torch.ops.attnres)
 from attnres import _checks  # noqa: E402
 from cases import edge_cases, matrix, merge_cases  # noqa: E402
 from run_cases import (DTYPES, Report, make_inputs,  # noqa: E402
@@ -422,6 +422,9 @@ def main():
         print(f"{len(needed)} bundles in {args.prebuild / args.target}")
         return 0
 
+    # Registers torch.ops.attnres (needs PyTorch >= 2.4; --prebuild does
+    # not).
+    importlib.import_module("attnres.ops")
     device, modes = args.device, args.modes.split(",")
     torch._dynamo.config.cache_size_limit = 1024
     cases = attnres_cases(args.compile_every) + merge_cases()

@@ -88,8 +88,13 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "on for the partial forward of the split over sources)">,
     Option<"backwardPrefetch", "backward-prefetch", "int64_t",
            /*default=*/"-1",
-           "The same for the backward kernel: 1 or 0; -1 chooses (on when a "
-           "thread holds no more than one query's rows)">,
+           "The same for the backward kernel: 1 or 0; -1 chooses (on for one "
+           "query)">,
+    Option<"backwardMinBlocks", "backward-min-blocks", "int64_t",
+           /*default=*/"0",
+           "Blocks of the backward kernel that must fit on a multiprocessor "
+           "at once (NVIDIA: ptxas limits registers accordingly); 0: no "
+           "limit">,
     Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
            "Unroll the forward's walk over the sources at compile time up to "
            "this many sources (a loop beyond)">
