@@ -195,11 +195,8 @@ def _sources_table(sources):
 # Inside the custom ops sources are [N, D] each (or one [L, N, D]), the query
 # [M, R], output_norm [D] or [M, D]; outputs are [M, N, D] and [M, N].
 
-@torch.library.custom_op("attnres::forward", mutates_args=())
-def forward_op(sources: list[torch.Tensor], query: torch.Tensor,
-               key_norm: torch.Tensor | None,
-               output_norm: torch.Tensor | None, eps: float, scale: float,
-               save: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def forward_impl(sources, query, key_norm, output_norm, eps, scale, save):
+    """What attnres::forward computes: (o, lse, o_pre)."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     call = _call(sources, query, key_norm, output_norm, eps, scale, save)
@@ -228,6 +225,15 @@ def forward_op(sources: list[torch.Tensor], query: torch.Tensor,
     return o, lse, o_pre
 
 
+@torch.library.custom_op("attnres::forward", mutates_args=())
+def forward_op(sources: list[torch.Tensor], query: torch.Tensor,
+               key_norm: torch.Tensor | None,
+               output_norm: torch.Tensor | None, eps: float, scale: float,
+               save: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return forward_impl(sources, query, key_norm, output_norm, eps, scale,
+                        save)
+
+
 @forward_op.register_fake
 def _(sources, query, key_norm, output_norm, eps, scale, save):
     M, N, D = query.shape[0], sources[0].shape[-2], sources[0].shape[-1]
@@ -247,14 +253,9 @@ def _parameter_grads(query, key_norm, output_norm):
     return like(query), like(key_norm), like(output_norm)
 
 
-@torch.library.custom_op("attnres::backward", mutates_args=())
-def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
-                key_norm: torch.Tensor | None,
-                output_norm: torch.Tensor | None, grad: torch.Tensor,
-                lse: torch.Tensor, saved: torch.Tensor | None, eps: float,
-                scale: float, save: str
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                           torch.Tensor]:
+def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
+                  eps, scale, save):
+    """What attnres::backward computes: (d sources [L, N, D], dq, dg, dh)."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     grad, lse, saved = dense(grad), dense(lse), maybe_dense(saved)
@@ -290,6 +291,18 @@ def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
                      workspace=workspace.data_ptr(),
                      workspace_size=size, stream=_stream(device))
     return grad_sources, dq, dg, dh
+
+
+@torch.library.custom_op("attnres::backward", mutates_args=())
+def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
+                key_norm: torch.Tensor | None,
+                output_norm: torch.Tensor | None, grad: torch.Tensor,
+                lse: torch.Tensor, saved: torch.Tensor | None, eps: float,
+                scale: float, save: str
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                           torch.Tensor]:
+    return backward_impl(sources, query, key_norm, output_norm, grad, lse,
+                         saved, eps, scale, save)
 
 
 @backward_op.register_fake
@@ -343,6 +356,61 @@ def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre):
 
 
 forward_op.register_autograd(_forward_backward, setup_context=_forward_setup)
+
+
+# --- the eager path --------------------------------------------------------
+# An eager call need not go through the dispatcher: this autograd.Function
+# calls the same implementations directly, which takes a fraction of the
+# custom ops' host time (docs/Performance.md). Traced calls (torch.compile,
+# export, fake tensors) use the custom ops above.
+
+class _Eager(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, query, key_norm, output_norm, eps, scale, save,
+                *sources):
+        o, lse, o_pre = forward_impl(list(sources), query, key_norm,
+                                     output_norm, eps, scale, save)
+        if save == "lse":
+            saved = None
+        else:
+            saved = o_pre if output_norm is not None else o
+        ctx.count = len(sources)
+        ctx.constants = (eps, scale, save)
+        ctx.save_for_backward(query, key_norm, output_norm, saved, lse,
+                              *sources)
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_o):
+        query, key_norm, output_norm, saved, lse, *sources = \
+            ctx.saved_tensors
+        eps, scale, save = ctx.constants
+        grad_sources, dq, dg, dh = backward_impl(
+            sources, query, key_norm, output_norm,
+            grad_o.to(sources[0].dtype), lse, saved, eps, scale, save)
+        if len(sources) == 1 and sources[0].dim() == 3:
+            grads_of_sources = (grad_sources,)
+        else:
+            grads_of_sources = tuple(grad_sources.unbind(0))
+        return (dq, dg if key_norm is not None else None,
+                dh if output_norm is not None else None, None, None, None,
+                *grads_of_sources)
+
+
+def eager_applies(query, sources):
+    """Whether a call may take the eager path: plain GPU tensors (the
+    kernels' device; other devices dispatch to what is registered for them),
+    not traced."""
+    return (not torch.compiler.is_compiling() and type(query) is torch.Tensor
+            and type(sources[0]) is torch.Tensor and query.is_cuda
+            and torch._C._get_tracing_state() is None)
+
+
+def attnres_eager(sources, query, key_norm, output_norm, eps, scale, save):
+    """o [M, N, D] of the [N, D] (or one [L, N, D]) sources, differentiable,
+    without the dispatcher."""
+    return _Eager.apply(query, key_norm, output_norm, eps, scale, save,
+                        *sources)
 
 
 # --- attnres::merge / attnres::sum -----------------------------------------
