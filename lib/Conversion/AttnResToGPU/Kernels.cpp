@@ -276,6 +276,42 @@ SmallVector<Value> rowAgain(KernelEmitter &e, const SourceSlot &slot) {
   return row;
 }
 
+/// What one row sum gives a batch: for every slot the RMS factor rho of its
+/// key, ell[m] = rho * <t, a_m> (the logit is scale * ell) and <v, x_j> for
+/// each extra row x_j.
+struct BatchSums {
+  SmallVector<Value> rho;
+  SmallVector<SmallVector<Value>> ell, extra;
+};
+
+BatchSums sumBatch(KernelEmitter &e, const AttnResSpec &spec,
+                   ArrayRef<SourceSlot> slots,
+                   ArrayRef<SmallVector<Value>> queries,
+                   ArrayRef<SmallVector<Value>> extraRows,
+                   ArrayRef<Value> keyMasks, Value half) {
+  int64_t M = queries.size(), X = extraRows.size(), stride = 1 + M + X;
+  SmallVector<Value> partials;
+  for (const SourceSlot &slot : slots) {
+    partials.push_back(keySquares(e, slot.row, keyMasks));
+    for (ArrayRef<Value> query : queries)
+      partials.push_back(dotChunks(e, slot.row, query));
+    for (ArrayRef<Value> row : extraRows)
+      partials.push_back(dotChunks(e, slot.row, row));
+  }
+  SmallVector<Value> sums = e.rowSum(partials, half);
+  BatchSums result;
+  for (int64_t i = 0, n = slots.size(); i < n; ++i) {
+    Value rho = normFactor(e, sums[i * stride], spec.rank, spec.eps);
+    result.rho.push_back(rho);
+    result.ell.emplace_back();
+    for (int64_t m = 0; m < M; ++m)
+      result.ell.back().push_back(e.mul(rho, sums[i * stride + 1 + m]));
+    result.extra.emplace_back(sums.begin() + i * stride + 1 + M,
+                              sums.begin() + (i + 1) * stride);
+  }
+  return result;
+}
+
 /// What a source walk does with a batch: the next state from the slots and
 /// the state, reducing its row sums through workgroup half `half`; `first`
 /// says the batch is statically the first one.
@@ -514,19 +550,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   // then the online softmax rescales once per batch.
   auto batchStep = [&](ArrayRef<SourceSlot> slots, ValueRange state, Value half,
                        bool first) {
-    SmallVector<Value> partials;
-    for (const SourceSlot &slot : slots) {
-      partials.push_back(keySquares(e, slot.row, keyMasks));
-      for (int64_t m = 0; m < M; ++m)
-        partials.push_back(dotChunks(e, slot.row, a[m]));
-    }
-    SmallVector<Value> sums = e.rowSum(partials, half);
+    BatchSums sums = sumBatch(e, spec, slots, a, {}, keyMasks, half);
     SmallVector<SmallVector<Value>> logits(M);
     for (auto [i, slot] : llvm::enumerate(slots)) {
-      Value rho = normFactor(e, sums[i * (1 + M)], R, spec.eps);
       for (int64_t m = 0; m < M; ++m) {
-        Value z = e.mul(e.constF32(spec.scale),
-                        e.mul(rho, sums[i * (1 + M) + 1 + m]));
+        Value z = e.mul(e.constF32(spec.scale), sums.ell[i][m]);
         if (slot.valid)
           z = e.select(slot.valid, z, e.constF32(-kInf));
         logits[m].push_back(z);
@@ -944,19 +972,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
           gpu::BarrierOp::create(b, loc);
           auto recomputeStep = [&](ArrayRef<SourceSlot> slots, ValueRange acc,
                                    Value half, bool first) {
-            SmallVector<Value> partials;
-            for (const SourceSlot &slot : slots) {
-              partials.push_back(keySquares(e, slot.row, keyMasks));
-              for (int64_t m = 0; m < M; ++m)
-                partials.push_back(dotChunks(e, slot.row, a[m]));
-            }
-            SmallVector<Value> sums = e.rowSum(partials, half);
+            BatchSums sums = sumBatch(e, spec, slots, a, {}, keyMasks, half);
             SmallVector<Value> next(acc);
             for (auto [i, slot] : llvm::enumerate(slots)) {
-              Value rho = normFactor(e, sums[i * (1 + M)], R, spec.eps);
               for (int64_t m = 0; m < M; ++m) {
-                Value z = e.mul(e.constF32(spec.scale),
-                                e.mul(rho, sums[i * (1 + M) + 1 + m]));
+                Value z = e.mul(e.constF32(spec.scale), sums.ell[i][m]);
                 Value p = e.exp(e.sub(z, lse[m]));
                 if (slot.valid)
                   p = e.select(slot.valid, p, zeroF);
@@ -1038,19 +1058,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
           for (const SourceSlot &slot : slots)
             targets.push_back(e.loadPointer(
                 k.arg(gradSources), e.minI(slot.index, e.constI64(L - 1))));
-          SmallVector<Value> partials;
-          for (const SourceSlot &slot : slots) {
-            partials.push_back(keySquares(e, slot.row, keyMasks));
-            for (int64_t m = 0; m < M; ++m)
-              partials.push_back(dotChunks(e, slot.row, a[m]));
-            for (int64_t m = 0; m < M; ++m)
-              partials.push_back(dotChunks(e, slot.row, dPre[m]));
-          }
-          SmallVector<Value> sums = e.rowSum(partials, half);
+          BatchSums sums = sumBatch(e, spec, slots, a, dPre, keyMasks, half);
           SmallVector<Value> next(da);
-          int64_t stride = 1 + 2 * M;
           for (auto [i, slot] : llvm::enumerate(slots)) {
-            Value rho = normFactor(e, sums[i * stride], R, spec.eps);
+            Value rho = sums.rho[i];
             Value writes =
                 slot.valid ? arith::AndIOp::create(b, loc, valid, slot.valid)
                                  .getResult()
@@ -1058,12 +1069,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
             SmallVector<Value> dv(C, zero), keyTerm(C, zero);
             SmallVector<Value> row = rowAgain(e, slot);
             for (int64_t m = 0; m < M; ++m) {
-              Value ell = e.mul(rho, sums[i * stride + 1 + m]);
+              Value ell = sums.ell[i][m];
               Value p =
                   e.exp(e.sub(e.mul(e.constF32(spec.scale), ell), lse[m]));
-              Value ds = e.mul(
-                  e.constF32(spec.scale),
-                  e.mul(p, e.sub(sums[i * stride + 1 + M + m], delta[m])));
+              Value ds = e.mul(e.constF32(spec.scale),
+                               e.mul(p, e.sub(sums.extra[i][m], delta[m])));
               Value dsRho = e.mul(ds, rho);
               Value pV = e.splat(p, width);
               Value dsRhoV = e.splat(dsRho, width);
