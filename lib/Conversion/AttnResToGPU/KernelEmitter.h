@@ -2,11 +2,13 @@
 //
 // The attnres kernels stream rows of width D: one row per block when a row
 // needs more threads than a subgroup, else several rows per block, each on a
-// group of lanes of one subgroup. Every thread owns `chunks` vectors of
+// group of lanes of one subgroup (RowLayout; how many lanes a row gets is an
+// option of convert-attnres-to-gpu). Every thread owns `chunks` vectors of
 // `vectorWidth` elements of a row (16 bytes for bf16/f16 and f32 when D
 // allows it), which it reads with one aligned vector load each; row sums go
 // through subgroup butterflies (gpu.shuffle xor) and, across subgroups, a
-// workgroup buffer. All arithmetic is FP32.
+// workgroup buffer (double-buffered for the sums of a loop, so that each
+// needs one barrier). All arithmetic is FP32.
 //
 // Global memory is reached through `!llvm.ptr<1>` kernel arguments, so that
 // loads and stores carry their alignment to the backends (ld.global.v4 on

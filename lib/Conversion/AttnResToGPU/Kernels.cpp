@@ -1,19 +1,23 @@
 //===- Kernels.cpp - the attnres GPU kernels ------------------------------===//
 //
-// forward:  one pass over the sources with an online softmax per query: for
-//           each source, one row sum gives the key's mean square and its dot
-//           products with every query, then the running maximum, weight sum
-//           and FP32 output rows are rescaled and updated in registers.
+// Every kernel that reads the sources walks them in batches (SourceWalker):
+// the rows of a batch are loaded together, the next batch prefetched, and
+// one row sum reduces the key norms and dot products of the whole batch.
+//
+// forward:  an online softmax per query over the batches: the running
+//           maximum, weight sum and FP32 output rows are rescaled once per
+//           batch and updated in registers.
 // partial:  the same over the sources of partition blockIdx.y, writing FP32
 //           partial outputs and their lse for the merge.
 // merge:    the softmax merge of P partial rows (empty partitions skipped,
 //           optional sink), with the optional output norm.
-// backward: blocks of tokens; per row, delta = <do_pre, o_pre> first (from
-//           the saved o_pre, or recomputed), then one pass over the sources
-//           that writes dv and accumulates the query and output-norm
-//           gradients of the block in registers, stored once per block as
-//           FP32 partial rows.
-// finalize: the partial rows summed in block order: dq, dg, dh.
+// backward: blocks of tokens (blockIdx.x) by partitions of the sources
+//           (blockIdx.y); per row, delta = <do_pre, o_pre> first (from the
+//           saved o_pre, or recomputed), then one walk over the partition's
+//           sources that writes dv and accumulates the query and output-norm
+//           gradients in registers, stored once per block as FP32 partial
+//           rows.
+// finalize: the partial rows summed in a fixed order: dq, dg, dh.
 // sum:      partition_reduce sum.
 //
 //===----------------------------------------------------------------------===//
