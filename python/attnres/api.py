@@ -61,7 +61,7 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
 
 def partition_reduce(partials, lse=None, *, sink=None,
                      output_norm_weight=None, eps=1e-6, mode="softmax"):
-    """Merges P partial results (DESIGN.md section 3).
+    """Merges P partial results (docs/Math.md section 3).
 
     ``mode="softmax"``: partials ``[P, ..., D]`` and their ``lse`` ``[P,
     ...]`` (float32), optional ``sink`` logits ``[...]``; returns the merged

@@ -1,4 +1,4 @@
-"""AttnRes in plain PyTorch (DESIGN.md section 1), differentiable by
+"""AttnRes in plain PyTorch (docs/Math.md section 1), differentiable by
 autograd: the model the compiled op is compared with, and a fallback for
 devices the compiler does not target.
 
@@ -46,7 +46,7 @@ def attnres_reference(sources, query, *, key_norm_weight=None,
 
 def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
                                output_norm_weight=None, eps=1e-6, scale=1.0):
-    """The gradients by the formulas of DESIGN.md section 2 (not autograd):
+    """The gradients by the formulas of docs/Math.md section 2 (not autograd):
     returns (d sources [L, ..., D], dq, dg or None, dh or None) for the
     output gradient `grad` ([..., D], or [M, ..., D] for a 2-D query)."""
     v = sources if isinstance(sources, torch.Tensor) else torch.stack(

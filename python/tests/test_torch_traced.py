@@ -45,7 +45,7 @@ def cpu_ops():
 
     def backward(sources, query, key_norm, output_norm, grad, lse, saved,
                  eps, scale, save):
-        # Autograd is off inside a kernel: the DESIGN.md formulas instead.
+        # Autograd is off inside a kernel: the docs/Math.md formulas instead.
         v = sources[0] if sources[0].dim() == 3 else torch.stack(sources)
         dv, dq, dg, dh = attnres_backward_reference(
             v, query, grad, key_norm_weight=key_norm,

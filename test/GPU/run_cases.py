@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs every GPU case (test/GPU/cases.py) on an NVIDIA GPU from the kernel
 bundles make_bundles.py compiled, and compares each result with a float64
-PyTorch reference written from DESIGN.md on fresh random inputs.
+PyTorch reference written from docs/Math.md on fresh random inputs.
 
 * Outputs are filled with NaN before every launch: an element a kernel does
   not write fails.
@@ -88,7 +88,7 @@ def poisoned(shape, dtype, device):
 
 
 # --------------------------------------------------------------------------
-# The reference, from DESIGN.md (sections 1 and 2)
+# The reference, from docs/Math.md (sections 1 and 2)
 # --------------------------------------------------------------------------
 
 def ref_forward(v, q, g, h, eps, scale):
@@ -110,7 +110,7 @@ def ref_forward(v, q, g, h, eps, scale):
 
 
 def ref_backward(v, q, g, h, grad, lse, saved, eps, scale, magnitudes=False):
-    """DESIGN.md section 2, with the saved o_pre (or recomputed)."""
+    """docs/Math.md section 2, with the saved o_pre (or recomputed)."""
     D, R = v.shape[-1], q.shape[-1]
     t = v[..., D - R:]
     rho = torch.rsqrt((t * t).mean(-1) + eps)                 # [L, N]
@@ -382,7 +382,7 @@ def attnres_case(bundle, c, device, report, dry_run):
 # --------------------------------------------------------------------------
 
 def ref_merge(partials, lse, sink):
-    """DESIGN.md section 3, row by row, in float64."""
+    """docs/Math.md section 3, row by row, in float64."""
     P, rows, D = partials.shape
     m = lse.max(0).values
     if sink is not None:

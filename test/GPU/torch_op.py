@@ -197,7 +197,7 @@ def op_saved(c, x):
 def references(c, x, lse, saved):
     """The float64 reference. The backward reads the op's own stored lse and
     o_pre (or o), as the op's backward does: rounding them to the storage
-    type is the op's design (DESIGN.md section 2), and the reference must
+    type is the op's design (docs/Math.md section 2), and the reference must
     not charge that rounding to the kernels. The forward check compares
     the stored values themselves with the reference."""
     eps, scale = c["eps"], c["scale"]
@@ -303,7 +303,7 @@ def attnres_case(c, report, device, modes):
 
 def merge_reference64(partials, lse, sink, h, grad_o, grad_lse, eps=1e-6):
     """Forward by ref_merge; gradients by float64 autograd through the
-    formula of DESIGN.md section 3 written with masks (empty partitions and
+    formula of docs/Math.md section 3 written with masks (empty partitions and
     rows give exact zeros)."""
     p = partials.double().requires_grad_()
     l = lse.double().requires_grad_()

@@ -10,7 +10,7 @@ def ConvertAttnResToLinalg : Pass<"convert-attnres-to-linalg"> {
   let description = [{
     Rewrites every `attnres.forward`, `attnres.backward` and
     `attnres.partition_reduce` into `linalg.generic`, `tensor` and `arith` /
-    `math` ops on tensors, computing in FP32 exactly as DESIGN.md states the
+    `math` ops on tensors, computing in FP32 exactly as docs/Math.md states the
     equations: the logit of a source from its RMS-normalized key, a max-shifted
     log-sum-exp, the mixture, the optional output RMS norm, and the gradients
     (with the token reductions in a fixed loop order). Token dimensions are

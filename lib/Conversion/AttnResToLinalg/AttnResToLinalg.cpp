@@ -1,7 +1,7 @@
 //===- AttnResToLinalg.cpp - attnres ops to linalg.generic ----------------===//
 //
 // The executable reference: each attnres op becomes a short sequence of
-// linalg.generic ops on FP32 tensors that follows DESIGN.md equation by
+// linalg.generic ops on FP32 tensors that follows docs/Math.md equation by
 // equation. Inside, every tensor is in a canonical layout:
 //
 //   sources V [L, N, D]   key T [L, N, R]   query Q [M, R]   g [R]

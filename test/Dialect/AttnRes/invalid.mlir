@@ -1,6 +1,6 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics
 // Verifier rules of attnres.forward, and the source/query/weight/attribute
-// rules it shares with attnres.backward (DESIGN.md section 4).
+// rules it shares with attnres.backward (docs/DialectGuide.md).
 
 func.func @zero_sources(%q: tensor<16xf32>) {
   // expected-error @+1 {{requires at least one source (L >= 1), got none}}

@@ -1,6 +1,6 @@
-//===- Reference.cpp - float64 reference of DESIGN.md ---------------------===//
+//===- Reference.cpp - float64 reference of docs/Math.md ---------------------===//
 //
-// Written from the equations of DESIGN.md, one token and one query at a time,
+// Written from the equations of docs/Math.md, one token and one query at a time,
 // with no reuse of the compiler's code or structure.
 //
 //===----------------------------------------------------------------------===//
@@ -265,7 +265,7 @@ Merge softmaxMerge(int64_t P, int64_t N, int64_t D,
       continue;
     }
     // w(x) = exp(x - max); at an infinite maximum only the infinite entries
-    // carry mass (DESIGN: a +inf sink takes all of it).
+    // carry mass (docs/Math.md section 3: a +inf sink takes all of it).
     auto weight = [&](double x) {
       if (x == -kInf)
         return 0.0;

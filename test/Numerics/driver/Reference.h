@@ -1,6 +1,6 @@
-//===- Reference.h - float64 reference of DESIGN.md -------------*- C++ -*-===//
+//===- Reference.h - float64 reference of docs/Math.md -------------*- C++ -*-===//
 //
-// A plain C++ float64 implementation of the AttnRes equations of DESIGN.md
+// A plain C++ float64 implementation of the AttnRes equations of docs/Math.md
 // (sections 1-3), written from the equations and independent of the compiler.
 // Layouts are row-major with the token dimensions flattened to N:
 //   v [L, N, D]   q [M, R]   g [R]   h [Mh, D] (Mh = 1 or M)

@@ -1003,7 +1003,7 @@ std::vector<Case> matrix(Kind kind, Elem storage) {
   return cases;
 }
 
-/// The edge cases of DESIGN.md: eps at its extremes, large logits, a zero
+/// The edge cases of docs/Numerics.md: eps at its extremes, large logits, a zero
 /// query, near-zero sources, scale edge values, M = 16.
 std::vector<Case> edgeCases() {
   std::vector<Case> cases;

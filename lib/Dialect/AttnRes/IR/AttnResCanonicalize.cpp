@@ -1,6 +1,6 @@
 //===- AttnResCanonicalize.cpp - attnres canonicalization patterns --------===//
 //
-// Rewrites that hold exactly in the math of DESIGN.md, whatever the inputs:
+// Rewrites that hold exactly in the math of docs/Math.md, whatever the inputs:
 //
 // * A forward over one source with no output norm has p = exp(z - lse) = 1,
 //   so o is the source itself (lse still needs the logit, so the op stays

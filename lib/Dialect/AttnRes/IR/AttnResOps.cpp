@@ -1,6 +1,6 @@
 //===- AttnResOps.cpp - attnres operations: syntax and verifiers ----------===//
 //
-// Every rule of DESIGN.md section 4 is checked here, and each diagnostic names
+// Every verifier rule of docs/DialectGuide.md is checked here, and each diagnostic names
 // the operand or result it is about and the rule it breaks, so that a user
 // reading it does not need to know the verifier's internals.
 //

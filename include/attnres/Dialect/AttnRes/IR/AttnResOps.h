@@ -19,7 +19,7 @@
 
 namespace mlir::attnres {
 
-/// The largest number of queries one op may carry (DESIGN.md section 1).
+/// The largest number of queries one op may carry (docs/Math.md section 1).
 constexpr int64_t kMaxQueries = 16;
 
 /// True for the element types a value tensor may have: bf16, f16, f32.
