@@ -553,6 +553,15 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
   return ok();
 }
 
+/// A partition count for L sources: every partition gets a source.
+Failure checkPartitions(int64_t partitions, int64_t numSources) {
+  if (partitions < 1 || partitions > numSources)
+    return invalid(
+        "partitions must be in [1, L = " + std::to_string(numSources) +
+        "], got " + std::to_string(partitions));
+  return ok();
+}
+
 /// Blocks of `kernel` the whole device holds at once: the driver's
 /// occupancy for a loaded bundle, else the manifest's
 /// blocks_per_multiprocessor; ATTNRES_BLOCKS_PER_MULTIPROCESSOR overrides
@@ -733,10 +742,7 @@ AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
     return ATTNRES_OK;
   int64_t P = args->partitions ? args->partitions
                                : forwardPartitions(*runtime, entry, N);
-  if (P < 1 || P > L)
-    return report(invalid("partitions must be in [1, L = " + std::to_string(L) +
-                          "], got " + std::to_string(P)),
-                  error);
+  ATTNRES_TRY(checkPartitions(P, L));
   Values values;
   values.pointers = {{"sources", args->sources},
                      {"query", args->query},
@@ -819,10 +825,7 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
     return report(invalid("blocks must be >= 1"), error);
   int64_t P = args->partitions ? args->partitions
                                : backwardPartitions(*runtime, entry, B);
-  if (P < 1 || P > L)
-    return report(invalid("partitions must be in [1, L = " + std::to_string(L) +
-                          "], got " + std::to_string(P)),
-                  error);
+  ATTNRES_TRY(checkPartitions(P, L));
   size_t needed = backwardWorkspace(entry, B, P);
   if (!args->workspace || args->workspace_size < needed)
     return report(invalid("the backward (B = " + std::to_string(B) + ", P = " +

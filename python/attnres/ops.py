@@ -315,13 +315,31 @@ def _(sources, query, key_norm, output_norm, grad, lse, saved, eps, scale,
     return grad_sources, dq, dg, dh
 
 
+def _kept(save, output_norm, o, o_pre):
+    """What the backward reads besides lse: o_pre (which is o without an
+    output norm), or nothing for save="lse"."""
+    if save == "lse":
+        return None
+    return o_pre if output_norm is not None else o
+
+
+def _gradients(sources, key_norm, output_norm, grads):
+    """The backward's (d sources [L, N, D], dq, dg, dh) as the inputs came:
+    one gradient of packed sources or one view per source, and None for
+    absent weights."""
+    grad_sources, dq, dg, dh = grads
+    if len(sources) == 1 and sources[0].dim() == 3:
+        per_source = (grad_sources,)
+    else:
+        per_source = tuple(grad_sources.unbind(0))
+    return (per_source, dq, dg if key_norm is not None else None,
+            dh if output_norm is not None else None)
+
+
 def _forward_setup(ctx, inputs, output):
     sources, query, key_norm, output_norm, eps, scale, save = inputs
     o, lse, o_pre = output
-    if save == "lse":
-        saved = None
-    else:
-        saved = o_pre if output_norm is not None else o
+    saved = _kept(save, output_norm, o, o_pre)
     ctx.count = len(sources)
     ctx.has = (key_norm is not None, output_norm is not None,
                saved is not None)
@@ -343,16 +361,11 @@ def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre):
     eps, scale, save = ctx.constants
     # The lse and o_pre outputs are saved for the backward, not part of the
     # differentiable interface: attnres.attnres returns o only.
-    grad = grad_o.to(sources[0].dtype)
-    grad_sources, dq, dg, dh = backward_op(sources, query, key_norm,
-                                           output_norm, grad, lse, saved,
-                                           eps, scale, save)
-    if len(sources) == 1 and sources[0].dim() == 3:
-        grads_of_sources = [grad_sources]
-    else:
-        grads_of_sources = list(grad_sources.unbind(0))
-    return (grads_of_sources, dq, dg if key_norm is not None else None,
-            dh if output_norm is not None else None, None, None, None)
+    grads = backward_op(sources, query, key_norm, output_norm,
+                        grad_o.to(sources[0].dtype), lse, saved, eps, scale,
+                        save)
+    per_source, dq, dg, dh = _gradients(sources, key_norm, output_norm, grads)
+    return (list(per_source), dq, dg, dh, None, None, None)
 
 
 forward_op.register_autograd(_forward_backward, setup_context=_forward_setup)
@@ -370,13 +383,9 @@ class _Eager(torch.autograd.Function):
                 *sources):
         o, lse, o_pre = forward_impl(list(sources), query, key_norm,
                                      output_norm, eps, scale, save)
-        if save == "lse":
-            saved = None
-        else:
-            saved = o_pre if output_norm is not None else o
-        ctx.count = len(sources)
         ctx.constants = (eps, scale, save)
-        ctx.save_for_backward(query, key_norm, output_norm, saved, lse,
+        ctx.save_for_backward(query, key_norm, output_norm,
+                              _kept(save, output_norm, o, o_pre), lse,
                               *sources)
         return o
 
@@ -385,16 +394,12 @@ class _Eager(torch.autograd.Function):
         query, key_norm, output_norm, saved, lse, *sources = \
             ctx.saved_tensors
         eps, scale, save = ctx.constants
-        grad_sources, dq, dg, dh = backward_impl(
-            sources, query, key_norm, output_norm,
-            grad_o.to(sources[0].dtype), lse, saved, eps, scale, save)
-        if len(sources) == 1 and sources[0].dim() == 3:
-            grads_of_sources = (grad_sources,)
-        else:
-            grads_of_sources = tuple(grad_sources.unbind(0))
-        return (dq, dg if key_norm is not None else None,
-                dh if output_norm is not None else None, None, None, None,
-                *grads_of_sources)
+        grads = backward_impl(sources, query, key_norm, output_norm,
+                              grad_o.to(sources[0].dtype), lse, saved, eps,
+                              scale, save)
+        per_source, dq, dg, dh = _gradients(sources, key_norm, output_norm,
+                                            grads)
+        return (dq, dg, dh, None, None, None, *per_source)
 
 
 def eager_applies(query, sources):

@@ -169,14 +169,20 @@ struct ConvertAttnResToGPUPass
                     b.getUnitAttr());
   }
 
-  /// The row layout of a kernel streaming `streamed` types; `lanes` is the
-  /// threads-per-row option (0: automatic).
+  /// The row layout of a kernel streaming `streamed` types. `lanes` is the
+  /// threads-per-row option; when it is 0, a forward or backward kernel
+  /// (whose threads hold `heldRows` rows of their own) gets defaultLanes,
+  /// other kernels RowLayout's own choice.
   FailureOr<RowLayout> layoutFor(Operation *op, int64_t width,
-                                 ArrayRef<Type> streamed, int64_t lanes) {
+                                 ArrayRef<Type> streamed, int64_t lanes,
+                                 int64_t heldRows = 0, bool forward = false) {
     int64_t bytes = 16;
     for (Type type : streamed)
       if (type)
         bytes = std::min(bytes, bytesOf(type));
+    if (lanes == 0 && heldRows > 0)
+      lanes = defaultLanes(width / RowLayout::vectorWidthFor(width, bytes),
+                           heldRows, forward);
     FailureOr<RowLayout> layout =
         RowLayout::choose(width, bytes, subgroupSize, maxBlockThreads, lanes);
     if (failed(layout))
@@ -189,24 +195,14 @@ struct ConvertAttnResToGPUPass
     return layout;
   }
 
-  /// The lanes of a row the forward and backward kernels default to: four
-  /// 16-byte vectors a lane, so that a batch of two sources keeps eight
-  /// loads in flight (docs/Performance.md has the measurements); fewer where
-  /// a thread holds more rows of its own: one row each of the query and the
-  /// output a query in the forward, and of the query, the output gradient
-  /// and da a query in the backward (plus dh with an output norm). At least
-  /// 64 lanes in the forward.
-  int64_t defaultLanes(int64_t width, ArrayRef<Type> streamed, bool forward,
-                       int64_t queries, bool outputNorm) {
-    int64_t bytes = 16;
-    for (Type type : streamed)
-      if (type)
-        bytes = std::min(bytes, bytesOf(type));
-    int64_t vectorWidth = std::max<int64_t>(1, 16 / bytes);
-    while (width % vectorWidth != 0)
-      vectorWidth /= 2;
-    int64_t vectors = width / vectorWidth;
-    int64_t heldRows = forward ? queries : queries + (outputNorm ? 1 : 0);
+  /// The lanes of a row of `vectors` vectors the forward and backward
+  /// kernels default to: four 16-byte vectors a lane, so that a batch of two
+  /// sources keeps eight loads in flight (docs/Performance.md has the
+  /// measurements); fewer where a thread holds more rows of its own (one
+  /// output row a query in the forward; the output gradient and da a query
+  /// in the backward, plus dh with an output norm). At least 64 lanes in the
+  /// forward.
+  int64_t defaultLanes(int64_t vectors, int64_t heldRows, bool forward) {
     int64_t chunks = std::clamp<int64_t>(4 / heldRows, 1, 4);
     int64_t lanes = std::max<int64_t>(llvm::divideCeil(vectors, chunks),
                                       forward ? 64 : subgroupSize);
@@ -248,12 +244,9 @@ struct ConvertAttnResToGPUPass
     AttnResSpec spec = commonSpec(op);
     spec.output = op.getOutput().getType().getElementType();
     spec.writeOPre = static_cast<bool>(op.getOPre());
-    int64_t lanes = forwardThreadsPerRow;
-    if (lanes == 0)
-      lanes = defaultLanes(spec.width, {spec.value, spec.output}, true,
-                           spec.numQueries, false);
     FailureOr<RowLayout> layoutOr =
-        layoutFor(op, spec.width, {spec.value, spec.output}, lanes);
+        layoutFor(op, spec.width, {spec.value, spec.output},
+                  forwardThreadsPerRow, spec.numQueries, /*forward=*/true);
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
@@ -307,20 +300,17 @@ struct ConvertAttnResToGPUPass
     spec.gradQuery = elementOf(op.getGradQuery());
     spec.gradKeyNorm = elementOf(op.getGradKeyNormWeight());
     spec.gradOutputNorm = elementOf(op.getGradOutputNormWeight());
-    SmallVector<Type> streamed = {spec.value, spec.grad, spec.saved};
-    int64_t lanes = backwardThreadsPerRow;
-    if (lanes == 0)
-      lanes = defaultLanes(spec.width, streamed, false, spec.numQueries,
-                           static_cast<bool>(spec.outputNorm));
-    FailureOr<RowLayout> layoutOr = layoutFor(op, spec.width, streamed, lanes);
+    FailureOr<RowLayout> layoutOr = layoutFor(
+        op, spec.width, {spec.value, spec.grad, spec.saved},
+        backwardThreadsPerRow, spec.numQueries + (spec.outputNorm ? 1 : 0));
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
     // Prefetching holds another batch of rows: only where a thread holds
     // one query's rows (with an output norm too: measured faster, 0.65 vs
     // 0.52 of the floor at L = 10, N = 32768, D = 4096).
-    bool prefetchRows = backwardPrefetch >= 0 ? backwardPrefetch > 0
-                                              : spec.numQueries == 1;
+    bool prefetchRows =
+        backwardPrefetch >= 0 ? backwardPrefetch > 0 : spec.numQueries == 1;
     SourceSchedule schedule =
         scheduleFor(backwardSourceBatch, prefetchRows, spec.numSources);
     Location loc = op.getLoc();

@@ -15,6 +15,13 @@
 using namespace mlir;
 using namespace mlir::attnres::gpu_kernels;
 
+int64_t RowLayout::vectorWidthFor(int64_t width, int64_t elementBytes) {
+  int64_t vectorWidth = std::max<int64_t>(1, 16 / elementBytes);
+  while (width % vectorWidth != 0)
+    vectorWidth /= 2;
+  return vectorWidth;
+}
+
 FailureOr<RowLayout> RowLayout::choose(int64_t width, int64_t elementBytes,
                                        int64_t subgroupSize,
                                        int64_t maxBlockThreads,
@@ -22,10 +29,7 @@ FailureOr<RowLayout> RowLayout::choose(int64_t width, int64_t elementBytes,
   RowLayout layout;
   layout.width = width;
   layout.subgroupSize = subgroupSize;
-  // The widest power-of-two vector of at most 16 bytes that divides the row.
-  layout.vectorWidth = std::max<int64_t>(1, 16 / elementBytes);
-  while (width % layout.vectorWidth != 0)
-    layout.vectorWidth /= 2;
+  layout.vectorWidth = vectorWidthFor(width, elementBytes);
   layout.vectors = width / layout.vectorWidth;
   if (threadsPerRow == 0) {
     if (layout.vectors <= subgroupSize) {

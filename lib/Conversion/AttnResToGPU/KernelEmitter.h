@@ -40,6 +40,10 @@ struct RowLayout {
     return blockReduce() ? threadsPerRow / subgroupSize : 1;
   }
 
+  /// The widest power-of-two vector of at most 16 bytes of `elementBytes`
+  /// elements that divides a row of `width`.
+  static int64_t vectorWidthFor(int64_t width, int64_t elementBytes);
+
   /// `elementBytes` is the size of the narrowest element type streamed.
   /// `threadsPerRow` = 0 picks the lanes of a row automatically (see
   /// docs/Performance.md); otherwise it must be a power of two, or a multiple
@@ -59,7 +63,7 @@ struct SourceSchedule {
   /// Load the next batch's rows while the current batch is reduced.
   bool prefetch = true;
   /// Up to this many sources, the batch loop is unrolled at compile time.
-  int64_t unrollLimit = 16;
+  int64_t unrollLimit = 0;
 };
 
 /// Emits the body of one gpu.func.

@@ -332,11 +332,14 @@ public:
                int64_t numSources, SourceSchedule schedule)
       : e(e), table(table), element(element), numSources(numSources),
         schedule(schedule) {
-    batch = std::clamp<int64_t>(schedule.batch, 1, numSources);
+    batch = batchFor(schedule, numSources);
     rowStart = e.mulI(row, e.constI64(e.layout.width));
   }
 
-  int64_t batchSize() const { return batch; }
+  /// The sources of a batch: the schedule's, at most all of them.
+  static int64_t batchFor(const SourceSchedule &schedule, int64_t numSources) {
+    return std::clamp<int64_t>(schedule.batch, 1, numSources);
+  }
 
   /// All L sources: unrolled at compile time up to the schedule's limit,
   /// else a loop.
@@ -529,7 +532,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   int partitions = partial ? k.scalar("num_partitions") : -1;
 
   KernelEmitter e(b, loc, layout);
-  int64_t S = std::clamp<int64_t>(schedule.batch, 1, L);
+  int64_t S = SourceWalker::batchFor(schedule, L);
   e.planReductions(/*settled=*/M, /*loop=*/S * (1 + M));
   k.begin(layout.blockThreads(), std::max<int64_t>(1, e.reductionFloats()));
   e.setUpThreads(k.workgroup());
@@ -538,11 +541,14 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
       e.addI(e.mulI(e.blockX, e.constI64(layout.rowsPerBlock)), e.group);
   Value valid = e.lessThan(row, N);
   Value rowc = e.minI(row, e.addI(N, e.constI64(-1)));
+  // The key coordinates of each chunk; the walks need them only when the
+  // key is not the whole row.
+  SmallVector<Value> allKeyMasks = e.keyMasks(R);
   SmallVector<Value> keyMasks;
   if (R < D)
-    keyMasks = e.keyMasks(R);
+    keyMasks = allKeyMasks;
   auto a = keyQuery(e, spec, k.arg(query),
-                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), e.keyMasks(R));
+                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), allKeyMasks);
 
   // Per query: the running maximum, the weight sum and the FP32 output row.
   Carried init;
@@ -911,7 +917,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   unsigned partitions = k.scalar("num_partitions");
 
   KernelEmitter e(b, loc, layout);
-  int64_t S = std::clamp<int64_t>(schedule.batch, 1, L);
+  int64_t S = SourceWalker::batchFor(schedule, L);
   // Settled: the output norm's two sums and delta, M each; a loop batch:
   // every source's key sum of squares and its dot products with the M
   // queries and the M output gradients.
@@ -919,11 +925,14 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   k.begin(layout.blockThreads(), std::max<int64_t>(1, e.reductionFloats()));
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens), B = k.arg(blocks), P = k.arg(partitions);
+  // The key coordinates of each chunk; the walks need them only when the
+  // key is not the whole row.
+  SmallVector<Value> allKeyMasks = e.keyMasks(R);
   SmallVector<Value> keyMasks;
   if (R < D)
-    keyMasks = e.keyMasks(R);
+    keyMasks = allKeyMasks;
   auto a = keyQuery(e, spec, k.arg(query),
-                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), e.keyMasks(R));
+                    keyNorm >= 0 ? k.arg(keyNorm) : Value(), allKeyMasks);
 
   // The tokens of this block (blockIdx.x) and the trips every row group
   // makes over them; the sources of its partition (blockIdx.y).
@@ -1132,7 +1141,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
     for (int64_t c = 0; c < C; ++c) {
       Value da = rows.getResult(daAt + m * C + c);
       for (int64_t j = 0; j < width; ++j) {
-        Value isKey = vector::ExtractOp::create(b, loc, e.keyMasks(R)[c],
+        Value isKey = vector::ExtractOp::create(b, loc, keyMasks[c],
                                                 ArrayRef<int64_t>{j});
         e.ifThen(isKey, [&] {
           Value d = vector::ExtractOp::create(b, loc, e.elementIndex[c],
