@@ -189,6 +189,21 @@ def measure_shape(L, N, D, variant, bandwidth):
     return records, errors
 
 
+class NoWork(torch.autograd.Function):
+    """What PyTorch's autograd costs a call with these inputs that launches
+    nothing: the floor under any autograd.Function's host time."""
+
+    @staticmethod
+    def forward(ctx, query, out, grads, *sources):
+        ctx.grads = grads
+        ctx.query = query
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (ctx.query, None, None, *ctx.grads.unbind(0))
+
+
 def host_times(repeats=300):
     """Microseconds of host time per call on tiny shapes: the GPU is idle,
     so the calls' wall time is the host's. Also with Python's cyclic garbage
@@ -207,9 +222,17 @@ def host_times(repeats=300):
 
         def both():
             forward_backward(x, "o_pre", leaves)
+        sources, query, g, _ = leaves
+        out = torch.empty(N, D, device="cuda", dtype=torch.bfloat16)
+        grads = torch.empty(L, N, D, device="cuda", dtype=torch.bfloat16)
+
+        def floor():
+            y = NoWork.apply(query, out, grads, *sources)
+            torch.autograd.grad(y, sources + [query], x.grad)
         for measure, fn, collect in (
                 ("host_forward", forward, True),
                 ("host_fwd_bwd", both, True),
+                ("host_fwd_bwd_autograd_floor", floor, True),
                 ("host_forward_nogc", forward, False),
                 ("host_fwd_bwd_nogc", both, False)):
             for _ in range(20):

@@ -15,6 +15,21 @@ def _ops():
     return ops
 
 
+_eager = []
+
+
+def _eager_path():
+    """ops.attnres_eager, or None where the PyTorch ops cannot load (then
+    the full path's checks and import give the message)."""
+    if not _eager:
+        try:
+            from .ops import attnres_eager
+        except ImportError:
+            attnres_eager = None
+        _eager.append(attnres_eager)
+    return _eager[0]
+
+
 def _cuda_available():
     torch = _torch()
     return bool(torch.cuda.is_available())
@@ -39,6 +54,16 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
     Returns ``[..., D]``, or ``[M, ..., D]`` for a 2-D query, in the
     sources' dtype. Differentiable in sources, query and both weights.
     """
+    # Traced calls (torch.compile, export) take the custom op below; the
+    # import of the eager path is left out of their graphs.
+    compiler = getattr(_torch(), "compiler", None)
+    eager = None if compiler is None or compiler.is_compiling() else \
+        _eager_path()
+    if eager is not None:
+        o = eager(sources, query, key_norm_weight, output_norm_weight, eps,
+                  scale, save)
+        if o is not None:
+            return o
     call = _checks.check_attnres(sources, query, key_norm_weight,
                                  output_norm_weight, eps, scale, save,
                                  cuda_available=_cuda_available())
@@ -49,12 +74,8 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
     else:
         flat = [s.reshape(N, D) for s in sources]
     q = query if call.multi_query else query.unsqueeze(0)
-    if ops.eager_applies(q, flat):
-        o = ops.attnres_eager(flat, q, key_norm_weight, output_norm_weight,
-                              float(eps), float(scale), save)
-    else:
-        o, _, _ = ops.forward_op(flat, q, key_norm_weight, output_norm_weight,
-                                 float(eps), float(scale), save)
+    o, _, _ = ops.forward_op(flat, q, key_norm_weight, output_norm_weight,
+                             float(eps), float(scale), save)
     o = o.reshape((call.M,) + call.lead + (D,))
     return o if call.multi_query else o.squeeze(0)
 

@@ -12,11 +12,14 @@ dense sources are read in place, with no copy and no stacking.
 """
 
 import collections
+import ctypes
+import functools
+import operator
 import threading
 
 import torch
 
-from . import _checks
+from . import _checks, _native
 from .kernels import folder_for
 from .runtime import load
 
@@ -69,7 +72,8 @@ def _runtime(key, device):
 
 
 def _stream(device):
-    return torch.cuda.current_stream(device).cuda_stream
+    return _raw_stream(device.index if device.index is not None else
+                       torch.cuda.current_device())
 
 
 # --- source pointer tables -------------------------------------------------
@@ -81,12 +85,26 @@ _tables = collections.OrderedDict()
 _graph_tables = set()
 
 
-def _pointer_table(tensors, device):
-    """A device int64 array of the tensors' addresses. Tables are cached by
-    address, so a call that repeats its inputs (every CUDA graph replay, and
-    the warm-up before a capture) copies nothing."""
-    pointers = tuple(t.data_ptr() for t in tensors)
-    key = (device.index, pointers)
+def _raw_stream(index):
+    """The driver handle of the current stream of device `index`."""
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+    # What TorchInductor's generated code calls: the handle without
+    # building a torch.cuda.Stream (a few microseconds per call).
+    _raw_stream = torch._C._cuda_getCurrentRawStream  # noqa: F811
+
+
+def _pointer_table(pointers, device, packed=None):
+    """A device int64 array of `pointers` (device addresses). Its contents
+    are a function of the key alone, so tables are cached by it: a call
+    that repeats its inputs (every training step once the caching allocator
+    hands back the same blocks, every CUDA graph replay) copies nothing.
+    `packed`, a dense [L, ...] tensor whose rows the pointers are, lets a
+    table made during a CUDA graph capture be computed on the device."""
+    index = device.index
+    key = (index, pointers)
     capturing = torch.cuda.is_current_stream_capturing()
     with _lock:
         cached = _tables.get(key)
@@ -95,26 +113,35 @@ def _pointer_table(tensors, device):
             if capturing:
                 _graph_tables.add(key)
     if cached is not None:
-        table, ready = cached
+        table, ready, stream = cached
         # The copy that filled the table may be on another stream. (Before
         # a capture, torch.cuda.graph synchronizes the device.)
-        if not capturing:
+        if not capturing and stream != _raw_stream(index):
             torch.cuda.current_stream(device).wait_event(ready)
         return table
-    if capturing:
+    if packed is not None:
+        # One device addition, no host copy: capturable, and as cheap as a
+        # launch where the caching allocator moves a buffer around.
+        step = packed.stride(0) * packed.element_size()
+        table = torch.add(_row_offsets(len(pointers), step, device),
+                          pointers[0])
+        if capturing:
+            return table
+    elif capturing:
         # No host-to-device copy from pageable memory during a capture: the
         # entries are filled by kernels the graph records, so the table is
         # only valid during replays and is not cached for eager calls.
         table = torch.empty(len(pointers), dtype=torch.int64, device=device)
-        for index, pointer in enumerate(pointers):
-            table[index].fill_(pointer)
+        for entry, pointer in enumerate(pointers):
+            table[entry].fill_(pointer)
         return table
-    host = torch.tensor(pointers, dtype=torch.int64).pin_memory()
-    table = host.to(device, non_blocking=True)
+    else:
+        host = torch.tensor(pointers, dtype=torch.int64).pin_memory()
+        table = host.to(device, non_blocking=True)
     ready = torch.cuda.Event()
     ready.record(torch.cuda.current_stream(device))
     with _lock:
-        _tables[key] = (table, ready)
+        _tables[key] = (table, ready, _raw_stream(index))
         for old in list(_tables):
             if len(_tables) <= _TABLES_KEPT:
                 break
@@ -123,12 +150,32 @@ def _pointer_table(tensors, device):
     return table
 
 
-def _packed_table(packed):
-    """The table of a dense [L, N, D] tensor: base + l * N * D elements,
-    computed on the device (capturable, no cache needed)."""
+_offsets = {}
+
+
+def _row_offsets(rows, step, device):
+    """[0, step, 2 step, ...] on the device, made once per (rows, step)
+    outside captures (a tensor made in one holds data only in replays)."""
+    key = (device.index, rows, step)
+    offsets = _offsets.get(key)
+    if offsets is None:
+        offsets = torch.arange(rows, dtype=torch.int64, device=device) * step
+        if not torch.cuda.is_current_stream_capturing():
+            # Once per shape: later calls may read it from any stream.
+            torch.cuda.current_stream(device).synchronize()
+            _offsets[key] = offsets
+    return offsets
+
+
+def _packed_pointers(packed):
+    """The row addresses of a dense [L, ...] tensor."""
+    base = packed.data_ptr()
     step = packed.stride(0) * packed.element_size()
-    return (torch.arange(packed.shape[0], dtype=torch.int64,
-                         device=packed.device) * step + packed.data_ptr())
+    return tuple(base + row * step for row in range(packed.shape[0]))
+
+
+def _packed_table(packed):
+    return _pointer_table(_packed_pointers(packed), packed.device, packed)
 
 
 def dense(tensor):
@@ -188,7 +235,8 @@ def _call(sources, query, key_norm, output_norm, eps, scale, save):
 def _sources_table(sources):
     if len(sources) == 1 and sources[0].dim() == 3:
         return _packed_table(sources[0])
-    return _pointer_table(sources, sources[0].device)
+    return _pointer_table(tuple(s.data_ptr() for s in sources),
+                          sources[0].device)
 
 
 # --- attnres::forward / attnres::backward ----------------------------------
@@ -372,50 +420,218 @@ forward_op.register_autograd(_forward_backward, setup_context=_forward_setup)
 
 
 # --- the eager path --------------------------------------------------------
-# An eager call need not go through the dispatcher: this autograd.Function
-# calls the same implementations directly, which takes a fraction of the
-# custom ops' host time (docs/Performance.md). Traced calls (torch.compile,
-# export, fake tensors) use the custom ops above.
+# An eager call need not go through the dispatcher, nor be checked in full
+# every time: the first call of a signature (the shapes, dtypes and devices
+# of every tensor, eps, scale, save) is checked as always and leaves a
+# _Plan with everything the launches need; later calls with that signature
+# only compare it, then allocate, launch and hand autograd one Function.
+# Traced calls (torch.compile, export, fake tensors) use the custom ops
+# above, and so do inputs the kernels cannot read in place (they are copied
+# there). docs/Performance.md has the host times.
+
+_plans = {}
+_PLANS_KEPT = 1024
+_TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
+_dtype_of = operator.attrgetter("dtype")
+
+
+class _Plan:
+    """An eager call's launches for one signature."""
+
+    def __init__(self, call, device):
+        runtime = _runtime(call.spec(), device)
+        forward, backward = runtime.op("forward"), runtime.op("backward")
+        N, M, D = call.N, call.M, call.D
+        self.handle = runtime._handle
+        self.runtime = runtime  # keeps the handle's bundle loaded
+        self.forward_op, self.backward_op = forward.index, backward.index
+        self.partitions = runtime.forward_partitions(forward, N)
+        self.forward_workspace = runtime.forward_workspace_size(
+            forward, N, self.partitions)
+        self.blocks = runtime.backward_blocks(backward, N)
+        self.backward_partitions = runtime.backward_partitions(backward,
+                                                               self.blocks)
+        self.backward_workspace = runtime.backward_workspace_size(
+            backward, N, self.blocks, self.backward_partitions)
+        self.num_tokens = N
+        self.packed = call.packed
+        self.device = device
+        self.index = device.index
+        self.out_shape = ((M,) if call.multi_query else ()) + call.lead + (D,)
+        self.lse_shape = (M, N)
+        self.writes_o_pre = call.save == "o_pre" and call.output_norm
+        self.keeps_o = call.save == "o_pre" and not call.output_norm
+        self.grad_shape = (call.L,) + call.lead + (D,)
+
+
+def _dense_and_aligned(tensor):
+    return tensor.is_contiguous() and not tensor.data_ptr() & 15
+
+
+def _weight_signature(tensor):
+    if tensor is None:
+        return None
+    if type(tensor) not in _TENSOR_TYPES or not _dense_and_aligned(tensor):
+        return False
+    return (tensor.shape, tensor.dtype, tensor.get_device())
+
+
+def _eager_key(sources, query, key_norm, output_norm, eps, scale, save):
+    """The signature of an eager call and its sources' addresses, or None
+    where the call must take the full path."""
+    if type(query) not in _TENSOR_TYPES or not query.is_cuda or \
+            not _dense_and_aligned(query):
+        return None
+    if type(sources) in _TENSOR_TYPES:
+        if not _dense_and_aligned(sources) or sources.dim() < 3:
+            return None
+        pointers = _packed_pointers(sources)
+        head = ("packed", sources.shape, sources.dtype, sources.get_device())
+    elif type(sources) in (list, tuple) and sources:
+        # Each attribute over all sources at once: these loops run in C.
+        if len(set(map(type, sources)) - set(_TENSOR_TYPES)) or \
+                len(set(map(torch.Tensor.size, sources))) != 1 or \
+                len(set(map(_dtype_of, sources))) != 1 or \
+                len(set(map(torch.Tensor.get_device, sources))) != 1 or \
+                not all(map(torch.Tensor.is_contiguous, sources)):
+            return None
+        pointers = tuple(map(torch.Tensor.data_ptr, sources))
+        if functools.reduce(operator.or_, pointers) & 15:
+            return None
+        first = sources[0]
+        head = (len(sources), first.shape, first.dtype, first.get_device())
+    else:
+        return None
+    weights = (_weight_signature(key_norm), _weight_signature(output_norm))
+    if False in weights:
+        return None
+    # The types too: eps=True is refused where eps=1 is not.
+    key = head + (query.shape, query.dtype, query.get_device()) + weights + \
+        (type(eps), eps, type(scale), scale, save)
+    return key, pointers
+
+
+def _plan_for(key, sources, query, key_norm, output_norm, eps, scale, save):
+    plan = _plans.get(key)
+    if plan is None:
+        call = _checks.check_attnres(sources, query, key_norm, output_norm,
+                                     eps, scale, save)
+        # No tokens: the full path returns the empty results.
+        plan = _Plan(call, query.device) if call.N else False
+        if len(_plans) >= _PLANS_KEPT:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+def _check(status, error):
+    if status:
+        _native.check_status(status, error,
+                             _native.runtime_lib().attnresFreeString)
+
+
+def _launch_forward(plan, pointers, sources, query, key_norm, output_norm):
+    device = plan.device
+    dtype = sources.dtype if plan.packed else sources[0].dtype
+    o = torch.empty(plan.out_shape, dtype=dtype, device=device)
+    lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=device)
+    o_pre = torch.empty(plan.out_shape, dtype=dtype, device=device) \
+        if plan.writes_o_pre else None
+    workspace = torch.empty(plan.forward_workspace, dtype=torch.uint8,
+                            device=device) if plan.forward_workspace else None
+    table = _pointer_table(pointers, device,
+                           sources if plan.packed else None)
+    args = _native.ForwardArgs(
+        plan.num_tokens, table.data_ptr(), query.data_ptr(),
+        _pointer(key_norm), _pointer(output_norm), o.data_ptr(),
+        lse.data_ptr(), _pointer(o_pre), plan.partitions,
+        _pointer(workspace), plan.forward_workspace)
+    error = ctypes.c_void_p()
+    _check(_native.runtime_lib().attnresForward(
+        plan.handle, plan.forward_op, ctypes.byref(args),
+        _raw_stream(plan.index), ctypes.byref(error)), error)
+    return o, lse, o_pre, table
+
+
+def _launch_backward(plan, table, sources, query, key_norm, output_norm,
+                     grad, lse, saved):
+    device = plan.device
+    if grad.dtype is not sources[0].dtype:
+        grad = grad.to(sources[0].dtype)
+    grad = dense(grad)
+    grad_sources = torch.empty(plan.grad_shape, dtype=grad.dtype,
+                               device=device)
+    dq = torch.empty(query.shape, dtype=query.dtype, device=device)
+    dg = torch.empty(key_norm.shape, dtype=key_norm.dtype, device=device) \
+        if key_norm is not None else None
+    dh = torch.empty(output_norm.shape, dtype=output_norm.dtype,
+                     device=device) if output_norm is not None else None
+    workspace = torch.empty(plan.backward_workspace, dtype=torch.uint8,
+                            device=device)
+    grad_table = _pointer_table(_packed_pointers(grad_sources), device,
+                                grad_sources)
+    args = _native.BackwardArgs(
+        plan.num_tokens, table.data_ptr(), query.data_ptr(),
+        _pointer(key_norm), _pointer(output_norm), grad.data_ptr(),
+        lse.data_ptr(), _pointer(saved), grad_table.data_ptr(),
+        dq.data_ptr(), _pointer(dg), _pointer(dh), plan.blocks,
+        plan.backward_partitions, workspace.data_ptr(),
+        plan.backward_workspace)
+    error = ctypes.c_void_p()
+    _check(_native.runtime_lib().attnresBackward(
+        plan.handle, plan.backward_op, ctypes.byref(args),
+        _raw_stream(plan.index), ctypes.byref(error)), error)
+    per_source = (grad_sources,) if plan.packed else grad_sources.unbind(0)
+    return per_source, dq, dg, dh
+
 
 class _Eager(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, query, key_norm, output_norm, eps, scale, save,
+    def forward(ctx, plan, pointers, query, key_norm, output_norm,
                 *sources):
-        o, lse, o_pre = forward_impl(list(sources), query, key_norm,
-                                     output_norm, eps, scale, save)
-        ctx.constants = (eps, scale, save)
-        ctx.save_for_backward(query, key_norm, output_norm,
-                              _kept(save, output_norm, o, o_pre), lse,
+        packed = sources[0] if plan.packed else sources
+        o, lse, o_pre, table = _launch_forward(plan, pointers, packed, query,
+                                               key_norm, output_norm)
+        ctx.plan, ctx.table = plan, table
+        saved = o if plan.keeps_o else o_pre
+        ctx.save_for_backward(query, key_norm, output_norm, saved, lse,
                               *sources)
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
+        # Unpacking checks that no saved tensor was modified in place.
         query, key_norm, output_norm, saved, lse, *sources = \
             ctx.saved_tensors
-        eps, scale, save = ctx.constants
-        grads = backward_impl(sources, query, key_norm, output_norm,
-                              grad_o.to(sources[0].dtype), lse, saved, eps,
-                              scale, save)
-        per_source, dq, dg, dh = _gradients(sources, key_norm, output_norm,
-                                            grads)
-        return (dq, dg, dh, None, None, None, *per_source)
-
-
-def eager_applies(query, sources):
-    """Whether a call may take the eager path: plain GPU tensors (the
-    kernels' device; other devices dispatch to what is registered for them),
-    not traced."""
-    return (not torch.compiler.is_compiling() and type(query) is torch.Tensor
-            and type(sources[0]) is torch.Tensor and query.is_cuda
-            and torch._C._get_tracing_state() is None)
+        per_source, dq, dg, dh = _launch_backward(
+            ctx.plan, ctx.table, sources, query, key_norm, output_norm,
+            grad_o, lse, saved)
+        return (None, None, dq, dg, dh, *per_source)
 
 
 def attnres_eager(sources, query, key_norm, output_norm, eps, scale, save):
-    """o [M, N, D] of the [N, D] (or one [L, N, D]) sources, differentiable,
-    without the dispatcher."""
-    return _Eager.apply(query, key_norm, output_norm, eps, scale, save,
-                        *sources)
+    """o of an eager CUDA call of attnres.attnres (the user's arguments, as
+    they came), or None where the call must take the full path: traced,
+    inputs the kernels cannot read in place, no tokens. Raises the checks'
+    errors for a bad call."""
+    if torch.compiler.is_compiling() or \
+            torch._C._get_tracing_state() is not None:
+        return None
+    found = _eager_key(sources, query, key_norm, output_norm, eps, scale,
+                       save)
+    if found is None:
+        return None
+    key, pointers = found
+    plan = _plan_for(key, sources, query, key_norm, output_norm, eps, scale,
+                     save)
+    if not plan:
+        return None
+    tensors = (sources,) if plan.packed else sources
+    if torch.is_grad_enabled():
+        return _Eager.apply(plan, pointers, query, key_norm, output_norm,
+                            *tensors)
+    return _launch_forward(plan, pointers, sources, query, key_norm,
+                           output_norm)[0]
 
 
 # --- attnres::merge / attnres::sum -----------------------------------------

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Where the host time of one attnres call goes, piece by piece.
+
+On the tiny host shapes of common.HOST_SHAPES (the GPU is idle there, so a
+call's wall time is the host's), times the whole call as a user makes it and
+each step of it on its own, plus two floors that are not attnres's: a
+PyTorch kernel launch (torch.add of two tiny tensors) and an
+autograd.Function with the same inputs that launches nothing. Prints
+microseconds per call (median of 5 rounds).
+
+  python3 benchmarks/host_parts.py
+"""
+
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "python"))
+import common  # noqa: E402
+from attnres import _checks, ops  # noqa: E402
+from common import EPS, HOST_SHAPES, SCALE  # noqa: E402
+from run import Inputs, NoWork, call, forward_backward  # noqa: E402
+
+
+def micros(fn, repeats=300, rounds=5):
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / repeats * 1e6)
+    return statistics.median(samples)
+
+
+def parts(L, N, D):
+    gen = torch.Generator(device="cuda").manual_seed(L)
+    x = Inputs(L, N, D, False, gen)
+    leaves = x.leaves()
+    sources, query, g, _ = leaves
+    flat, q = x.sources, x.query.unsqueeze(0)
+    device = q.device
+    checked = _checks.check_attnres(x.sources, x.query, x.key_norm, None,
+                                    EPS, SCALE, "o_pre")
+    runtime = ops._runtime(checked.spec(), device)
+    op = runtime.op("forward")
+    o, lse, o_pre = ops.forward_impl(flat, q, x.key_norm, None, EPS, SCALE,
+                                     "o_pre")
+    pointers = tuple(t.data_ptr() for t in flat)
+    table = ops._pointer_table(pointers, device)
+    stream = ops._stream(device)
+    tiny = torch.ones(4, device=device)
+    out = torch.empty(N, D, device=device, dtype=torch.bfloat16)
+    grads = torch.empty(L, N, D, device=device, dtype=torch.bfloat16)
+
+    def forward_nograd():
+        with torch.no_grad():
+            call(x, x.sources, x.query, x.key_norm, None, "o_pre")
+
+    def nothing_fwd_bwd():
+        y = NoWork.apply(query, out, grads, *sources)
+        torch.autograd.grad(y, sources + [query], x.grad)
+
+    def builtin_fwd_bwd():
+        y = query * 2.0
+        torch.autograd.grad(y, [query], y)
+
+    def forward_grad_mode():
+        call(x, sources, query, g, None, "o_pre")
+
+    pieces = [
+        ("attnres forward (no grad)", forward_nograd),
+        ("attnres forward + autograd.grad",
+         lambda: forward_backward(x, "o_pre", leaves)),
+        ("check_attnres", lambda: _checks.check_attnres(
+            x.sources, x.query, x.key_norm, None, EPS, SCALE, "o_pre")),
+        ("forward_impl", lambda: ops.forward_impl(
+            flat, q, x.key_norm, None, EPS, SCALE, "o_pre")),
+        ("backward_impl", lambda: ops.backward_impl(
+            flat, q, x.key_norm, None, x.grad.unsqueeze(0), lse, o, EPS,
+            SCALE, "o_pre")),
+        ("_call (cached check)", lambda: ops._call(
+            flat, q, x.key_norm, None, EPS, SCALE, "o_pre")),
+        ("spec + _runtime + op", lambda: ops._runtime(
+            checked.spec(), device).op("forward")),
+        ("forward_partitions + workspace_size",
+         lambda: runtime.forward_workspace_size(
+             op, N, runtime.forward_partitions(op, N))),
+        ("runtime.forward (ctypes + launch)", lambda: runtime.forward(
+            op, num_tokens=N, sources=table.data_ptr(),
+            query=q.data_ptr(), key_norm=x.key_norm.data_ptr(),
+            o=o.data_ptr(), lse=lse.data_ptr(), partitions=1,
+            stream=stream)),
+        ("_pointer_table (cached)",
+         lambda: ops._pointer_table(pointers, device)),
+        ("_eager_key", lambda: ops._eager_key(
+            x.sources, x.query, x.key_norm, None, EPS, SCALE, "o_pre")),
+        ("_stream", lambda: ops._stream(device)),
+        ("3 x torch.empty", lambda: (
+            torch.empty((1, N, D), dtype=torch.bfloat16, device=device),
+            torch.empty((1, N), dtype=torch.float32, device=device),
+            torch.empty((0,), dtype=torch.bfloat16, device=device))),
+        ("_dense_all", lambda: ops._dense_all(flat, q, x.key_norm, None)),
+        ("floor: torch.add launch", lambda: torch.add(tiny, tiny)),
+        ("attnres forward (grad mode, no backward)", forward_grad_mode),
+        ("_packed_table", lambda: ops._packed_table(grads)),
+        ("_parameter_grads", lambda: ops._parameter_grads(q, x.key_norm,
+                                                           None)),
+        ("floor: autograd.Function, no work, + grad", nothing_fwd_bwd),
+        ("floor: torch.mul + grad", builtin_fwd_bwd),
+    ]
+    for name, fn in pieces:
+        print(f"L={L:<3} {name:<42} {micros(fn):8.1f} us", flush=True)
+
+
+def engine(L, N, D):
+    """The autograd engine's share: autograd.grad on a graph kept alive
+    (retain_graph), so that only the backward is timed."""
+    gen = torch.Generator(device="cuda").manual_seed(L)
+    x = Inputs(L, N, D, False, gen)
+    sources, query, _, _ = x.leaves()
+    out = torch.empty(N, D, device="cuda", dtype=torch.bfloat16)
+    grads = torch.empty(L, N, D, device="cuda", dtype=torch.bfloat16)
+    wrt = sources + [query]
+    nothing = NoWork.apply(query, out, grads, *sources)
+    stacked = torch.stack(sources).sum(0)
+    pieces = [
+        ("Function.apply, no work (forward only)",
+         lambda: NoWork.apply(query, out, grads, *sources)),
+        ("grad of a Function, no work", lambda: torch.autograd.grad(
+            nothing, wrt, x.grad, retain_graph=True)),
+        ("grad of stack+sum (C++ nodes)", lambda: torch.autograd.grad(
+            stacked, wrt[:-1], x.grad, retain_graph=True)),
+        ("grads.unbind(0)", lambda: grads.unbind(0)),
+    ]
+    for name, fn in pieces:
+        print(f"L={L:<3} {name:<42} {micros(fn):8.1f} us", flush=True)
+    import gc
+    for collect in (True, False):
+        tables = len(ops._tables)
+        if not collect:
+            gc.disable()
+        us = micros(lambda: forward_backward(x, "o_pre", (sources, query, g,
+                                                          None)))
+        gc.enable()
+        print(f"L={L:<3} forward + grad, gc {'on ' if collect else 'off'}"
+              f"{'':<24} {us:8.1f} us ({len(ops._tables) - tables} new "
+              f"tables)", flush=True)
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(200):
+        torch.autograd.grad(nothing, wrt, x.grad, retain_graph=True)
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(8)
+
+
+def backward_parts(L, N, D):
+    """The backward of one attnres output, through the engine and not."""
+    gen = torch.Generator(device="cuda").manual_seed(L)
+    x = Inputs(L, N, D, False, gen)
+    sources, query, g, _ = x.leaves()
+    wrt = sources + [query, g]
+    o = call(x, sources, query, g, None, "o_pre")
+    plan = next(p for p in ops._plans.values() if p and
+                p.grad_shape == (L, N, D))
+    lse = torch.empty(plan.lse_shape, device="cuda")
+    table = ops._pointer_table(tuple(s.data_ptr() for s in sources),
+                               query.device)
+    pieces = [
+        ("grad of attnres output (retained graph)",
+         lambda: torch.autograd.grad(o, wrt, x.grad, retain_graph=True)),
+        ("_launch_backward", lambda: ops._launch_backward(
+            plan, table, x.sources, x.query, x.key_norm, None, x.grad, lse,
+            o.detach())),
+        ("_eager forward (grad mode)",
+         lambda: call(x, sources, query, g, None, "o_pre")),
+    ]
+    for name, fn in pieces:
+        print(f"L={L:<3} {name:<42} {micros(fn):8.1f} us", flush=True)
+    import gc
+    for collect in (True, False):
+        tables = len(ops._tables)
+        if not collect:
+            gc.disable()
+        us = micros(lambda: forward_backward(x, "o_pre", (sources, query, g,
+                                                          None)))
+        gc.enable()
+        print(f"L={L:<3} forward + grad, gc {'on ' if collect else 'off'}"
+              f"{'':<24} {us:8.1f} us ({len(ops._tables) - tables} new "
+              f"tables)", flush=True)
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(200):
+        torch.autograd.grad(o, wrt, x.grad, retain_graph=True)
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+
+
+def main():
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    if "--backward" in sys.argv:
+        for L, N, D in HOST_SHAPES:
+            backward_parts(L, N, D)
+        return 0
+    if "--engine" in sys.argv:
+        for L, N, D in HOST_SHAPES:
+            engine(L, N, D)
+        return 0
+    for L, N, D in HOST_SHAPES:
+        parts(L, N, D)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
