@@ -95,13 +95,25 @@ def main():
     parser.add_argument("--compiler", required=True)
     parser.add_argument("--out", required=True, type=pathlib.Path)
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--shapes", default="",
+                        help="only these shapes of common.SHAPES, "
+                             "L,N,D;L,N,D...")
+    parser.add_argument("--options", default="",
+                        help="kernel option sets to time next to the "
+                             "defaults (and the --sweep grid), separated by "
+                             "';'")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
 
     # One bundle per (L, D, options); shapes that differ only in N share it.
     bundles, entries = {}, []
-    for L, N, D in common.SHAPES:
+    shapes = common.SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split(","))
+                  for s in args.shapes.split(";")]
+    for L, N, D in shapes:
         variants = [""] + (sweep_options(L, D) if args.sweep else [])
+        variants += [o.strip() for o in args.options.split(";") if o.strip()]
         for i, options in enumerate(variants):
             name = f"L{L}_D{D}_{i}"
             bundles[name] = dict(shape=[L, N, D], options=options,
