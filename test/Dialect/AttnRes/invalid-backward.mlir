@@ -162,3 +162,17 @@ func.func @partial_gradient_shape(%v: tensor<8x64xbf16>, %q: tensor<16xbf16>, %d
       : (tensor<8x64xbf16>, tensor<16xbf16>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<8x16xf32>)
   return
 }
+
+// -----
+
+// A weight whose size the sources fix may not be dynamic: this verified once
+// and then failed in attnres-split-reduction ("'tensor.empty' op incorrect
+// number of dynamic sizes").
+func.func @dynamic_output_norm(%v0: tensor<?x64xbf16>, %q: tensor<16xf32>, %h: tensor<?xbf16>, %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %o_pre: tensor<?x64xbf16>) {
+  // expected-error @+1 {{output_norm weight must be [D] = [64], got 'tensor<?xbf16>': dimension 0 must be static (the op's other operands fix it to 64)}}
+  %dv, %dq, %dh = attnres.backward sources(%v0 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) output_norm(%h : tensor<?xbf16>) grad(%do : tensor<?x64xbf16>)
+      lse(%lse : tensor<?xf32>) saved(%o_pre : tensor<?x64xbf16>)
+      -> tensor<?x64xbf16>, tensor<16xf32>, tensor<?xbf16>
+  return
+}

@@ -231,3 +231,23 @@ func.func @too_many_result_types(%p: tensor<4x16xf32>) {
   %o = attnres.partition_reduce sum %p : tensor<4x16xf32> -> tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
   return
 }
+
+// -----
+
+// A result dimension the partials fix may not be dynamic: this verified once
+// and then divided by zero in convert-attnres-to-gpu.
+func.func @softmax_dynamic_result_width(%o: tensor<4x?x64xf32>, %lse: tensor<4x?xf32>) -> tensor<4x?xf32> {
+  // expected-error @+1 {{output must be [T..., D] = [?, 64], got 'tensor<4x?xf32>': dimension 1 must be static (the op's other operands fix it to 64)}}
+  %b, %lb = attnres.partition_reduce softmax %o : tensor<4x?x64xf32>
+      lse(%lse : tensor<4x?xf32>) -> tensor<4x?xf32>, tensor<?xf32>
+  return %b : tensor<4x?xf32>
+}
+
+// -----
+
+func.func @softmax_dynamic_width(%o: tensor<4x?x?xf32>, %lse: tensor<4x?xf32>) {
+  // expected-error @+1 {{the row width D (last dimension of partials) must be static for the softmax kind, got 'tensor<4x?x?xf32>'}}
+  %b, %lb = attnres.partition_reduce softmax %o : tensor<4x?x?xf32>
+      lse(%lse : tensor<4x?xf32>) -> tensor<?x?xf32>, tensor<?xf32>
+  return
+}

@@ -395,3 +395,11 @@ func.func @source_type_count(%a: tensor<8x64xf32>, %q: tensor<16xf32>) {
       query(%q : tensor<16xf32>) -> tensor<8x64xf32>, tensor<8xf32>
   return
 }
+
+// -----
+
+func.func @dynamic_output_width(%v: tensor<?x64xbf16>, %q: tensor<16xbf16>) {
+  // expected-error @+1 {{output must be [T..., D] = [?, 64], got 'tensor<?x?xbf16>': dimension 1 must be static (the op's other operands fix it to 64)}}
+  %o, %lse = attnres.forward sources(%v : tensor<?x64xbf16>) query(%q : tensor<16xbf16>) -> tensor<?x?xbf16>, tensor<?xf32>
+  return
+}

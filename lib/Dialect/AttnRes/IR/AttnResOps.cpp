@@ -1,8 +1,8 @@
 //===- AttnResOps.cpp - attnres operations: syntax and verifiers ----------===//
 //
-// Every verifier rule of docs/DialectGuide.md is checked here, and each diagnostic names
-// the operand or result it is about and the rule it breaks, so that a user
-// reading it does not need to know the verifier's internals.
+// Every verifier rule of docs/DialectGuide.md is checked here, and each
+// diagnostic names the operand or result it is about and the rule it breaks, so
+// that a user reading it does not need to know the verifier's internals.
 //
 //===----------------------------------------------------------------------===//
 
@@ -197,8 +197,11 @@ static LogicalResult verifyValueElementType(Operation *op, Type type,
                            << "; it must be bf16, f16 or f32";
 }
 
-/// Checks a tensor against an expected shape (dynamic dimensions match
-/// anything) and, when given, an exact element type.
+/// Checks a tensor against an expected shape and, when given, an exact
+/// element type. A dimension the op's other operands fix (static in `shape`)
+/// must be that static size: the kernels are generated for it, so a `?` there
+/// would verify here and fail in a lowering. Dynamic expected dimensions (the
+/// tokens) match anything.
 static LogicalResult verifyShapedLike(Operation *op, Type type,
                                       ArrayRef<int64_t> shape, Type elementType,
                                       StringRef what, StringRef layout) {
@@ -207,6 +210,13 @@ static LogicalResult verifyShapedLike(Operation *op, Type type,
       failed(verifyCompatibleShape(tensor.getShape(), shape)))
     return op->emitOpError() << what << " must be " << layout << " = "
                              << formatShape(shape) << ", got " << type;
+  for (auto [dim, expected] : llvm::enumerate(shape))
+    if (!ShapedType::isDynamic(expected) && tensor.isDynamicDim(dim))
+      return op->emitOpError()
+             << what << " must be " << layout << " = " << formatShape(shape)
+             << ", got " << type << ": dimension " << dim
+             << " must be static (the op's other operands fix it to "
+             << expected << ")";
   if (elementType && tensor.getElementType() != elementType)
     return op->emitOpError() << what << " must have element type "
                              << elementType << ", got " << type;
@@ -370,9 +380,8 @@ static FailureOr<SourceSignature> verifySourcesAndAttrs(OpT op) {
   FailureOr<SourceSignature> sig =
       verifySources(op, op.getSources(), op.getPacked(), op.getQuery(),
                     op.getKeyNormWeight(), op.getOutputNormWeight());
-  if (failed(sig) ||
-      failed(verifyNormAttrs(op, op.getEps().convertToDouble(),
-                             op.getScale().convertToDouble())))
+  if (failed(sig) || failed(verifyNormAttrs(op, op.getEps().convertToDouble(),
+                                            op.getScale().convertToDouble())))
     return failure();
   return sig;
 }
@@ -545,6 +554,10 @@ LogicalResult PartitionReduceOp::verify() {
         failed(verifyValueElementType(*this, getOutput().getType(), "output")));
   }
 
+  if (partials.isDynamicDim(partials.getRank() - 1))
+    return emitOpError() << "the row width D (last dimension of partials) "
+                            "must be static for the softmax kind, got "
+                         << partials;
   SmallVector<int64_t> rowShape(resultShape.drop_back());
   if (!getPartialLse())
     return emitOpError("the softmax kind requires the partitions' "
