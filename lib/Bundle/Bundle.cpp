@@ -51,16 +51,53 @@ constexpr int64_t kTokensPerBlock = 1;
 bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
 bool isAmd(StringRef target) { return target.starts_with("gfx"); }
 
-/// The PTX version a chip needs: LLVM's default for sm_90 and later is too
-/// old for their instructions.
+/// The PTX version a chip needs, as the "+ptxNN" feature (empty: LLVM's
+/// default, enough before sm_90). LLVM's defaults are too old for sm_90 and
+/// later, and a too-old version is a fatal error in its backend, so every
+/// chip LLVM 22 knows is listed; family-specific chips ("f" suffix) need
+/// PTX 8.8.
 std::string ptxFeatures(StringRef chip) {
+  StringRef digits = chip.drop_front(3).take_while(llvm::isDigit);
   unsigned version = 0;
-  if (chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, version))
+  if (digits.getAsInteger(10, version))
     return "";
-  if (version >= 100)
-    return "+ptx86";
-  if (version >= 90)
-    return "+ptx80";
+  bool family = chip.drop_front(3 + digits.size()) == "f";
+  unsigned ptx = 0;
+  if (version >= 110)
+    ptx = 90;
+  else if (version == 103 || version == 121)
+    ptx = 88;
+  else if (version == 120)
+    ptx = 87;
+  else if (version >= 100)
+    ptx = 86;
+  else if (version >= 90)
+    ptx = 80;
+  if (family)
+    ptx = std::max(ptx, 88u);
+  return ptx ? "+ptx" + std::to_string(ptx) : "";
+}
+
+/// Why attnres cannot generate code for a chip LLVM knows, or "" when it
+/// can: these are refused before code generation, where LLVM would stop
+/// the process or the assembler would fail on the whole module.
+std::string unsupportedChip(StringRef chip) {
+  if (isNvidia(chip)) {
+    unsigned version = 0;
+    if (!chip.drop_front(3)
+             .take_while(llvm::isDigit)
+             .getAsInteger(10, version) &&
+        version < 70)
+      return "the kernels use warp shuffles with a lane mask (shfl.sync), "
+             "which need sm_70 or newer";
+    return "";
+  }
+  if (chip.ends_with("-generic"))
+    return "it names a family of AMD chips; name the chip (gfx942, gfx950, "
+           "gfx1100, ...)";
+  if (chip.starts_with("gfx6"))
+    return "the assembler rejects the kernels' scalar register counts on "
+           "gfx6 chips";
   return "";
 }
 
@@ -138,6 +175,9 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
     return emitError(loc) << "unknown target '" << target
                           << "': LLVM 22 has no such "
                           << (isNvidia(target) ? "NVIDIA" : "AMD") << " chip";
+  if (std::string reason = unsupportedChip(target); !reason.empty())
+    return emitError(loc) << "target '" << target
+                          << "' is not supported: " << reason;
   if (options.format != "bin" && options.format != "isa" &&
       options.format != "fatbin")
     return emitError(loc) << "unknown format '" << options.format
@@ -200,7 +240,14 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
       rocdl.toolkit = options.rocmToolkit;
     buildGPUModuleToROCDLBinary(binaries, rocdl);
   }
-  if (failed(binaries.run(module)))
+  // A failing assembler or linker (say, a CUDA toolkit that no longer
+  // knows the chip) reports on the gpu.module: its message is enough, not
+  // the hundreds of kilobytes of IR the module prints as.
+  bool printedOps = context->shouldPrintOpOnDiagnostic();
+  context->printOpOnDiagnostic(false);
+  LogicalResult built = binaries.run(module);
+  context->printOpOnDiagnostic(printedOps);
+  if (failed(built))
     return failure();
 
   Bundle bundle;
