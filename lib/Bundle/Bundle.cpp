@@ -1,6 +1,7 @@
 //===- Bundle.cpp - kernel bundles: binaries and a manifest ---------------===//
 
 #include "attnres/Bundle/Bundle.h"
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "attnres/Conversion/Passes.h"
 #include "attnres/Pipelines/Pipelines.h"
@@ -38,6 +39,9 @@ std::string mlir::attnres::compilerVersion() {
 }
 
 namespace {
+
+/// The largest static token count a spec may name (a launch's grid).
+constexpr int64_t kMaxStaticTokens = 2147483647;
 
 // The launch rules' constants (manifest "rules"): blocks in flight per
 // multiprocessor, the fewest sources and bytes of sources a partition of the
@@ -403,10 +407,31 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   int64_t R = integer("R", D), M = integer("M", 1);
   if (!error.empty())
     return failure();
+  // The op's limits, checked before any IR is built: a spec of a hundred
+  // million sources would otherwise build that many arguments first.
+  for (auto [key, value, limit] :
+       {std::make_tuple("L", L, kMaxSources),
+        std::make_tuple("D", D, kMaxWidth),
+        std::make_tuple("R", R, std::min(D, kMaxWidth)),
+        std::make_tuple("M", M, kMaxQueries)})
+    if (value < 1 || value > limit) {
+      error = std::string("spec item ") + key + "=" + std::to_string(value) +
+              " is out of range [1, " + std::to_string(limit) + "]" +
+              (std::string(key) == "R" ? " (R <= D)" : "");
+      return failure();
+    }
   std::string dtype = text("dtype", "bf16");
   std::string param = text("param_dtype", dtype);
   std::string outputType = text("output_dtype", dtype);
   std::string tokens = text("tokens", "?");
+  if (int64_t count = 0;
+      tokens != "?" &&
+      (StringRef(tokens).getAsInteger(10, count) || count < 1 ||
+       count > kMaxStaticTokens || std::to_string(count) != tokens)) {
+    error = "spec item tokens must be ? or a token count in [1, " +
+            std::to_string(kMaxStaticTokens) + "], got '" + tokens + "'";
+    return failure();
+  }
   bool packed = items.count("packed");
   bool multi = items.count("multi_query") || M > 1;
   bool keyNorm = items.count("key_norm");

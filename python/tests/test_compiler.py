@@ -147,7 +147,11 @@ def test_load_without_a_driver(train_bundle):
 
 @pytest.mark.parametrize("kwargs, error, message", [
     (dict(spec="train:L=4,D=64,R=65"), attnres.CompileError,
-     "query rank R = 65 exceeds the source width D = 64"),
+     "spec item R=65 is out of range [1, 64] (R <= D)"),
+    (dict(spec="train:L=100000000,D=64"), attnres.CompileError,
+     "spec item L=100000000 is out of range [1, 4096]"),
+    (dict(spec="train:L=4,D=64,eps=-1"), attnres.CompileError,
+     "eps must be finite and > 0"),
     (dict(spec="train:L=4,D=64,bogus"), attnres.CompileError,
      "unknown spec item 'bogus'"),
     (dict(spec="train:L=4,D=64", target="sm_1000x"), attnres.CompileError,
@@ -230,10 +234,10 @@ def test_prebuild_command(tmp_path):
     assert (tmp_path / "gfx942" / "sum__P=2" / "manifest.json").is_file()
     bad = subprocess.run(
         [sys.executable, "-m", "attnres", "prebuild", "--target", "gfx942",
-         "--output", str(tmp_path), "train:L=2,D=64,R=99"],
+         "--output", str(tmp_path), "train:L=2,D=64,eps=-1"],
         capture_output=True, text=True)
     assert bad.returncode == 1
-    assert "error: spec 'train:L=2,D=64,R=99' is not a valid" in bad.stderr
+    assert "error: spec 'train:L=2,D=64,eps=-1' is not a valid" in bad.stderr
 
 
 def test_missing_library_is_named(monkeypatch, tmp_path):

@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
   printf("bad kernel options: %s\n", bundle ? "compiled?!" : error);
   attnresCompilerFreeString(error);
 
-  bundle = attnresCompileSpec("forward:L=3,D=64,R=65", NULL, &error);
+  bundle = attnresCompileSpec("forward:L=3,D=64,eps=-1", NULL, &error);
   printf("bad spec: %s\n", bundle ? "compiled?!" : error);
   attnresCompilerFreeString(error);
 

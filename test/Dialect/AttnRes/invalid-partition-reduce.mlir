@@ -251,3 +251,12 @@ func.func @softmax_dynamic_width(%o: tensor<4x?x?xf32>, %lse: tensor<4x?xf32>) {
       lse(%lse : tensor<4x?xf32>) -> tensor<?x?xf32>, tensor<?xf32>
   return
 }
+
+// -----
+
+func.func @too_many_partitions(%p: tensor<4097x?x64xf32>, %l: tensor<4097x?xf32>) {
+  // expected-error @+1 {{partition count P = 4097 is out of range [1, 4096]}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<4097x?x64xf32> lse(%l : tensor<4097x?xf32>)
+      -> tensor<?x64xf32>, tensor<?xf32>
+  return
+}

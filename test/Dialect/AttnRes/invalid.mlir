@@ -403,3 +403,19 @@ func.func @dynamic_output_width(%v: tensor<?x64xbf16>, %q: tensor<16xbf16>) {
   %o, %lse = attnres.forward sources(%v : tensor<?x64xbf16>) query(%q : tensor<16xbf16>) -> tensor<?x?xbf16>, tensor<?xf32>
   return
 }
+
+// -----
+
+func.func @too_many_sources(%v: tensor<4097x?x64xbf16>, %q: tensor<16xbf16>) {
+  // expected-error @+1 {{source count L = 4097 is out of range [1, 4096]}}
+  %o, %lse = attnres.forward packed(%v : tensor<4097x?x64xbf16>) query(%q : tensor<16xbf16>) -> tensor<?x64xbf16>, tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @too_wide(%v: tensor<?x65537xbf16>, %q: tensor<16xbf16>) {
+  // expected-error @+1 {{source width D = 65537 is out of range [1, 65536]}}
+  %o, %lse = attnres.forward sources(%v : tensor<?x65537xbf16>) query(%q : tensor<16xbf16>) -> tensor<?x65537xbf16>, tensor<?xf32>
+  return
+}

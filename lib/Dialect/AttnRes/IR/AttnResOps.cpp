@@ -267,12 +267,18 @@ verifySources(Operation *op, ValueRange sources, bool packed, Value query,
     sig.numSources = sources.size();
     sig.sourceType = first;
   }
+  if (sig.numSources > kMaxSources)
+    return op->emitOpError() << "source count L = " << sig.numSources
+                             << " is out of range [1, " << kMaxSources << "]";
   if (sig.sourceType.isDynamicDim(sig.sourceType.getRank() - 1))
     return op->emitOpError()
            << "source width D (last dimension) must be static, got " << first;
   sig.width = sig.sourceType.getShape().back();
   if (sig.width < 1)
     return op->emitOpError() << "source width D must be >= 1, got " << first;
+  if (sig.width > kMaxWidth)
+    return op->emitOpError() << "source width D = " << sig.width
+                             << " is out of range [1, " << kMaxWidth << "]";
 
   auto queryType = cast<RankedTensorType>(query.getType());
   if (queryType.getRank() != 1 && queryType.getRank() != 2)
@@ -533,6 +539,9 @@ LogicalResult PartitionReduceOp::verify() {
   if (partials.getDimSize(0) < 1)
     return emitOpError() << "requires at least one partition (P >= 1), got "
                          << partials;
+  if (partials.getDimSize(0) > kMaxSources)
+    return emitOpError() << "partition count P = " << partials.getDimSize(0)
+                         << " is out of range [1, " << kMaxSources << "]";
   if (!partials.getElementType().isF32())
     return emitOpError() << "partials must be f32 (partials are FP32), got "
                          << partials;
@@ -558,6 +567,9 @@ LogicalResult PartitionReduceOp::verify() {
     return emitOpError() << "the row width D (last dimension of partials) "
                             "must be static for the softmax kind, got "
                          << partials;
+  if (partials.getShape().back() > kMaxWidth)
+    return emitOpError() << "row width D = " << partials.getShape().back()
+                         << " is out of range [1, " << kMaxWidth << "]";
   SmallVector<int64_t> rowShape(resultShape.drop_back());
   if (!getPartialLse())
     return emitOpError("the softmax kind requires the partitions' "

@@ -21,6 +21,13 @@ namespace mlir::attnres {
 
 /// The largest number of queries one op may carry (docs/Math.md section 1).
 constexpr int64_t kMaxQueries = 16;
+/// The most sources (L) one op may read, and partitions (P) one
+/// partition_reduce may merge. The kernels walk the sources in a loop, so
+/// this bounds the size of the IR and of the launch tables, not speed.
+constexpr int64_t kMaxSources = 4096;
+/// The widest row (D) an op may have: the generated kernels hold a row's
+/// share per thread across a block of at most 1024 threads.
+constexpr int64_t kMaxWidth = 65536;
 
 /// True for the element types a value tensor may have: bf16, f16, f32.
 bool isSupportedValueType(Type type);
