@@ -186,6 +186,9 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
       options.format != "fatbin")
     return emitError(loc) << "unknown format '" << options.format
                           << "': expected bin, isa or fatbin";
+  if (options.optLevel < 0 || options.optLevel > 3)
+    return emitError(loc) << "opt level must be 0, 1, 2 or 3, got "
+                          << options.optLevel;
   if (isAmd(target) && options.format == "fatbin")
     return emitError(loc) << "format fatbin is NVIDIA-only";
   if (failed(verify(module)))
@@ -367,22 +370,66 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
             spec.str() + "'";
     return failure();
   }
+  // A quoted item in a message: what the user wrote, cut short.
+  auto quote = [](StringRef text) {
+    return "'" +
+           (text.size() > 40 ? text.take_front(40).str() + "..." : text.str()) +
+           "'";
+  };
   std::map<std::string, std::string> items;
   SmallVector<StringRef> parts;
   rest.split(parts, ',', -1, /*KeepEmpty=*/false);
-  for (StringRef part : parts) {
-    auto [key, value] = part.trim().split('=');
-    items[key.str()] = value.str();
-  }
+  static const char *const flags[] = {"key_norm", "packed", "multi_query"};
   static const char *const known[] = {
       "L",           "D",        "R",           "M",      "dtype",
       "param_dtype", "key_norm", "output_norm", "save",   "eps",
       "scale",       "packed",   "multi_query", "tokens", "output_dtype"};
-  for (auto &[key, value] : items)
+  for (StringRef part : parts) {
+    StringRef item = part.trim();
+    auto [key, value] = item.split('=');
+    bool hasValue = item.contains('=');
     if (llvm::find(known, key) == std::end(known)) {
-      error = "unknown spec item '" + key + "'";
+      error = "unknown spec item " + quote(key);
       return failure();
     }
+    if (items.count(key.str())) {
+      error = "spec item " + key.str() + " is given twice";
+      return failure();
+    }
+    bool flag = llvm::find(flags, key) != std::end(flags);
+    if (flag && hasValue) {
+      error = "spec item " + key.str() + " is a flag and takes no value, got " +
+              quote(item);
+      return failure();
+    }
+    if (!flag && key != "output_norm" && value.empty()) {
+      error =
+          "spec item " + key.str() + " needs a value (" + key.str() + "=...)";
+      return failure();
+    }
+    items[key.str()] = value.str();
+  }
+  // Values that name a choice, checked here: they become MLIR text.
+  auto oneOf = [&](StringRef key, ArrayRef<StringRef> choices) {
+    auto it = items.find(key.str());
+    if (it == items.end() || llvm::is_contained(choices, it->second))
+      return true;
+    error = "spec item " + key.str() + " must be one of " +
+            llvm::join(choices, ", ") + "; got " + quote(it->second);
+    return false;
+  };
+  if (!oneOf("dtype", {"bf16", "f16", "f32"}) ||
+      !oneOf("param_dtype", {"bf16", "f16", "f32"}) ||
+      !oneOf("output_dtype", {"bf16", "f16", "f32"}) ||
+      !oneOf("save", {"o_pre", "lse"}))
+    return failure();
+  if (auto it = items.find("output_norm");
+      it != items.end() && !it->second.empty() && it->second != "per_query") {
+    error = "spec item output_norm is output_norm (one weight) or "
+            "output_norm=per_query; got " +
+            quote("output_norm=" + it->second);
+    return failure();
+  }
   auto integer = [&](StringRef key, int64_t fallback) -> int64_t {
     auto it = items.find(key.str());
     int64_t value;
