@@ -56,7 +56,10 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
     """
     # Traced calls (torch.compile, export) take the custom op below; the
     # import of the eager path is left out of their graphs.
-    compiler = getattr(_torch(), "compiler", None)
+    try:
+        compiler = getattr(_torch(), "compiler", None)
+    except ImportError:  # no PyTorch: the checks below say what is wrong
+        compiler = None
     eager = None if compiler is None or compiler.is_compiling() else \
         _eager_path()
     if eager is not None:
