@@ -2,6 +2,8 @@
 custom ops (and PyTorch >= 2.4) are needed, so a wrong call gets its message
 whatever the installation."""
 
+import importlib.util
+
 from . import _checks
 
 
@@ -16,6 +18,9 @@ def _ops():
 
 
 _eager = []
+# Without PyTorch the checks below say what is wrong with a call. (Decided
+# once, here: torch.compile traces attnres(), which should hold no try.)
+_HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def _eager_path():
@@ -31,6 +36,8 @@ def _eager_path():
 
 
 def _cuda_available():
+    if not _HAS_TORCH:
+        return False
     torch = _torch()
     return bool(torch.cuda.is_available())
 
@@ -56,10 +63,7 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
     """
     # Traced calls (torch.compile, export) take the custom op below; the
     # import of the eager path is left out of their graphs.
-    try:
-        compiler = getattr(_torch(), "compiler", None)
-    except ImportError:  # no PyTorch: the checks below say what is wrong
-        compiler = None
+    compiler = getattr(_torch(), "compiler", None) if _HAS_TORCH else None
     eager = None if compiler is None or compiler.is_compiling() else \
         _eager_path()
     if eager is not None:
