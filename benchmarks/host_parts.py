@@ -41,6 +41,40 @@ def micros(fn, repeats=300, rounds=5):
     return statistics.median(samples)
 
 
+def show(L, pieces):
+    for name, fn in pieces:
+        print(f"L={L:<3} {name:<42} {micros(fn):8.1f} us", flush=True)
+
+
+def profile(fn, lines, calls=200):
+    """The top `lines` functions by own time over `calls` calls of fn."""
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(lines)
+
+
+def with_and_without_gc(L, x, leaves):
+    """forward + autograd.grad with Python's garbage collector on and off,
+    and how many pointer tables the calls added (each one a cache miss)."""
+    import gc
+    for collect in (True, False):
+        tables = len(ops._tables)
+        if not collect:
+            gc.disable()
+        try:
+            us = micros(lambda: forward_backward(x, "o_pre", leaves))
+        finally:
+            gc.enable()
+        print(f"L={L:<3} forward + grad, gc {'on ' if collect else 'off'}"
+              f"{'':<24} {us:8.1f} us ({len(ops._tables) - tables} new "
+              f"tables)", flush=True)
+
+
 def parts(L, N, D):
     gen = torch.Generator(device="cuda").manual_seed(L)
     x = Inputs(L, N, D, False, gen)
@@ -117,8 +151,7 @@ def parts(L, N, D):
         ("floor: autograd.Function, no work, + grad", nothing_fwd_bwd),
         ("floor: torch.mul + grad", builtin_fwd_bwd),
     ]
-    for name, fn in pieces:
-        print(f"L={L:<3} {name:<42} {micros(fn):8.1f} us", flush=True)
+    show(L, pieces)
 
 
 def engine(L, N, D):
@@ -141,27 +174,9 @@ def engine(L, N, D):
             stacked, wrt[:-1], x.grad, retain_graph=True)),
         ("grads.unbind(0)", lambda: grads.unbind(0)),
     ]
-    for name, fn in pieces:
-        print(f"L={L:<3} {name:<42} {micros(fn):8.1f} us", flush=True)
-    import gc
-    for collect in (True, False):
-        tables = len(ops._tables)
-        if not collect:
-            gc.disable()
-        us = micros(lambda: forward_backward(x, "o_pre", (sources, query, g,
-                                                          None)))
-        gc.enable()
-        print(f"L={L:<3} forward + grad, gc {'on ' if collect else 'off'}"
-              f"{'':<24} {us:8.1f} us ({len(ops._tables) - tables} new "
-              f"tables)", flush=True)
-    import cProfile
-    import pstats
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(200):
-        torch.autograd.grad(nothing, wrt, x.grad, retain_graph=True)
-    profiler.disable()
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(8)
+    show(L, pieces)
+    profile(lambda: torch.autograd.grad(nothing, wrt, x.grad,
+                                        retain_graph=True), 8)
 
 
 def backward_parts(L, N, D):
@@ -185,27 +200,10 @@ def backward_parts(L, N, D):
         ("_eager forward (grad mode)",
          lambda: call(x, sources, query, g, None, "o_pre")),
     ]
-    for name, fn in pieces:
-        print(f"L={L:<3} {name:<42} {micros(fn):8.1f} us", flush=True)
-    import gc
-    for collect in (True, False):
-        tables = len(ops._tables)
-        if not collect:
-            gc.disable()
-        us = micros(lambda: forward_backward(x, "o_pre", (sources, query, g,
-                                                          None)))
-        gc.enable()
-        print(f"L={L:<3} forward + grad, gc {'on ' if collect else 'off'}"
-              f"{'':<24} {us:8.1f} us ({len(ops._tables) - tables} new "
-              f"tables)", flush=True)
-    import cProfile
-    import pstats
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(200):
-        torch.autograd.grad(o, wrt, x.grad, retain_graph=True)
-    profiler.disable()
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(14)
+    show(L, pieces)
+    with_and_without_gc(L, x, (sources, query, g, None))
+    profile(lambda: torch.autograd.grad(o, wrt, x.grad, retain_graph=True),
+            14)
 
 
 def main():

@@ -55,17 +55,24 @@ constexpr int64_t kTokensPerBlock = 1;
 bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
 bool isAmd(StringRef target) { return target.starts_with("gfx"); }
 
+/// The number of an NVIDIA chip (100 for sm_100f), 0 when there is none.
+unsigned nvidiaChipNumber(StringRef chip) {
+  unsigned number = 0;
+  if (chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, number))
+    return 0;
+  return number;
+}
+
 /// The PTX version a chip needs, as the "+ptxNN" feature (empty: LLVM's
 /// default, enough before sm_90). LLVM's defaults are too old for sm_90 and
 /// later, and a too-old version is a fatal error in its backend, so every
 /// chip LLVM 22 knows is listed; family-specific chips ("f" suffix) need
 /// PTX 8.8.
 std::string ptxFeatures(StringRef chip) {
-  StringRef digits = chip.drop_front(3).take_while(llvm::isDigit);
-  unsigned version = 0;
-  if (digits.getAsInteger(10, version))
+  unsigned version = nvidiaChipNumber(chip);
+  if (!version)
     return "";
-  bool family = chip.drop_front(3 + digits.size()) == "f";
+  bool family = chip.ends_with("f");
   unsigned ptx = 0;
   if (version >= 110)
     ptx = 90;
@@ -87,11 +94,7 @@ std::string ptxFeatures(StringRef chip) {
 /// the process or the assembler would fail on the whole module.
 std::string unsupportedChip(StringRef chip) {
   if (isNvidia(chip)) {
-    unsigned version = 0;
-    if (!chip.drop_front(3)
-             .take_while(llvm::isDigit)
-             .getAsInteger(10, version) &&
-        version < 70)
+    if (unsigned version = nvidiaChipNumber(chip); version && version < 70)
       return "the kernels use warp shuffles with a lane mask (shfl.sync), "
              "which need sm_70 or newer";
     return "";

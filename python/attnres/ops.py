@@ -178,9 +178,13 @@ def _packed_table(packed):
     return _pointer_table(_packed_pointers(packed), packed.device, packed)
 
 
+def _dense_and_aligned(tensor):
+    return tensor.is_contiguous() and not tensor.data_ptr() & 15
+
+
 def dense(tensor):
     """The tensor itself when dense and 16-byte aligned, else a copy."""
-    if not tensor.is_contiguous() or tensor.data_ptr() % 16:
+    if not _dense_and_aligned(tensor):
         copy = torch.empty(tensor.shape, dtype=tensor.dtype,
                            device=tensor.device)
         copy.copy_(tensor)
@@ -462,10 +466,6 @@ class _Plan:
         self.writes_o_pre = call.save == "o_pre" and call.output_norm
         self.keeps_o = call.save == "o_pre" and not call.output_norm
         self.grad_shape = (call.L,) + call.lead + (D,)
-
-
-def _dense_and_aligned(tensor):
-    return tensor.is_contiguous() and not tensor.data_ptr() & 15
 
 
 def _weight_signature(tensor):
