@@ -57,3 +57,21 @@ func.func @packed_tokens_2d(%v: tensor<3x4x5x32xf32>, %q: tensor<2x8xf32>, %h: t
       -> tensor<3x4x5x32xf32>, tensor<2x8xf32>, tensor<2x32xf32>
   return %dv, %dq, %dh : tensor<3x4x5x32xf32>, tensor<2x8xf32>, tensor<2x32xf32>
 }
+
+// -----
+
+// The saved o_pre's residual is sliced per token block like the o_pre.
+// CHECK-LABEL: func.func @residual
+// CHECK: scf.forall (%{{.*}}) in (7)
+// CHECK: %[[R:.*]] = tensor.extract_slice %{{.*}}[%{{.*}}, 0] [%{{.*}}, 32] [1, 1] : tensor<?x32xi8> to tensor<?x32xi8>
+// CHECK: attnres.backward {{.*}} saved(%{{.*}} : tensor<?x64xbf16>) residual(%[[R]] : tensor<?x32xi8>)
+func.func @residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xf32>,
+                    %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %o: tensor<?x64xbf16>,
+                    %r: tensor<?x32xi8>) -> tensor<16xf32> {
+  %dv:2, %dq = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>)
+      saved(%o : tensor<?x64xbf16>) residual(%r : tensor<?x32xi8>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return %dq : tensor<16xf32>
+}
+

@@ -91,3 +91,22 @@ func.func @prefill(%v: tensor<64x8192x512xbf16>, %q: tensor<512xbf16>) -> tensor
       -> tensor<8192x512xbf16>, tensor<8192xf32>
   return %o : tensor<8192x512xbf16>
 }
+
+// -----
+
+// save(o_pre_residual): the partials save nothing; the merge returns the
+// residual of the merged o_pre.
+// CHECK-LABEL: func.func @residual
+// CHECK-COUNT-3: attnres.forward sources({{.*}}) query(%{{.*}} : tensor<16xf32>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+// CHECK: attnres.partition_reduce softmax %{{.*}} : tensor<3x?x64xf32> lse(%{{.*}} : tensor<3x?xf32>) output_norm(%{{.*}} : tensor<64xf32>) -> tensor<?x64xbf16>, tensor<?xf32>, tensor<?x64xbf16>, tensor<?x32xi8>
+// AUTO-LABEL: func.func @residual
+func.func @residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                    %v2: tensor<?x64xbf16>, %q: tensor<16xf32>,
+                    %h: tensor<64xf32>)
+    -> (tensor<?x64xbf16>, tensor<?x32xi8>) {
+  %o, %lse, %o_pre, %r = attnres.forward sources(%v0, %v1, %v2 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) output_norm(%h : tensor<64xf32>) save(o_pre_residual)
+      -> tensor<?x64xbf16>, tensor<?xf32>, tensor<?x64xbf16>, tensor<?x32xi8>
+  return %o_pre, %r : tensor<?x64xbf16>, tensor<?x32xi8>
+}
+

@@ -16,6 +16,7 @@
 #include "attnres/Conversion/Passes.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 #include "attnres/Dialect/AttnRes/Utils/Reshape.h"
+#include "attnres/Dialect/AttnRes/Utils/Residual.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
@@ -344,6 +345,83 @@ Value restorePerQuery(Emitter &e, const SourceTerms &terms, Value value,
   return unflattenDims(b, e.loc, value, tokenDim, terms.tokenSizes, type);
 }
 
+/// The residual [..., D/2] (i8, two a byte) of `exact` ([..., D], FP32)
+/// rounded to the 16-bit `element`, cast to `residualType`.
+Value encodeResidual(Emitter &e, Value exact, Type element,
+                     RankedTensorType residualType) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  auto type = cast<RankedTensorType>(exact.getType());
+  int64_t rank = type.getRank();
+  SmallVector<OpFoldResult> sizes = tensor::getMixedSizes(b, loc, exact);
+  sizes.back() = b.getIndexAttr(type.getShape().back() / 2);
+  SmallVector<OpFoldResult> strides(rank, b.getIndexAttr(1));
+  strides.back() = b.getIndexAttr(2);
+  auto elements = [&](int64_t first) -> Value {
+    SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
+    offsets.back() = b.getIndexAttr(first);
+    return tensor::ExtractSliceOp::create(b, loc, exact, offsets, sizes,
+                                          strides);
+  };
+  Value init = tensor::EmptyOp::create(b, loc, sizes, b.getI8Type());
+  AffineMap identity = AffineMap::getMultiDimIdentityMap(rank, b.getContext());
+  int64_t bits = residual::fractionBits(element);
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()}, ValueRange{elements(0), elements(1)},
+      ValueRange{init}, SmallVector<AffineMap>(3, identity),
+      SmallVector<utils::IteratorType>(rank, kPar),
+      [&](OpBuilder &n, Location nestedLoc, ValueRange args) {
+        auto nibble = [&](Value value) {
+          Value rounded = arith::ExtFOp::create(
+              n, nestedLoc, e.f32,
+              arith::TruncFOp::create(n, nestedLoc, element, value)
+                  .getResult());
+          return residual::encode(n, nestedLoc, value, rounded, bits);
+        };
+        linalg::YieldOp::create(
+            n, nestedLoc,
+            residual::pack(n, nestedLoc, nibble(args[0]), nibble(args[1])));
+      });
+  Value result = generic.getResult(0);
+  if (result.getType() != residualType)
+    result = tensor::CastOp::create(b, loc, residualType, result);
+  return result;
+}
+
+/// o_pre [M, N, D] in FP32 from its 16-bit value `rounded` ([M, N, D], in
+/// FP32) and its residual `packed` ([M, N, D/2], i8).
+Value decodeResidual(Emitter &e, Value rounded, Value packed, Type element) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value init = tensor::EmptyOp::create(
+      b, loc, tensor::getMixedSizes(b, loc, rounded), e.f32);
+  AffineExpr d = b.getAffineDimExpr(2);
+  AffineMap halfMap = AffineMap::get(
+      3, 0, {b.getAffineDimExpr(0), b.getAffineDimExpr(1), d.floorDiv(2)},
+      b.getContext());
+  AffineMap identity = e.map(3, {0, 1, 2});
+  int64_t bits = residual::fractionBits(element);
+  auto generic = linalg::GenericOp::create(
+      b, loc, TypeRange{init.getType()}, ValueRange{rounded, packed},
+      ValueRange{init}, SmallVector<AffineMap>{identity, halfMap, identity},
+      SmallVector<utils::IteratorType>(3, kPar),
+      [&](OpBuilder &n, Location nestedLoc, ValueRange args) {
+        auto [low, high] = residual::unpack(n, nestedLoc, args[1]);
+        Value column = linalg::IndexOp::create(n, nestedLoc, 2);
+        Value odd = arith::CmpIOp::create(
+            n, nestedLoc, arith::CmpIPredicate::ne,
+            arith::RemUIOp::create(
+                n, nestedLoc, column,
+                arith::ConstantIndexOp::create(n, nestedLoc, 2)),
+            arith::ConstantIndexOp::create(n, nestedLoc, 0));
+        Value nibble = arith::SelectOp::create(n, nestedLoc, odd, high, low);
+        linalg::YieldOp::create(
+            n, nestedLoc,
+            residual::decode(n, nestedLoc, args[0], nibble, bits));
+      });
+  return generic.getResult(0);
+}
+
 struct ForwardLowering : OpRewritePattern<ForwardOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -398,6 +476,14 @@ struct ForwardLowering : OpRewritePattern<ForwardOp> {
     if (Value saved = op.getOPre())
       results.push_back(restorePerQuery(
           e, terms, oPre, multi, cast<RankedTensorType>(saved.getType())));
+    if (Value residualResult = op.getOPreResidual()) {
+      auto savedType = cast<RankedTensorType>(op.getOutput().getType());
+      Value exact =
+          restorePerQuery(e, terms, oPre, multi, savedType.clone(e.f32));
+      results.push_back(
+          encodeResidual(e, exact, savedType.getElementType(),
+                         cast<RankedTensorType>(residualResult.getType())));
+    }
     rewriter.replaceOp(op, results);
     return success();
   }
@@ -436,6 +522,14 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
     Value oPre = op.getSavedOutput() ? normalizePerQuery(e, op.getSavedOutput(),
                                                          multi, numTokenDims)
                                      : mixSources(e, terms, p);
+    if (Value packed = op.getSavedResidual()) {
+      // The residual is i8: reshaped like the saved o_pre, never widened.
+      if (!multi)
+        packed = flattenDims(b, e.loc, packed, 0, 0);
+      packed = flattenDims(b, e.loc, packed, 1, numTokenDims);
+      oPre = decodeResidual(
+          e, oPre, packed, getElementTypeOrSelf(op.getSavedOutput().getType()));
+    }
 
     // do_pre: the gradient of o_pre, through the output norm if there is one.
     Value gradOPre = gradOutput;
@@ -741,6 +835,10 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
                       cast<RankedTensorType>(op.getLse().getType())));
     if (op.getOPre())
       results.push_back(e.toElementType(merged, outputType.getElementType()));
+    if (Value residualResult = op.getOPreResidual())
+      results.push_back(
+          encodeResidual(e, merged, outputType.getElementType(),
+                         cast<RankedTensorType>(residualResult.getType())));
     rewriter.replaceOp(op, results);
     return success();
   }

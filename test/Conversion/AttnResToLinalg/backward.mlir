@@ -58,3 +58,27 @@ func.func @backward_output_norm_shared(%v: tensor<3x4x16xf32>, %q: tensor<2x8xf3
       -> tensor<3x4x16xf32>, tensor<2x8xf32>, tensor<16xf32>
   return %dh : tensor<16xf32>
 }
+
+// -----
+
+// residual(...): column d of o_pre reads byte d / 2 of the residual, its
+// low or high four bits by the parity of d, and adds n * ulp / 14 to the
+// bf16 value before delta is formed.
+// CHECK: #[[HALF:.*]] = affine_map<(d0, d1, d2) -> (d0, d1, d2 floordiv 2)>
+// CHECK-LABEL: func.func @backward_residual
+// CHECK: linalg.generic {indexing_maps = [#{{.*}}, #[[HALF]], #{{.*}}], {{.*}} ins(%{{.*}}, %{{.*}} : tensor<1x?x64xf32>, tensor<1x?x32xi8>)
+// CHECK: arith.shrsi %{{.*}}, %{{.*}} : i8
+// CHECK: linalg.index 2 : index
+// CHECK: arith.remui
+// CHECK: arith.sitofp %{{.*}} : i8 to f32
+func.func @backward_residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                             %q: tensor<16xf32>, %do: tensor<?x64xbf16>,
+                             %lse: tensor<?xf32>, %o: tensor<?x64xbf16>,
+                             %r: tensor<?x32xi8>) -> tensor<16xf32> {
+  %dv:2, %dq = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xbf16>)
+      lse(%lse : tensor<?xf32>) saved(%o : tensor<?x64xbf16>)
+      residual(%r : tensor<?x32xi8>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return %dq : tensor<16xf32>
+}

@@ -69,3 +69,28 @@ func.func @forward_output_norm(%v: tensor<8x64xf32>, %q: tensor<64xf32>, %h: ten
       -> tensor<8x64xf32>, tensor<8xf32>, tensor<8x64xf32>
   return %o, %o_pre : tensor<8x64xf32>, tensor<8x64xf32>
 }
+
+// -----
+
+// save(o_pre_residual): the FP32 mixture's even and odd columns (stride-2
+// slices) are rounded to bf16 and encoded against their ulp (2^e from the
+// exponent field, times 14 * 2^7 = 1792 steps), and two 4-bit residuals are
+// packed into a byte.
+// CHECK-LABEL: func.func @forward_residual
+// CHECK-DAG: %[[STEPS:.*]] = arith.constant 1.792000e+03 : f32
+// CHECK: %[[EVEN:.*]] = tensor.extract_slice %{{.*}}[0, 0] [%{{.*}}, 32] [1, 2] : tensor<?x64xf32> to tensor<?x32xf32>
+// CHECK: %[[ODD:.*]] = tensor.extract_slice %{{.*}}[0, 1] [%{{.*}}, 32] [1, 2] : tensor<?x64xf32> to tensor<?x32xf32>
+// CHECK: linalg.generic {{.*}} ins(%[[EVEN]], %[[ODD]] : tensor<?x32xf32>, tensor<?x32xf32>) outs(%{{.*}} : tensor<?x32xi8>)
+// CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK: arith.andi %{{.*}}, %{{.*}} : i32
+// CHECK: arith.mulf %{{.*}}, %[[STEPS]] : f32
+// CHECK: arith.fptosi %{{.*}} : f32 to i8
+// CHECK: arith.shli %{{.*}}, %{{.*}} : i8
+// CHECK: arith.ori %{{.*}}, %{{.*}} : i8
+func.func @forward_residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                            %q: tensor<16xf32>) -> tensor<?x32xi8> {
+  %o, %lse, %r = attnres.forward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) save(o_pre_residual)
+      -> tensor<?x64xbf16>, tensor<?xf32>, tensor<?x32xi8>
+  return %r : tensor<?x32xi8>
+}

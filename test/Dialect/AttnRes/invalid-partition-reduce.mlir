@@ -227,8 +227,56 @@ func.func @o_pre_type(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>, %h: tensor<64
 // -----
 
 func.func @too_many_result_types(%p: tensor<4x16xf32>) {
-  // expected-error @+1 {{expected 1 to 3 result types (output, lse, o_pre), got 4}}
-  %o = attnres.partition_reduce sum %p : tensor<4x16xf32> -> tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+  // expected-error @+1 {{expected 1 to 4 result types (output, lse, o_pre, o_pre residual), got 5}}
+  %o = attnres.partition_reduce sum %p : tensor<4x16xf32> -> tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @two_o_pre_types(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{after the output and the lse, expected o_pre (a float tensor) and then its residual (an i8 tensor), got 4 types}}
+  %o, %lse, %a, %b = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>, tensor<8x64xbf16>, tensor<8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @residual_before_o_pre(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>, %h: tensor<64xf32>) {
+  // expected-error @+1 {{after the output and the lse, expected o_pre (a float tensor) and then its residual (an i8 tensor), got 4 types}}
+  %o, %lse, %r, %o_pre = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>) output_norm(%h : tensor<64xf32>) -> tensor<8x64xbf16>, tensor<8xf32>, tensor<8x32xi8>, tensor<8x64xbf16>
+  return
+}
+
+// -----
+
+func.func @sum_with_residual(%p: tensor<4x8x64xf32>) {
+  // expected-error @+1 {{the sum kind has one result, the sum}}
+  %o, %r = "attnres.partition_reduce"(%p) <{kind = 1 : i32, operandSegmentSizes = array<i32: 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 0, 0, 1>}> : (tensor<4x8x64xf32>) -> (tensor<8x64xbf16>, tensor<8x32xi8>)
+  return
+}
+
+// -----
+
+func.func @residual_of_f32(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{the o_pre residual is the residual of a 16-bit o_pre (bf16 or f16), but o_pre is 'tensor<8x64xf32>'}}
+  %o, %lse, %r = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>) -> tensor<8x64xf32>, tensor<8xf32>, tensor<8x32xi8>
+  return
+}
+
+// -----
+
+func.func @residual_width(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>) {
+  // expected-error @+1 {{the o_pre residual must be [T..., D/2] = [8, 32], got 'tensor<8x64xi8>'}}
+  %o, %lse, %r = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>, tensor<8x64xi8>
+  return
+}
+
+// -----
+
+func.func @residual_without_its_o_pre(%p: tensor<4x8x64xf32>, %l: tensor<4x8xf32>, %h: tensor<64xf32>) {
+  // expected-error @+1 {{with an output norm, the o_pre residual needs the o_pre result it belongs to}}
+  %o, %lse, %r = attnres.partition_reduce softmax %p : tensor<4x8x64xf32> lse(%l : tensor<4x8xf32>) output_norm(%h : tensor<64xf32>) -> tensor<8x64xbf16>, tensor<8xf32>, tensor<8x32xi8>
   return
 }
 

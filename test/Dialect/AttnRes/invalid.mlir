@@ -94,7 +94,7 @@ func.func @packed_dynamic_count(%a: tensor<?x8x64xf32>, %q: tensor<16xf32>) {
 
 func.func @packed_two_operands(%a: tensor<2x8x64xf32>, %q: tensor<16xf32>) {
   // expected-error @+1 {{packed sources must be exactly one tensor [L, T..., D], got 2}}
-  %o, %lse = "attnres.forward"(%a, %a, %q) <{packed, operandSegmentSizes = array<i32: 2, 1, 0, 0>}>
+  %o, %lse = "attnres.forward"(%a, %a, %q) <{packed, operandSegmentSizes = array<i32: 2, 1, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
       : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<16xf32>) -> (tensor<8x64xf32>, tensor<8xf32>)
   return
 }
@@ -343,7 +343,7 @@ func.func @o_pre_missing(%a: tensor<8x64xf32>, %q: tensor<16xf32>, %h: tensor<64
 // -----
 
 func.func @o_pre_without_output_norm(%a: tensor<8x64xf32>, %q: tensor<16xf32>) {
-  // expected-error @+1 {{o_pre is a result only with save(o_pre) and an output norm (without an output norm, o is o_pre)}}
+  // expected-error @+1 {{o_pre is a result only with save(o_pre) or save(o_pre_residual) and an output norm (without an output norm, o is o_pre)}}
   %o, %lse, %o_pre = attnres.forward sources(%a : tensor<8x64xf32>)
       query(%q : tensor<16xf32>) -> tensor<8x64xf32>, tensor<8xf32>, tensor<8x64xf32>
   return
@@ -352,7 +352,7 @@ func.func @o_pre_without_output_norm(%a: tensor<8x64xf32>, %q: tensor<16xf32>) {
 // -----
 
 func.func @o_pre_with_save_lse(%a: tensor<8x64xf32>, %q: tensor<16xf32>, %h: tensor<64xf32>) {
-  // expected-error @+1 {{o_pre is a result only with save(o_pre) and an output norm}}
+  // expected-error @+1 {{o_pre is a result only with save(o_pre) or save(o_pre_residual) and an output norm}}
   %o, %lse, %o_pre = attnres.forward sources(%a : tensor<8x64xf32>)
       query(%q : tensor<16xf32>) output_norm(%h : tensor<64xf32>) save(lse)
       -> tensor<8x64xf32>, tensor<8xf32>, tensor<8x64xf32>
@@ -372,7 +372,7 @@ func.func @o_pre_type(%a: tensor<8x64xbf16>, %q: tensor<16xf32>, %h: tensor<64xf
 // -----
 
 func.func @unknown_save_mode(%a: tensor<8x64xf32>, %q: tensor<16xf32>) {
-  // expected-error @+2 {{expected string or keyword containing one of the following enum values for attribute 'save' [o_pre, lse]}}
+  // expected-error @+2 {{expected string or keyword containing one of the following enum values for attribute 'save' [o_pre, lse, o_pre_residual]}}
   %o, %lse = attnres.forward sources(%a : tensor<8x64xf32>)
       query(%q : tensor<16xf32>) save(everything) -> tensor<8x64xf32>, tensor<8xf32>
   return
@@ -417,5 +417,69 @@ func.func @too_many_sources(%v: tensor<4097x?x64xbf16>, %q: tensor<16xbf16>) {
 func.func @too_wide(%v: tensor<?x65537xbf16>, %q: tensor<16xbf16>) {
   // expected-error @+1 {{source width D = 65537 is out of range [1, 65536]}}
   %o, %lse = attnres.forward sources(%v : tensor<?x65537xbf16>) query(%q : tensor<16xbf16>) -> tensor<?x65537xbf16>, tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @residual_missing(%a: tensor<8x64xbf16>, %q: tensor<16xf32>) {
+  // expected-error @+1 {{with save(o_pre_residual), the forward must return the residual of o_pre (i8, [M?, T..., D/2]) as its last result}}
+  %o, %lse = attnres.forward sources(%a : tensor<8x64xbf16>)
+      query(%q : tensor<16xf32>) save(o_pre_residual) -> tensor<8x64xbf16>, tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @residual_without_save_mode(%a: tensor<8x64xbf16>, %q: tensor<16xf32>) {
+  // expected-error @+1 {{the o_pre residual is a result only with save(o_pre_residual)}}
+  %o, %lse, %r = attnres.forward sources(%a : tensor<8x64xbf16>)
+      query(%q : tensor<16xf32>) -> tensor<8x64xbf16>, tensor<8xf32>, tensor<8x32xi8>
+  return
+}
+
+// -----
+
+func.func @residual_o_pre_missing(%a: tensor<8x64xbf16>, %q: tensor<16xf32>, %h: tensor<64xf32>) {
+  // expected-error @+1 {{with save(o_pre_residual) and an output norm, the forward must return o_pre as its third result}}
+  %o, %lse, %r = attnres.forward sources(%a : tensor<8x64xbf16>)
+      query(%q : tensor<16xf32>) output_norm(%h : tensor<64xf32>) save(o_pre_residual)
+      -> tensor<8x64xbf16>, tensor<8xf32>, tensor<8x32xi8>
+  return
+}
+
+// -----
+
+func.func @residual_of_f32(%a: tensor<8x64xf32>, %q: tensor<16xf32>) {
+  // expected-error @+1 {{the o_pre residual is the residual of a 16-bit o_pre (bf16 or f16), but o_pre is 'tensor<8x64xf32>'}}
+  %o, %lse, %r = attnres.forward sources(%a : tensor<8x64xf32>)
+      query(%q : tensor<16xf32>) save(o_pre_residual) -> tensor<8x64xf32>, tensor<8xf32>, tensor<8x32xi8>
+  return
+}
+
+// -----
+
+func.func @residual_odd_width(%a: tensor<8x63xbf16>, %q: tensor<16xf32>) {
+  // expected-error @+1 {{the o_pre residual packs two elements a byte: the width D of o_pre 'tensor<8x63xbf16>' must be static and even}}
+  %o, %lse, %r = attnres.forward sources(%a : tensor<8x63xbf16>)
+      query(%q : tensor<16xf32>) save(o_pre_residual) -> tensor<8x63xbf16>, tensor<8xf32>, tensor<8x31xi8>
+  return
+}
+
+// -----
+
+func.func @residual_type(%a: tensor<8x64xbf16>, %q: tensor<3x16xf32>) {
+  // expected-error @+1 {{the o_pre residual must have element type 'i8', got 'tensor<3x8x32xi16>'}}
+  %o, %lse, %r = attnres.forward sources(%a : tensor<8x64xbf16>)
+      query(%q : tensor<3x16xf32>) save(o_pre_residual) -> tensor<3x8x64xbf16>, tensor<3x8xf32>, tensor<3x8x32xi16>
+  return
+}
+
+// -----
+
+func.func @residual_shape(%a: tensor<8x64xbf16>, %q: tensor<3x16xf32>) {
+  // expected-error @+1 {{the o_pre residual must be [M, T..., D/2] = [3, 8, 32], got 'tensor<8x32xi8>'}}
+  %o, %lse, %r = attnres.forward sources(%a : tensor<8x64xbf16>)
+      query(%q : tensor<3x16xf32>) save(o_pre_residual) -> tensor<3x8x64xbf16>, tensor<3x8xf32>, tensor<8x32xi8>
   return
 }

@@ -57,6 +57,16 @@ namespace ref = mlir::attnres::reference;
 //   accumulation; 1e-2 bounds that.
 static constexpr double kToleranceF32 = 1e-5;
 static constexpr double kToleranceBF16 = 1e-2;
+// * The o_pre a bf16 value and its residual decode to is within ulp/28 of
+//   the FP32 o_pre, ulp <= 2^-7 of the value: 2.8e-4 relative. Without the
+//   residual (or with a wrong one) the error is up to 2^-9 of the largest
+//   values, 2e-3.
+static constexpr double kToleranceResidual = 3e-4;
+// * FP32 gradients (f32 parameters) of a bf16 backward given the residual:
+//   the reference uses the same decoded o_pre, so only FP32 accumulation
+//   remains, as in the f32 suites. Ignoring the residual moves them by
+//   1e-5 to 1e-3 (delta cancels against <do, v>).
+static constexpr double kToleranceResidualF32Grad = kToleranceF32;
 
 //===----------------------------------------------------------------------===//
 // Storage types and buffers
@@ -64,9 +74,21 @@ static constexpr double kToleranceBF16 = 1e-2;
 
 namespace {
 
-enum class Elem { F32, BF16 };
+/// Element types of buffers: values in f32 or bf16, and i8 for the packed
+/// residual of a bf16 o_pre (two signed 4-bit values a byte).
+enum class Elem { F32, BF16, I8 };
 
-const char *name(Elem elem) { return elem == Elem::F32 ? "f32" : "bf16"; }
+const char *name(Elem elem) {
+  switch (elem) {
+  case Elem::F32:
+    return "f32";
+  case Elem::BF16:
+    return "bf16";
+  case Elem::I8:
+    return "i8";
+  }
+  return "?";
+}
 
 uint16_t toBF16(float value) {
   uint32_t bits;
@@ -110,18 +132,27 @@ public:
   std::vector<int64_t> shape;
   int64_t count;
 
-  size_t bytesPerElement() const { return elem == Elem::F32 ? 4 : 2; }
+  size_t bytesPerElement() const {
+    return elem == Elem::F32 ? 4 : elem == Elem::BF16 ? 2 : 1;
+  }
 
   double get(int64_t i) const {
     if (elem == Elem::F32)
       return reinterpret_cast<const float *>(storage.data())[i];
+    if (elem == Elem::I8)
+      return reinterpret_cast<const int8_t *>(storage.data())[i];
     return fromBF16(reinterpret_cast<const uint16_t *>(storage.data())[i]);
   }
   /// Stores `value` rounded to the storage type and returns what was stored.
+  /// i8 poison (NaN) is 0x88: two residuals of -8, which no encoder writes.
   double set(int64_t i, double value) {
     float single = static_cast<float>(value);
     if (elem == Elem::F32) {
       reinterpret_cast<float *>(storage.data())[i] = single;
+    } else if (elem == Elem::I8) {
+      reinterpret_cast<int8_t *>(storage.data())[i] =
+          std::isnan(value) ? static_cast<int8_t>(0x88)
+                            : static_cast<int8_t>(value);
     } else {
       reinterpret_cast<uint16_t *>(storage.data())[i] = toBF16(single);
     }
@@ -175,6 +206,9 @@ struct Case {
   bool keyNorm = false, outputNorm = false, perQueryOutputNorm = false;
   bool packed = false;
   bool saveOPre = true; // forward: save(o_pre); backward: saved(...)
+  // With saveOPre and bf16 storage: forward save(o_pre_residual), backward
+  // residual(...).
+  bool residual = false;
   Elem storage = Elem::F32, params = Elem::F32;
   double eps = 1e-6, scale = 1.0;
   Inputs inputs = Inputs::Normal;
@@ -215,7 +249,8 @@ std::string Case::describe() const {
        << " D=" << D << " R=" << R << " M=" << M
        << (multiQueryForm ? "[MR]" : "") << (keyNorm ? " g" : "")
        << (outputNorm ? (perQueryOutputNorm ? " h[MD]" : " h") : "")
-       << (packed ? " packed" : " list") << (saveOPre ? " o_pre" : " recompute")
+       << (packed ? " packed" : " list")
+       << (saveOPre ? (residual ? " o_pre+residual" : " o_pre") : " recompute")
        << " " << name(storage) << "/" << name(params) << " eps=" << eps
        << " scale=" << scale;
     switch (inputs) {
@@ -266,6 +301,48 @@ std::string f64Attr(double value) {
 
 /// Collects the arguments of the kernel function and the IR that turns them
 /// into tensors or writes results into them.
+//===----------------------------------------------------------------------===//
+// The residual of a bf16 o_pre (save(o_pre_residual)), on the host
+//===----------------------------------------------------------------------===//
+
+/// 2^e for the FP32 value `x` = 1.f * 2^e, or 0 where x is zero,
+/// FP32-subnormal or not finite (no residual there).
+float residualPowerOfTwo(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  uint32_t field = bits & 0x7F800000u;
+  if (field == 0 || field == 0x7F800000u)
+    return 0.0f;
+  float power;
+  std::memcpy(&power, &field, 4);
+  return power;
+}
+
+/// The residual n in [-7, 7] of `exact` rounded to bf16 (`rounded`): the
+/// dialect's encoding, ulp(x) = 2^(e - 7).
+int encodeResidual(double exact, double rounded) {
+  float power = residualPowerOfTwo(static_cast<float>(rounded));
+  if (power == 0.0f)
+    return 0;
+  double steps = (exact - rounded) / power * (14.0 * 128.0);
+  steps = std::clamp(steps, -7.0, 7.0);
+  return static_cast<int>(steps < 0 ? steps - 0.5 : steps + 0.5);
+}
+
+/// The o_pre that `rounded` and its residual n stand for.
+double decodeResidual(double rounded, int n) {
+  float power = residualPowerOfTwo(static_cast<float>(rounded));
+  return rounded + n * (static_cast<double>(power) / (14.0 * 128.0));
+}
+
+/// Residual `element` of a packed i8 buffer, sign-extended.
+int residualAt(const Buffer &packed, int64_t element) {
+  auto byte = static_cast<int8_t>(packed.get(element / 2));
+  return element % 2
+             ? byte >> 4
+             : static_cast<int8_t>(static_cast<uint8_t>(byte) << 4) >> 4;
+}
+
 class KernelWriter {
 public:
   /// An input memref, read as a tensor.
@@ -391,18 +468,38 @@ struct Check {
   std::string what;
   Buffer *buffer;
   ref::Tensor expected;
+  /// For a packed residual (`buffer`, i8): the bf16 values it belongs to;
+  /// the check then compares the decoded o_pre with `expected`.
+  const Buffer *rounded = nullptr;
+  /// 0: the case's tolerance.
+  double tolerance = 0.0;
 };
+
+/// The values a check compares: the buffer's, or the o_pre that a residual
+/// and its bf16 values decode to.
+std::vector<double> checkedValues(const Buffer &buffer, const Buffer *rounded) {
+  std::vector<double> values;
+  if (!rounded) {
+    for (int64_t i = 0; i < buffer.count; ++i)
+      values.push_back(buffer.get(i));
+    return values;
+  }
+  for (int64_t i = 0; i < rounded->count; ++i)
+    values.push_back(decodeResidual(rounded->get(i), residualAt(buffer, i)));
+  return values;
+}
 
 /// max |x - ref| / max magnitude; infinity when a finite reference value
 /// gets a non-finite result or a non-finite reference value is missed.
-double relativeError(const Buffer &buffer, const ref::Tensor &expected) {
+double relativeError(const std::vector<double> &values,
+                     const ref::Tensor &expected) {
   double denominator = 0.0;
   for (double magnitude : expected.magnitude)
     if (std::isfinite(magnitude))
       denominator = std::max(denominator, magnitude);
   double worst = 0.0;
-  for (int64_t i = 0; i < buffer.count; ++i) {
-    double x = buffer.get(i), r = expected.value[i];
+  for (size_t i = 0; i < values.size(); ++i) {
+    double x = values[i], r = expected.value[i];
     if (!std::isfinite(r)) {
       if (!(x == r))
         return INFINITY;
@@ -677,16 +774,21 @@ Outcome runAndCompare(Runner &runner, const Case &c, const std::string &source,
         os << " " << check.what << ":NOT-DETERMINISTIC";
         continue;
       }
-      double error = relativeError(*check.buffer, check.expected);
-      bool ok = error <= c.tolerance();
+      double tolerance = check.tolerance > 0 ? check.tolerance : c.tolerance();
+      std::vector<double> values = checkedValues(*check.buffer, check.rounded);
+      double error = relativeError(values, check.expected);
+      bool ok = error <= tolerance;
       char text[96];
       if (!plain.empty()) {
         // The plain kernel's results, at the reference's magnitudes.
-        ref::Tensor untransformed{{}, check.expected.magnitude};
-        for (int64_t i = 0; i < plain[index]->count; ++i)
-          untransformed.value.push_back(plain[index]->get(i));
-        double drift = relativeError(*check.buffer, untransformed);
-        ok &= drift <= c.tolerance();
+        const Buffer *plainRounded = nullptr;
+        for (auto [other, otherCheck] : llvm::enumerate(checks))
+          if (check.rounded && otherCheck.buffer == check.rounded)
+            plainRounded = plain[other].get();
+        ref::Tensor untransformed{checkedValues(*plain[index], plainRounded),
+                                  check.expected.magnitude};
+        double drift = relativeError(values, untransformed);
+        ok &= drift <= tolerance;
         std::snprintf(text, sizeof(text), " %s=%.2e/%.2e%s", check.what.c_str(),
                       error, drift, ok ? "" : "(FAIL)");
       } else {
@@ -710,13 +812,18 @@ Outcome runForward(Runner &runner, const Case &c) {
   bool savesOPre = c.saveOPre && c.outputNorm;
   std::vector<int64_t> outShape = printed(c, perQueryLead(c), {c.D});
   std::vector<int64_t> lseShape = printed(c, perQueryLead(c), {});
+  std::vector<int64_t> residualShape = printed(c, perQueryLead(c), {c.D / 2});
   Buffer o(c.storage, actual(c, perQueryLead(c), {c.D}));
   Buffer lse(Elem::F32, actual(c, perQueryLead(c), {}));
   Buffer oPre(c.storage, actual(c, perQueryLead(c), {c.D}));
+  Buffer residual(Elem::I8, actual(c, perQueryLead(c), {c.D / 2}));
   std::string oType = KernelWriter::tensorType(o, outShape);
   std::string types = oType + ", " + KernelWriter::tensorType(lse, lseShape);
   if (savesOPre)
     types += ", " + oType;
+  if (c.residual)
+    types += ", " + KernelWriter::tensorType(residual, residualShape);
+  int numResults = 2 + (savesOPre ? 1 : 0) + (c.residual ? 1 : 0);
   w.output("o", o, outShape, "%r#0");
   w.output("lse", lse, lseShape, "%r#1");
   std::vector<Check> checks{{"o", &o, expected.o}, {"lse", &lse, expected.lse}};
@@ -724,15 +831,25 @@ Outcome runForward(Runner &runner, const Case &c) {
     w.output("o_pre", oPre, outShape, "%r#2");
     checks.push_back({"o_pre", &oPre, expected.oPre});
   }
-  std::string op = "  %r:" + std::to_string(savesOPre ? 3 : 2) +
-                   " = attnres.forward " + operands +
-                   (c.saveOPre ? "" : " save(lse)") + " " + normAttrs(c) +
-                   " -> " + types + "\n";
+  if (c.residual) {
+    w.output("residual", residual, residualShape,
+             "%r#" + std::to_string(numResults - 1));
+    checks.push_back({"o_pre+residual", &residual, expected.oPre,
+                      savesOPre ? &oPre : &o, kToleranceResidual});
+  }
+  const char *save = !c.saveOPre  ? " save(lse)"
+                     : c.residual ? " save(o_pre_residual)"
+                                  : "";
+  std::string op = "  %r:" + std::to_string(numResults) +
+                   " = attnres.forward " + operands + save + " " +
+                   normAttrs(c) + " -> " + types + "\n";
   std::vector<Buffer *> arguments = data.leadingArguments();
   arguments.push_back(&o);
   arguments.push_back(&lse);
   if (savesOPre)
     arguments.push_back(&oPre);
+  if (c.residual)
+    arguments.push_back(&residual);
   return runAndCompare(runner, c, w.module(op), arguments, checks);
 }
 
@@ -753,8 +870,22 @@ Outcome runBackward(Runner &runner, const Case &c) {
   std::vector<double> dout =
       gradOutput.setAll(random.normals(gradOutput.count, 0.0, 1.0));
   std::vector<double> lseValues = lse.setAll(forward.lse.value);
-  std::vector<double> savedValues =
-      saved.setAll(c.outputNorm ? forward.oPre.value : forward.o.value);
+  const std::vector<double> &exactSaved =
+      c.outputNorm ? forward.oPre.value : forward.o.value;
+  std::vector<double> savedValues = saved.setAll(exactSaved);
+  // With the residual, the backward's o_pre is what the bf16 values and
+  // their residuals decode to.
+  std::vector<int64_t> residualShape = printed(c, perQueryLead(c), {c.D / 2});
+  Buffer residual(Elem::I8, actual(c, perQueryLead(c), {c.D / 2}));
+  if (c.residual) {
+    for (int64_t i = 0; i < residual.count; ++i) {
+      int low = encodeResidual(exactSaved[2 * i], savedValues[2 * i]);
+      int high = encodeResidual(exactSaved[2 * i + 1], savedValues[2 * i + 1]);
+      residual.set(i, static_cast<int8_t>((low & 0xF) | (high << 4)));
+    }
+    for (int64_t i = 0; i < saved.count; ++i)
+      savedValues[i] = decodeResidual(savedValues[i], residualAt(residual, i));
+  }
   ref::Backward expected =
       ref::backward(pb, dout, lseValues, c.saveOPre ? &savedValues : nullptr);
 
@@ -765,12 +896,17 @@ Outcome runBackward(Runner &runner, const Case &c) {
   if (c.saveOPre)
     operands += " saved(" + w.input("saved", saved, outShape) + " : " +
                 KernelWriter::tensorType(saved, outShape) + ")";
+  if (c.residual)
+    operands += " residual(" + w.input("residual", residual, residualShape) +
+                " : " + KernelWriter::tensorType(residual, residualShape) + ")";
 
   std::vector<Buffer *> arguments = data.leadingArguments();
   arguments.push_back(&gradOutput);
   arguments.push_back(&lse);
   if (c.saveOPre)
     arguments.push_back(&saved);
+  if (c.residual)
+    arguments.push_back(&residual);
 
   // Results: source gradients, then dq, dg, dh. The gradients of a source
   // list are concatenated into one [L, T..., D] output.
@@ -814,6 +950,8 @@ Outcome runBackward(Runner &runner, const Case &c) {
     types.push_back(KernelWriter::tensorType(param, param.shape));
     addOutput(what, c.params, param.shape, param.shape, nextResult(),
               std::move(expect));
+    if (c.residual && c.params == Elem::F32)
+      checks.back().tolerance = kToleranceResidualF32Grad;
   };
   addParameterGrad("dq", *data.query, expected.dq);
   if (c.keyNorm)
@@ -986,6 +1124,8 @@ std::vector<Case> matrix(Kind kind, Elem storage) {
         c.perQueryOutputNorm = c.outputNorm && c.multiQueryForm && index % 2;
         c.packed = index % 3 == 0;
         c.saveOPre = index % 5 != 2;
+        c.residual = c.saveOPre && storage == Elem::BF16 && D % 2 == 0 &&
+                     (index % 4 == 0 || index % 4 == 3);
         c.scale = index % 7 == 3 ? 0.5 : 1.0;
         // Keep L * N * D near a million elements or fewer.
         int64_t N = std::clamp<int64_t>(1200000 / (L * D), 1, 40);
@@ -1003,8 +1143,8 @@ std::vector<Case> matrix(Kind kind, Elem storage) {
   return cases;
 }
 
-/// The edge cases of docs/Numerics.md: eps at its extremes, large logits, a zero
-/// query, near-zero sources, scale edge values, M = 16.
+/// The edge cases of docs/Numerics.md: eps at its extremes, large logits, a
+/// zero query, near-zero sources, scale edge values, M = 16.
 std::vector<Case> edgeCases() {
   std::vector<Case> cases;
   uint64_t seed = 5000;
@@ -1059,6 +1199,21 @@ std::vector<Case> edgeCases() {
       c.saveOPre = false; // recompute
       c.packed = true;
       cases.push_back(c);
+      if (storage == Elem::BF16) {
+        c = base();
+        c.residual = true; // o_pre's residual, with an [M, D] output norm
+        c.perQueryOutputNorm = true;
+        cases.push_back(c);
+        c = base();
+        c.residual = true; // tiny o_pre: residuals of small exponents
+        c.inputs = Inputs::NearZeroSources;
+        c.outputNorm = false;
+        cases.push_back(c);
+        c = base();
+        c.residual = true; // f32 gradients held to the residual's accuracy
+        c.params = Elem::F32;
+        cases.push_back(c);
+      }
     }
   return cases;
 }

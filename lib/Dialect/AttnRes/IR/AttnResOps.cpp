@@ -117,31 +117,67 @@ static void printGradientTypes(OpAsmPrinter &printer, Operation *op, TypeRange,
   llvm::interleaveComma(op->getResultTypes(), printer);
 }
 
-/// The result types of attnres.partition_reduce: the output, then the merged
-/// lse (softmax), then the merged output before the output norm (softmax with
-/// an output norm).
-static ParseResult parseReduceResultTypes(OpAsmParser &parser, Type &output,
-                                          Type &lse, Type &oPre) {
+/// The results of attnres.forward and attnres.partition_reduce, printed as
+/// one list: the output, then the lse, then the saved o_pre (a float tensor)
+/// and its residual (an integer tensor), each optional.
+static ParseResult parseResultList(OpAsmParser &parser, Type &output, Type &lse,
+                                   Type &oPre, Type &residual,
+                                   size_t minTypes) {
   SmallVector<Type> types;
   SMLoc loc = parser.getCurrentLocation();
   if (parser.parseArrow() || parser.parseTypeList(types))
     return failure();
-  if (types.empty() || types.size() > 3)
+  if (types.size() < minTypes || types.size() > 4)
     return parser.emitError(loc)
-           << "expected 1 to 3 result types (output, lse, o_pre), got "
+           << "expected " << minTypes
+           << " to 4 result types (output, lse, o_pre, o_pre residual), got "
            << types.size();
   output = types[0];
   if (types.size() > 1)
     lse = types[1];
-  if (types.size() > 2)
-    oPre = types[2];
+  for (Type type :
+       ArrayRef<Type>(types).drop_front(std::min<size_t>(2, types.size()))) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    bool isResidual = tensor && tensor.getElementType().isInteger();
+    Type &slot = isResidual ? residual : oPre;
+    if (slot || (!isResidual && residual))
+      return parser.emitError(loc)
+             << "after the output and the lse, expected o_pre (a float "
+                "tensor) and then its residual (an i8 tensor), got "
+             << types.size() << " types";
+    slot = type;
+  }
   return success();
 }
 
-static void printReduceResultTypes(OpAsmPrinter &printer, Operation *op, Type,
-                                   Type, Type) {
+static void printResultList(OpAsmPrinter &printer, Operation *op) {
   printer << "-> ";
   llvm::interleaveComma(op->getResultTypes(), printer);
+}
+
+static ParseResult parseSavedResultTypes(OpAsmParser &parser, Type &output,
+                                         Type &lse, Type &oPre,
+                                         Type &residual) {
+  return parseResultList(parser, output, lse, oPre, residual, 2);
+}
+
+static void printSavedResultTypes(OpAsmPrinter &printer, Operation *op, Type,
+                                  Type, Type, Type) {
+  printResultList(printer, op);
+}
+
+/// The result types of attnres.partition_reduce: the output, then the merged
+/// lse (softmax), then the merged output before the output norm (softmax with
+/// an output norm), then the residual of the 16-bit o_pre.
+static ParseResult parseReduceResultTypes(OpAsmParser &parser, Type &output,
+                                          Type &lse, Type &oPre,
+                                          Type &residual) {
+  return parseResultList(parser, output, lse, oPre, residual, 1);
+}
+
+static void printReduceResultTypes(OpAsmPrinter &printer, Operation *op, Type,
+                                   Type, Type, Type) {
+  printResultList(printer, op);
 }
 
 //===----------------------------------------------------------------------===//
@@ -221,6 +257,28 @@ static LogicalResult verifyShapedLike(Operation *op, Type type,
     return op->emitOpError() << what << " must have element type "
                              << elementType << ", got " << type;
   return success();
+}
+
+/// The residual of a 16-bit o_pre (`savedType`): i8, two elements a byte,
+/// so [..., D / 2] for an even D.
+static LogicalResult verifyResidual(Operation *op, Type residualType,
+                                    Type savedType, StringRef what,
+                                    StringRef layout) {
+  auto saved = cast<RankedTensorType>(savedType);
+  Type element = saved.getElementType();
+  if (!element.isBF16() && !element.isF16())
+    return op->emitOpError()
+           << what << " is the residual of a 16-bit o_pre (bf16 or f16), "
+           << "but o_pre is " << saved;
+  int64_t width = saved.getShape().back();
+  if (ShapedType::isDynamic(width) || width % 2 != 0)
+    return op->emitOpError()
+           << what << " packs two elements a byte: the width D of o_pre "
+           << saved << " must be static and even";
+  SmallVector<int64_t> shape(saved.getShape());
+  shape.back() = width / 2;
+  return verifyShapedLike(op, residualType, shape,
+                          IntegerType::get(op->getContext(), 8), what, layout);
 }
 
 static FailureOr<SourceSignature>
@@ -416,17 +474,33 @@ LogicalResult ForwardOp::verify() {
                               "lse", lseLayout)))
     return failure();
 
-  bool savesOPre = getSave() == SaveMode::OPre && getOutputNormWeight();
+  bool withResidual = getSave() == SaveMode::OPreResidual;
+  bool savesOPre =
+      (getSave() == SaveMode::OPre || withResidual) && getOutputNormWeight();
   if (savesOPre && !getOPre())
-    return emitOpError("with save(o_pre) and an output norm, the forward must "
-                       "return o_pre as its third result");
+    return emitOpError() << "with save(" << stringifySaveMode(getSave())
+                         << ") and an output norm, the forward must return "
+                            "o_pre as its third result";
   if (!savesOPre && getOPre())
-    return emitOpError("o_pre is a result only with save(o_pre) and an output "
-                       "norm (without an output norm, o is o_pre)");
+    return emitOpError("o_pre is a result only with save(o_pre) or "
+                       "save(o_pre_residual) and an output norm (without an "
+                       "output norm, o is o_pre)");
   if (getOPre() && getOPre().getType() != getOutput().getType())
     return emitOpError() << "o_pre must have the type of the output "
                          << getOutput().getType() << ", got "
                          << getOPre().getType();
+  if (withResidual && !getOPreResidual())
+    return emitOpError("with save(o_pre_residual), the forward must return "
+                       "the residual of o_pre (i8, [M?, T..., D/2]) as its "
+                       "last result");
+  if (!withResidual && getOPreResidual())
+    return emitOpError("the o_pre residual is a result only with "
+                       "save(o_pre_residual)");
+  if (withResidual && failed(verifyResidual(
+                          *this, getOPreResidual().getType(),
+                          getOutput().getType(), "the o_pre residual",
+                          sig->multiQuery ? "[M, T..., D/2]" : "[T..., D/2]")))
+    return failure();
   return success();
 }
 
@@ -473,6 +547,16 @@ LogicalResult BackwardOp::verify() {
                                 "saved (the forward's o_pre)", outputLayout)) ||
         failed(verifyValueElementType(*this, saved.getType(),
                                       "saved (the forward's o_pre)")))
+      return failure();
+  }
+  if (Value residual = getSavedResidual()) {
+    if (!getSavedOutput())
+      return emitOpError("residual(...) is the residual of the saved o_pre: "
+                         "it needs saved(...)");
+    if (failed(verifyResidual(
+            *this, residual.getType(), getSavedOutput().getType(),
+            "residual (of the saved o_pre)",
+            sig->multiQuery ? "[M, T..., D/2]" : "[T..., D/2]")))
       return failure();
   }
 
@@ -555,7 +639,7 @@ LogicalResult PartitionReduceOp::verify() {
       return emitOpError("the sum kind takes no sink(...) operand");
     if (getOutputNormWeight())
       return emitOpError("the sum kind takes no output_norm(...) operand");
-    if (getLse() || getOPre())
+    if (getLse() || getOPre() || getOPreResidual())
       return emitOpError("the sum kind has one result, the sum");
     return failure(
         failed(verifyShapedLike(*this, getOutput().getType(), resultShape,
@@ -602,6 +686,14 @@ LogicalResult PartitionReduceOp::verify() {
   if (getOPre() && !weight)
     return emitOpError("o_pre is a result only with an output_norm(...) "
                        "operand (without one the output is o_pre)");
+  if (Value residual = getOPreResidual()) {
+    if (weight && !getOPre())
+      return emitOpError("with an output norm, the o_pre residual needs the "
+                         "o_pre result it belongs to");
+    if (failed(verifyResidual(*this, residual.getType(), getOutput().getType(),
+                              "the o_pre residual", "[T..., D/2]")))
+      return failure();
+  }
   if (!weight)
     return success();
   if (failed(verifyNormAttrs(*this, getEps().convertToDouble(), 1.0)))

@@ -218,14 +218,15 @@ BackwardOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
   Location loc = getLoc();
   TokenLayout perQuery = perQueryLayout(*this);
   // Operands in their segment order: sources, query, weights, then the
-  // per-token grad, lse and saved output.
+  // per-token grad, lse, saved output and its residual.
   SmallVector<Value> operands = sourceTiles(b, *this, offsets, sizes, slices);
   operands.push_back(getQuery());
   if (Value weight = getKeyNormWeight())
     operands.push_back(weight);
   if (Value weight = getOutputNormWeight())
     operands.push_back(weight);
-  for (Value perToken : {getGradOutput(), getLse(), getSavedOutput()})
+  for (Value perToken :
+       {getGradOutput(), getLse(), getSavedOutput(), getSavedResidual()})
     if (perToken)
       operands.push_back(
           tokenSlice(b, loc, perToken, perQuery, offsets, sizes, slices));

@@ -56,7 +56,8 @@ BackwardOp withOneTokenDim(IRRewriter &rewriter, BackwardOp op) {
       typeOf(op.getGradKeyNormWeight()), typeOf(op.getGradOutputNormWeight()),
       sources, op.getPackedAttr(), op.getQuery(), op.getKeyNormWeight(),
       op.getOutputNormWeight(), flat(op.getGradOutput()), flat(op.getLse()),
-      flat(op.getSavedOutput()), op.getEpsAttr(), op.getScaleAttr());
+      flat(op.getSavedOutput()), flat(op.getSavedResidual()), op.getEpsAttr(),
+      op.getScaleAttr());
 
   SmallVector<Value> replacements;
   for (auto [grad, original] :
@@ -160,6 +161,7 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
                  op.getResults().drop_front(numSourceGrads))) {
     auto sum = PartitionReduceOp::create(
         rewriter, loc, grad.getType(), /*lse=*/Type(), /*o_pre=*/Type(),
+        /*o_pre_residual=*/Type(),
         ReduceKindAttr::get(rewriter.getContext(), ReduceKind::Sum), partials,
         /*partial_lse=*/Value(), /*sink=*/Value(),
         /*output_norm_weight=*/Value(), rewriter.getF64FloatAttr(1e-6));

@@ -58,7 +58,8 @@ void splitForward(IRRewriter &rewriter, ForwardOp op, int64_t partitions) {
     }
     auto partial = ForwardOp::create(
         rewriter, loc, partialType, op.getLse().getType(), /*o_pre=*/Type(),
-        sources, op.getPackedAttr(), op.getQuery(), op.getKeyNormWeight(),
+        /*o_pre_residual=*/Type(), sources, op.getPackedAttr(), op.getQuery(),
+        op.getKeyNormWeight(),
         /*output_norm_weight=*/Value(), op.getEpsAttr(), op.getScaleAttr(),
         SaveModeAttr::get(rewriter.getContext(), SaveMode::Lse));
     partialOutputs.push_back(partial.getOutput());
@@ -68,9 +69,12 @@ void splitForward(IRRewriter &rewriter, ForwardOp op, int64_t partitions) {
 
   Value partials = stack(rewriter, loc, partialOutputs);
   Value lses = stack(rewriter, loc, partialLses);
-  Type oPreType = op.getOPre() ? op.getOPre().getType() : Type();
+  auto typeOf = [](Value value) { return value ? value.getType() : Type(); };
+  // The merge returns what the forward saved: o_pre (with an output norm)
+  // and the residual of its rounding.
   auto merge = PartitionReduceOp::create(
-      rewriter, loc, op.getOutput().getType(), op.getLse().getType(), oPreType,
+      rewriter, loc, op.getOutput().getType(), op.getLse().getType(),
+      typeOf(op.getOPre()), typeOf(op.getOPreResidual()),
       ReduceKindAttr::get(rewriter.getContext(), ReduceKind::Softmax), partials,
       lses, /*sink=*/Value(), op.getOutputNormWeight(), op.getEpsAttr());
   rewriter.replaceOp(op, merge.getResults());

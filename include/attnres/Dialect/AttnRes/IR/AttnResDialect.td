@@ -39,6 +39,28 @@ def AttnRes_Dialect : Dialect {
       flash-decoding style) or a fixed-order FP32 `sum` (the finalize step of
       a split reduction over tokens).
 
+    The residual of a 16-bit `o_pre` (`save(o_pre_residual)`): rounding the
+    FP32 `o_pre` to `bf16` loses up to half a unit in the last place (ulp),
+    2^-9 relative, and the backward's `delta = <do_pre, o_pre>` cancels
+    against `<do_pre, v_s>`, which magnifies that loss in the gradients. The
+    residual keeps 4 more bits of every element: a signed value
+    `n` in [-7, 7] with
+
+    ```
+    o_pre ~= x + n * ulp(x) / 14     x = o_pre rounded to bf16 or f16
+    ulp(x) = 2^(e - p)               x = 1.f * 2^e as an FP32 number,
+                                     p = 7 (bf16) or 10 (f16) fraction bits
+    n = round(clamp((o_pre - x) / ulp(x) * 14, -7, 7)),
+        0 where x is zero, FP32-subnormal or not finite
+    ```
+
+    (`round` takes halves away from zero)
+
+    stored two to a byte in an `i8` tensor whose last dimension is `D / 2`:
+    byte `j` holds element `2j` in its low four bits and element `2j + 1` in
+    its high four bits, each in two's complement. That is 14 times the
+    precision of `x` for a quarter of its bytes.
+
     Values are `bf16`, `f16` or `f32`; accumulation is always FP32, and
     `lse`, statistics and partials are `f32`. Token dimensions (everything
     between the source index and the width) may be dynamic; `L`, `D`, `R`

@@ -8,7 +8,8 @@ include "mlir/IR/EnumAttr.td"
 def AttnRes_SaveMode : I32EnumAttr<"SaveMode",
     "what attnres.forward keeps for attnres.backward", [
       I32EnumAttrCase<"OPre", 0, "o_pre">,
-      I32EnumAttrCase<"Lse", 1, "lse">
+      I32EnumAttrCase<"Lse", 1, "lse">,
+      I32EnumAttrCase<"OPreResidual", 2, "o_pre_residual">
     ]> {
   let cppNamespace = "::mlir::attnres";
 }

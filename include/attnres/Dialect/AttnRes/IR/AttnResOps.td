@@ -59,7 +59,8 @@ defvar AttnRes_SourceAccessors = [{
 //===----------------------------------------------------------------------===//
 
 def AttnRes_ForwardOp : AttnRes_Op<"forward",
-    !listconcat([Pure, AttrSizedOperandSegments], AttnRes_TilingTraits)> {
+    !listconcat([Pure, AttrSizedOperandSegments, AttrSizedResultSegments],
+                AttnRes_TilingTraits)> {
   let summary = "softmax over sources with a learned query (AttnRes forward)";
   let description = [{
     Computes, for every token, the AttnRes mixture of the sources (see the
@@ -83,10 +84,15 @@ def AttnRes_ForwardOp : AttnRes_Op<"forward",
     * `save` (default `o_pre`) tells what the backward will get: with `o_pre`
       and an output norm, the op has a third result `o_pre` (with no output
       norm `o` itself is `o_pre`); with `lse` the backward recomputes.
+      `o_pre_residual` saves what `o_pre` does and also the residual of its
+      rounding to a 16-bit type (see the dialect description), so that the
+      backward's gradients are as accurate as with FP32 `o_pre`: it needs a
+      `bf16` or `f16` output and an even `D`.
 
     Results: `o` (`[M?, T..., D]`, the source element type or `f32` for FP32
-    partial results), `lse` (`[M?, T...]`, `f32`, natural log), and `o_pre`
-    when saved (same type as `o`).
+    partial results), `lse` (`[M?, T...]`, `f32`, natural log), `o_pre`
+    when saved (same type as `o`), and last, with `save(o_pre_residual)`,
+    the residual (`[M?, T..., D/2]`, `i8`).
 
     Example: three sources in a list, one query and a key norm.
 
@@ -121,11 +127,14 @@ def AttnRes_ForwardOp : AttnRes_Op<"forward",
   let results = (outs
       AnyRankedTensor:$output,
       AnyRankedTensor:$lse,
-      Optional<AnyRankedTensor>:$o_pre);
+      Optional<AnyRankedTensor>:$o_pre,
+      Optional<AnyRankedTensor>:$o_pre_residual);
 
   let assemblyFormat = AttnRes_SourceFormat # [{
     (`save` `(` $save^ `)`)?
-    attr-dict `->` type(results)
+    attr-dict
+    custom<SavedResultTypes>(type($output), type($lse), type($o_pre),
+        type($o_pre_residual))
   }];
 
   let extraClassDeclaration = AttnRes_SourceAccessors;
@@ -153,6 +162,10 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
       no output norm). With it the backward reads every source once; without
       it the backward recomputes `o_pre` from the sources and `lse` (one more
       pass over the sources).
+    * `residual(%r)`: optional, with a 16-bit `saved`; the residual of its
+      rounding (`save(o_pre_residual)`), `[M?, T..., D/2]` `i8`: `delta` and
+      the output norm's statistics are then formed from `o_pre` to 14 times
+      the precision of the 16-bit type.
 
     The query, key-norm and output-norm gradients are reductions over every
     token; they are computed in FP32 in a fixed order (deterministic) and
@@ -185,7 +198,8 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
   let arguments = !con(AttnRes_SourceOperands, (ins
       AnyRankedTensor:$grad_output,
       AnyRankedTensor:$lse,
-      Optional<AnyRankedTensor>:$saved_output), AttnRes_NormAttrs);
+      Optional<AnyRankedTensor>:$saved_output,
+      Optional<AnyRankedTensor>:$saved_residual), AttnRes_NormAttrs);
   let results = (outs
       Variadic<AnyRankedTensor>:$grad_sources,
       AnyRankedTensor:$grad_query,
@@ -196,6 +210,7 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
     `grad` `(` $grad_output `:` type($grad_output) `)`
     `lse` `(` $lse `:` type($lse) `)`
     (`saved` `(` $saved_output^ `:` type($saved_output) `)`)?
+    (`residual` `(` $saved_residual^ `:` type($saved_residual) `)`)?
     attr-dict
     custom<GradientTypes>(ref(type($sources)), ref(type($key_norm_weight)),
         ref(type($output_norm_weight)), type($grad_sources), type($grad_query),
@@ -236,7 +251,11 @@ def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
     for results `[K, T..., D]` (one weight per query when the partials come
     from a multi-query forward), and an optional third result `o_pre`
     returns the merged output before the norm. This is how a forward split
-    over its sources applies the output norm after the merge.
+    over its sources applies the output norm after the merge. A last,
+    optional `i8` result `[T..., D/2]` (softmax only, a `bf16` or `f16`
+    output, an even `D`) is the residual of the 16-bit `o_pre` (the merged
+    output, before any norm): the forward's `save(o_pre_residual)` after a
+    split.
 
     `sum` adds `P` FP32 partials `[P, S...]` in FP32 in the fixed order
     `p = 0, 1, ..., P-1` and stores the result `[S...]` in `bf16`, `f16` or
@@ -271,7 +290,8 @@ def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
   let results = (outs
       AnyRankedTensor:$output,
       Optional<AnyRankedTensor>:$lse,
-      Optional<AnyRankedTensor>:$o_pre);
+      Optional<AnyRankedTensor>:$o_pre,
+      Optional<AnyRankedTensor>:$o_pre_residual);
 
   let assemblyFormat = [{
     $kind $partials `:` type($partials)
@@ -279,7 +299,8 @@ def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
     (`sink` `(` $sink^ `:` type($sink) `)`)?
     (`output_norm` `(` $output_norm_weight^ `:` type($output_norm_weight) `)`)?
     attr-dict
-    custom<ReduceResultTypes>(type($output), type($lse), type($o_pre))
+    custom<ReduceResultTypes>(type($output), type($lse), type($o_pre),
+        type($o_pre_residual))
   }];
 
   let extraClassDeclaration = [{
