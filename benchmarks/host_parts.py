@@ -86,8 +86,8 @@ def parts(L, N, D):
                                     EPS, SCALE, "o_pre")
     runtime = ops._runtime(checked.spec(), device)
     op = runtime.op("forward")
-    o, lse, o_pre = ops.forward_impl(flat, q, x.key_norm, None, EPS, SCALE,
-                                     "o_pre")
+    o, lse, o_pre, residual = ops.forward_impl(flat, q, x.key_norm, None, EPS,
+                                               SCALE, "o_pre")
     pointers = tuple(t.data_ptr() for t in flat)
     table = ops._pointer_table(pointers, device)
     stream = ops._stream(device)
@@ -119,8 +119,8 @@ def parts(L, N, D):
         ("forward_impl", lambda: ops.forward_impl(
             flat, q, x.key_norm, None, EPS, SCALE, "o_pre")),
         ("backward_impl", lambda: ops.backward_impl(
-            flat, q, x.key_norm, None, x.grad.unsqueeze(0), lse, o, EPS,
-            SCALE, "o_pre")),
+            flat, q, x.key_norm, None, x.grad.unsqueeze(0), lse, o,
+            residual if residual.numel() else None, EPS, SCALE, "o_pre")),
         ("_call (cached check)", lambda: ops._call(
             flat, q, x.key_norm, None, EPS, SCALE, "o_pre")),
         ("spec + _runtime + op", lambda: ops._runtime(

@@ -501,13 +501,18 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
         return invalid("'" + argument.name + "' is null, but " + name +
                        " reads or writes it (" + argument.shape + ")");
       // Row buffers are read and written with vectors, tables with 8-byte
-      // loads, everything else element by element.
-      bool row =
-          argument.shape.size() >= 2 &&
-          argument.shape.compare(argument.shape.size() - 2, 2, "D]") == 0;
+      // loads, everything else element by element. A residual row ([..,
+      // D/2] bytes) holds half a vector's elements per vector.
+      auto endsWith = [&](const std::string &suffix) {
+        return argument.shape.size() >= suffix.size() &&
+               argument.shape.compare(argument.shape.size() - suffix.size(),
+                                      suffix.size(), suffix) == 0;
+      };
+      int64_t vectorBytes = kernel.vectorWidth * elementBytes(argument.type);
       int64_t alignment = argument.kind == "table" ? 8
-                          : row
-                              ? kernel.vectorWidth * elementBytes(argument.type)
+                          : endsWith("D]")         ? vectorBytes
+                          : endsWith("D/2]")
+                              ? std::max<int64_t>(1, vectorBytes / 2)
                               : elementBytes(argument.type);
       if (reinterpret_cast<uintptr_t>(it->second) % alignment != 0)
         return invalid("'" + argument.name + "' must be aligned to " +
@@ -750,7 +755,8 @@ AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
                      {"output_norm", args->output_norm},
                      {"o", args->o},
                      {"lse", args->lse},
-                     {"o_pre", args->o_pre}};
+                     {"o_pre", args->o_pre},
+                     {"o_pre_residual", args->o_pre_residual}};
   values.integers = {{"num_tokens", N},
                      {"num_partitions", P},
                      {"num_rows", M * N},
@@ -843,6 +849,7 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
                      {"grad", args->grad},
                      {"lse", args->lse},
                      {"saved", args->saved},
+                     {"saved_residual", args->saved_residual},
                      {"grad_sources", args->grad_sources},
                      {"dq", args->dq},
                      {"dg", args->dg},
@@ -876,7 +883,8 @@ AttnresStatus attnresMerge(const AttnresRuntime *runtime, int op,
                      {"output_norm", args->output_norm},
                      {"o", args->o},
                      {"lse", args->lse},
-                     {"o_pre", args->o_pre}};
+                     {"o_pre", args->o_pre},
+                     {"o_pre_residual", args->o_pre_residual}};
   values.integers = {{"num_rows", args->num_rows},
                      {"num_partitions", entry.integer("num_partitions")},
                      {"rows_per_weight", args->rows_per_weight}};

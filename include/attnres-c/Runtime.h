@@ -65,9 +65,10 @@ attnresRuntimeMultiprocessors(const AttnresRuntime *runtime);
 
 /* Forward of op `op`: `sources` is a device table of L pointers to [N, D]
  * rows; per-query tensors are [M, N, ...]. Optional pointers are null when
- * the op has no such operand. `partitions` = 0 chooses by the manifest's
- * rule. The workspace must hold attnresForwardWorkspaceSize bytes, aligned
- * to 256. */
+ * the op has no such operand or result. `o_pre_residual` ([M, N, D/2] bytes)
+ * is written by a forward compiled with save(o_pre_residual). `partitions` =
+ * 0 chooses by the manifest's rule. The workspace must hold
+ * attnresForwardWorkspaceSize bytes, aligned to 256. */
 typedef struct AttnresForwardArgs {
   int64_t num_tokens;
   const void *sources;
@@ -76,6 +77,7 @@ typedef struct AttnresForwardArgs {
   int64_t partitions;
   void *workspace;
   size_t workspace_size;
+  void *o_pre_residual;
 } AttnresForwardArgs;
 
 ATTNRES_RUNTIME_EXPORT AttnresStatus attnresForwardWorkspaceSize(
@@ -89,7 +91,8 @@ attnresForward(const AttnresRuntime *runtime, int op,
                const AttnresForwardArgs *args, void *stream, char **error);
 
 /* Backward of op `op`: `grad_sources` is a device table of L pointers to the
- * [N, D] source gradients; dq, dg and dh have the parameters' shapes.
+ * [N, D] source gradients; dq, dg and dh have the parameters' shapes;
+ * `saved_residual` is the forward's o_pre_residual where the op reads one.
  * `blocks` (of tokens) and `partitions` (of the sources) = 0 choose by the
  * manifest's rules. The workspace must hold attnresBackwardWorkspaceSize
  * bytes, aligned to 256. */
@@ -104,6 +107,7 @@ typedef struct AttnresBackwardArgs {
   int64_t partitions;
   void *workspace;
   size_t workspace_size;
+  const void *saved_residual;
 } AttnresBackwardArgs;
 
 ATTNRES_RUNTIME_EXPORT AttnresStatus attnresBackwardWorkspaceSize(
@@ -126,6 +130,7 @@ typedef struct AttnresMergeArgs {
   const void *partials, *partial_lse, *sink, *output_norm;
   void *o, *lse, *o_pre;
   int64_t rows_per_weight;
+  void *o_pre_residual;
 } AttnresMergeArgs;
 ATTNRES_RUNTIME_EXPORT AttnresStatus attnresMerge(const AttnresRuntime *runtime,
                                                   int op,

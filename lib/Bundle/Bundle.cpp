@@ -424,7 +424,7 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   if (!oneOf("dtype", {"bf16", "f16", "f32"}) ||
       !oneOf("param_dtype", {"bf16", "f16", "f32"}) ||
       !oneOf("output_dtype", {"bf16", "f16", "f32"}) ||
-      !oneOf("save", {"o_pre", "lse"}))
+      !oneOf("save", {"o_pre", "o_pre_residual", "lse"}))
     return failure();
   if (auto it = items.find("output_norm");
       it != items.end() && !it->second.empty() && it->second != "per_query") {
@@ -547,22 +547,30 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   std::string attrs = " {eps = " + eps + " : f64, scale = " + scale + " : f64}";
   std::string body;
   bool forward = kind != "backward", backward = kind != "forward";
-  bool savesOPre = save == "o_pre" && outputNorm;
+  bool residual = save == "o_pre_residual";
+  bool savesOutput = save != "lse";
+  bool savesOPre = savesOutput && outputNorm;
+  // The residual of the saved o_pre: [M?, T..., D/2] i8 (an odd D or an f32
+  // output is refused by the verifier).
+  std::string residualType =
+      "tensor<" + lead + tokens + "x" + std::to_string(D / 2) + "xi8>";
   if (forward) {
     body += "  %o, %lse" + std::string(savesOPre ? ", %o_pre" : "") +
-            " = attnres.forward " + operands +
-            (save == "lse" ? " save(lse)" : "") + attrs + " -> " +
-            perQueryType + ", " + lseType +
-            (savesOPre ? ", " + perQueryType : "") + "\n";
+            (residual ? ", %residual" : "") + " = attnres.forward " +
+            operands + (save == "o_pre" ? "" : " save(" + save + ")") + attrs +
+            " -> " + perQueryType + ", " + lseType +
+            (savesOPre ? ", " + perQueryType : "") +
+            (residual ? ", " + residualType : "") + "\n";
   }
   if (backward) {
     args += ", %do: " + gradType;
     if (!forward)
       args += ", %lse_in: " + lseType +
-              (save == "o_pre" ? ", %saved_in: " + perQueryType : "");
+              (savesOutput ? ", %saved_in: " + perQueryType : "") +
+              (residual ? ", %residual_in: " + residualType : "");
     std::string lse = forward ? "%lse" : "%lse_in";
     std::string saved;
-    if (save == "o_pre")
+    if (savesOutput)
       saved = forward ? (savesOPre ? "%o_pre" : "%o") : "%saved_in";
     std::string results;
     std::string sourceGrad = packed ? packedType : sourceType;
@@ -579,6 +587,10 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
         " = attnres.backward " + operands + " grad(%do : " + gradType +
         ") lse(" + lse + " : " + lseType + ")" +
         (saved.empty() ? "" : " saved(" + saved + " : " + perQueryType + ")") +
+        (residual ? " residual(" +
+                        std::string(forward ? "%residual" : "%residual_in") +
+                        " : " + residualType + ")"
+                  : "") +
         attrs + " -> " + results + "\n";
   }
   std::string source =

@@ -64,7 +64,8 @@ class Call:
         if self.output_norm:
             items.append("output_norm=per_query" if self.per_query
                          else "output_norm")
-        items += [f"save={self.save}", f"eps={self.eps!r}",
+        save = "o_pre_residual" if self.residual else self.save
+        items += [f"save={save}", f"eps={self.eps!r}",
                   f"scale={self.scale!r}"]
         return "train:" + ",".join(items)
 
@@ -180,7 +181,12 @@ def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
     tokens = 1
     for extent in lead:
         tokens *= extent
-    return Call(L=L, D=D, R=R, M=M, N=tokens, lead=tuple(lead), packed=packed,
+    # save="o_pre" of a 16-bit output also keeps the 4-bit residual of its
+    # rounding (two a byte), so that the gradients are as accurate as with
+    # an FP32 o_pre (docs/Python.md).
+    residual = save == "o_pre" and VALUE_TYPES[value_dtype] != "f32" and \
+        D % 2 == 0
+    return Call(residual=residual, L=L, D=D, R=R, M=M, N=tokens, lead=tuple(lead), packed=packed,
                 multi_query=len(q_shape) == 2,
                 value_type=VALUE_TYPES[value_dtype],
                 param_type=VALUE_TYPES[param_dtype],

@@ -70,7 +70,8 @@ class ForwardArgs(ctypes.Structure):
     _fields_ = [("num_tokens", _i64), ("sources", _p), ("query", _p),
                 ("key_norm", _p), ("output_norm", _p), ("o", _p),
                 ("lse", _p), ("o_pre", _p), ("partitions", _i64),
-                ("workspace", _p), ("workspace_size", ctypes.c_size_t)]
+                ("workspace", _p), ("workspace_size", ctypes.c_size_t),
+                ("o_pre_residual", _p)]
 
 
 class BackwardArgs(ctypes.Structure):
@@ -79,13 +80,14 @@ class BackwardArgs(ctypes.Structure):
                 ("lse", _p), ("saved", _p), ("grad_sources", _p),
                 ("dq", _p), ("dg", _p), ("dh", _p), ("blocks", _i64),
                 ("partitions", _i64), ("workspace", _p),
-                ("workspace_size", ctypes.c_size_t)]
+                ("workspace_size", ctypes.c_size_t), ("saved_residual", _p)]
 
 
 class MergeArgs(ctypes.Structure):
     _fields_ = [("num_rows", _i64), ("partials", _p), ("partial_lse", _p),
                 ("sink", _p), ("output_norm", _p), ("o", _p), ("lse", _p),
-                ("o_pre", _p), ("rows_per_weight", _i64)]
+                ("o_pre", _p), ("rows_per_weight", _i64),
+                ("o_pre_residual", _p)]
 
 
 _runtime_lib = None

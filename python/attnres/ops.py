@@ -247,8 +247,15 @@ def _sources_table(sources):
 # Inside the custom ops sources are [N, D] each (or one [L, N, D]), the query
 # [M, R], output_norm [D] or [M, D]; outputs are [M, N, D] and [M, N].
 
+def _residual_like(reference, call, N):
+    """The residual of o_pre, [M, N, D/2] int8 where the call keeps one,
+    else an empty tensor."""
+    shape = (call.M, N, call.D // 2) if call.residual else (0,)
+    return torch.empty(shape, dtype=torch.int8, device=reference.device)
+
+
 def forward_impl(sources, query, key_norm, output_norm, eps, scale, save):
-    """What attnres::forward computes: (o, lse, o_pre)."""
+    """What attnres::forward computes: (o, lse, o_pre, o_pre residual)."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     call = _call(sources, query, key_norm, output_norm, eps, scale, save)
@@ -259,8 +266,9 @@ def forward_impl(sources, query, key_norm, output_norm, eps, scale, save):
     writes_o_pre = save == "o_pre" and output_norm is not None
     o_pre = torch.empty((M, N, D) if writes_o_pre else (0,),
                         dtype=sources[0].dtype, device=device)
+    residual = _residual_like(query, call, N)
     if N == 0:
-        return o, lse, o_pre
+        return o, lse, o_pre, residual
     runtime = _runtime(call.spec(), device)
     op = runtime.op("forward")
     partitions = runtime.forward_partitions(op, N)
@@ -272,18 +280,28 @@ def forward_impl(sources, query, key_norm, output_norm, eps, scale, save):
                     query=query.data_ptr(), key_norm=_pointer(key_norm),
                     output_norm=_pointer(output_norm), o=o.data_ptr(),
                     lse=lse.data_ptr(), o_pre=_pointer(o_pre),
+                    o_pre_residual=_pointer(residual),
                     partitions=partitions, workspace=_pointer(workspace),
                     workspace_size=size, stream=_stream(device))
-    return o, lse, o_pre
+    return o, lse, o_pre, residual
 
 
 @torch.library.custom_op("attnres::forward", mutates_args=())
 def forward_op(sources: list[torch.Tensor], query: torch.Tensor,
                key_norm: torch.Tensor | None,
                output_norm: torch.Tensor | None, eps: float, scale: float,
-               save: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               save: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                   torch.Tensor]:
     return forward_impl(sources, query, key_norm, output_norm, eps, scale,
                         save)
+
+
+def _keeps_residual(source, save):
+    """Whether save="o_pre" keeps o_pre's residual for these sources (the
+    rule of _checks.check_attnres, on fake tensors too)."""
+    return save == "o_pre" and source.dtype in (torch.bfloat16,
+                                                torch.float16) and \
+        source.shape[-1] % 2 == 0
 
 
 @forward_op.register_fake
@@ -293,7 +311,10 @@ def _(sources, query, key_norm, output_norm, eps, scale, save):
     lse = sources[0].new_empty((M, N), dtype=torch.float32)
     writes_o_pre = save == "o_pre" and output_norm is not None
     o_pre = sources[0].new_empty((M, N, D) if writes_o_pre else (0,))
-    return o, lse, o_pre
+    residual = sources[0].new_empty(
+        (M, N, D // 2) if _keeps_residual(sources[0], save) else (0,),
+        dtype=torch.int8)
+    return o, lse, o_pre, residual
 
 
 def _parameter_grads(query, key_norm, output_norm):
@@ -306,11 +327,12 @@ def _parameter_grads(query, key_norm, output_norm):
 
 
 def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
-                  eps, scale, save):
+                  saved_residual, eps, scale, save):
     """What attnres::backward computes: (d sources [L, N, D], dq, dg, dh)."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     grad, lse, saved = dense(grad), dense(lse), maybe_dense(saved)
+    saved_residual = maybe_dense(saved_residual)
     call = _call(sources, query, key_norm, output_norm, eps, scale, save)
     device = query.device
     N, D, L = sources[0].shape[-2], call.D, call.L
@@ -337,6 +359,7 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
                      output_norm=_pointer(output_norm),
                      grad=grad.data_ptr(), lse=lse.data_ptr(),
                      saved=_pointer(saved),
+                     saved_residual=_pointer(saved_residual),
                      grad_sources=_packed_table(grad_sources).data_ptr(),
                      dq=dq.data_ptr(), dg=_pointer(dg), dh=_pointer(dh),
                      blocks=blocks, partitions=partitions,
@@ -349,17 +372,18 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
 def backward_op(sources: list[torch.Tensor], query: torch.Tensor,
                 key_norm: torch.Tensor | None,
                 output_norm: torch.Tensor | None, grad: torch.Tensor,
-                lse: torch.Tensor, saved: torch.Tensor | None, eps: float,
+                lse: torch.Tensor, saved: torch.Tensor | None,
+                saved_residual: torch.Tensor | None, eps: float,
                 scale: float, save: str
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                            torch.Tensor]:
     return backward_impl(sources, query, key_norm, output_norm, grad, lse,
-                         saved, eps, scale, save)
+                         saved, saved_residual, eps, scale, save)
 
 
 @backward_op.register_fake
-def _(sources, query, key_norm, output_norm, grad, lse, saved, eps, scale,
-      save):
+def _(sources, query, key_norm, output_norm, grad, lse, saved,
+      saved_residual, eps, scale, save):
     L = len(sources) if sources[0].dim() == 2 else sources[0].shape[0]
     N, D = sources[0].shape[-2], sources[0].shape[-1]
     grad_sources = sources[0].new_empty((L, N, D))
@@ -390,18 +414,20 @@ def _gradients(sources, key_norm, output_norm, grads):
 
 def _forward_setup(ctx, inputs, output):
     sources, query, key_norm, output_norm, eps, scale, save = inputs
-    o, lse, o_pre = output
+    o, lse, o_pre, residual = output
     saved = _kept(save, output_norm, o, o_pre)
+    if saved is None or not residual.numel():
+        residual = None
     ctx.count = len(sources)
     ctx.has = (key_norm is not None, output_norm is not None,
-               saved is not None)
+               saved is not None, residual is not None)
     ctx.constants = (eps, scale, save)
     ctx.save_for_backward(*sources, query,
-                          *(t for t in (key_norm, output_norm, saved)
-                            if t is not None), lse)
+                          *(t for t in (key_norm, output_norm, saved,
+                                        residual) if t is not None), lse)
 
 
-def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre):
+def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual):
     tensors = list(ctx.saved_tensors)
     sources = tensors[:ctx.count]
     rest = tensors[ctx.count:]
@@ -409,13 +435,14 @@ def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre):
     key_norm = rest.pop(0) if ctx.has[0] else None
     output_norm = rest.pop(0) if ctx.has[1] else None
     saved = rest.pop(0) if ctx.has[2] else None
+    residual = rest.pop(0) if ctx.has[3] else None
     lse = rest.pop(0)
     eps, scale, save = ctx.constants
-    # The lse and o_pre outputs are saved for the backward, not part of the
-    # differentiable interface: attnres.attnres returns o only.
+    # The lse, o_pre and residual outputs are saved for the backward, not
+    # part of the differentiable interface: attnres.attnres returns o only.
     grads = backward_op(sources, query, key_norm, output_norm,
-                        grad_o.to(sources[0].dtype), lse, saved, eps, scale,
-                        save)
+                        grad_o.to(sources[0].dtype), lse, saved, residual,
+                        eps, scale, save)
     per_source, dq, dg, dh = _gradients(sources, key_norm, output_norm, grads)
     return (list(per_source), dq, dg, dh, None, None, None)
 
@@ -465,6 +492,7 @@ class _Plan:
         self.lse_shape = (M, N)
         self.writes_o_pre = call.save == "o_pre" and call.output_norm
         self.keeps_o = call.save == "o_pre" and not call.output_norm
+        self.residual_shape = (M, N, D // 2) if call.residual else None
         self.grad_shape = (call.L,) + call.lead + (D,)
 
 
@@ -537,6 +565,8 @@ def _launch_forward(plan, pointers, sources, query, key_norm, output_norm):
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=device)
     o_pre = torch.empty(plan.out_shape, dtype=dtype, device=device) \
         if plan.writes_o_pre else None
+    residual = torch.empty(plan.residual_shape, dtype=torch.int8,
+                           device=device) if plan.residual_shape else None
     workspace = torch.empty(plan.forward_workspace, dtype=torch.uint8,
                             device=device) if plan.forward_workspace else None
     table = _pointer_table(pointers, device,
@@ -545,16 +575,16 @@ def _launch_forward(plan, pointers, sources, query, key_norm, output_norm):
         plan.num_tokens, table.data_ptr(), query.data_ptr(),
         _pointer(key_norm), _pointer(output_norm), o.data_ptr(),
         lse.data_ptr(), _pointer(o_pre), plan.partitions,
-        _pointer(workspace), plan.forward_workspace)
+        _pointer(workspace), plan.forward_workspace, _pointer(residual))
     error = ctypes.c_void_p()
     _check(_native.runtime_lib().attnresForward(
         plan.handle, plan.forward_op, ctypes.byref(args),
         _raw_stream(plan.index), ctypes.byref(error)), error)
-    return o, lse, o_pre, table
+    return o, lse, o_pre, residual, table
 
 
 def _launch_backward(plan, table, sources, query, key_norm, output_norm,
-                     grad, lse, saved):
+                     grad, lse, saved, residual):
     device = plan.device
     if grad.dtype is not sources[0].dtype:
         grad = grad.to(sources[0].dtype)
@@ -576,7 +606,7 @@ def _launch_backward(plan, table, sources, query, key_norm, output_norm,
         lse.data_ptr(), _pointer(saved), grad_table.data_ptr(),
         dq.data_ptr(), _pointer(dg), _pointer(dh), plan.blocks,
         plan.backward_partitions, workspace.data_ptr(),
-        plan.backward_workspace)
+        plan.backward_workspace, _pointer(residual))
     error = ctypes.c_void_p()
     _check(_native.runtime_lib().attnresBackward(
         plan.handle, plan.backward_op, ctypes.byref(args),
@@ -590,22 +620,22 @@ class _Eager(torch.autograd.Function):
     def forward(ctx, plan, pointers, query, key_norm, output_norm,
                 *sources):
         packed = sources[0] if plan.packed else sources
-        o, lse, o_pre, table = _launch_forward(plan, pointers, packed, query,
-                                               key_norm, output_norm)
+        o, lse, o_pre, residual, table = _launch_forward(
+            plan, pointers, packed, query, key_norm, output_norm)
         ctx.plan, ctx.table = plan, table
         saved = o if plan.keeps_o else o_pre
-        ctx.save_for_backward(query, key_norm, output_norm, saved, lse,
-                              *sources)
+        ctx.save_for_backward(query, key_norm, output_norm, saved, residual,
+                              lse, *sources)
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
         # Unpacking checks that no saved tensor was modified in place.
-        query, key_norm, output_norm, saved, lse, *sources = \
+        query, key_norm, output_norm, saved, residual, lse, *sources = \
             ctx.saved_tensors
         per_source, dq, dg, dh = _launch_backward(
             ctx.plan, ctx.table, sources, query, key_norm, output_norm,
-            grad_o, lse, saved)
+            grad_o, lse, saved, residual)
         return (None, None, dq, dg, dh, *per_source)
 
 

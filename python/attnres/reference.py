@@ -90,3 +90,48 @@ def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
         (L,) + tuple(sources[0].shape)
     dq = dq if multi else dq[0]
     return dv.reshape(shape), dq, dg, dh
+
+
+# --- the residual of a 16-bit o_pre (docs/Math.md, "save and accuracy") ----
+
+_EXPONENT = 0x7F800000
+
+
+def _fraction_bits(dtype):
+    return 7 if dtype == torch.bfloat16 else 10
+
+
+def _power_of_two(rounded):
+    """2^e of the float32 values `rounded` (= 1.f * 2^e), and where they are
+    normal (the residual is 0 elsewhere)."""
+    field = rounded.view(torch.int32) & _EXPONENT
+    return field.view(torch.float32), (field != 0) & (field != _EXPONENT)
+
+
+def o_pre_residual(exact, dtype):
+    """The residual of float32 `exact` ([..., D], D even) rounded to the
+    16-bit `dtype`: int8 [..., D/2], element 2j in the low and 2j + 1 in the
+    high four bits, each n in [-7, 7] with exact ~ x + n * ulp(x) / 14."""
+    exact = exact.float()
+    rounded = exact.to(dtype).float()
+    power, normal = _power_of_two(rounded)
+    steps = (exact - rounded) / power * (14.0 * 2 ** _fraction_bits(dtype))
+    steps = torch.where(normal, steps, torch.zeros_like(steps))
+    steps = steps.clamp(-7.0, 7.0)
+    n = torch.where(steps < 0, steps - 0.5, steps + 0.5).to(torch.int16)
+    packed = (n[..., 0::2] & 0xF) | ((n[..., 1::2] & 0xF) << 4)
+    return torch.where(packed > 127, packed - 256, packed).to(torch.int8)
+
+
+def decode_o_pre(rounded, residual):
+    """The float32 o_pre that 16-bit `rounded` ([..., D]) and its residual
+    ([..., D/2] int8) stand for."""
+    step = torch.tensor(1.0 / (14.0 * 2 ** _fraction_bits(rounded.dtype)),
+                        dtype=torch.float32)
+    x = rounded.float()
+    wide = residual.to(torch.int16)
+    low = ((wide & 0xF) ^ 8) - 8
+    high = wide >> 4
+    n = torch.stack([low, high], dim=-1).flatten(-2).float()
+    power, normal = _power_of_two(x)
+    return torch.where(normal, x + n * (power * step.to(x.device)), x)

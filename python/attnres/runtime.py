@@ -94,30 +94,32 @@ class Runtime:
 
     # Launches; every pointer an int (0 for none).
     def forward(self, op, *, num_tokens, sources, query, o, lse,
-                key_norm=0, output_norm=0, o_pre=0, partitions=0,
-                workspace=0, workspace_size=0, stream=0):
+                key_norm=0, output_norm=0, o_pre=0, o_pre_residual=0,
+                partitions=0, workspace=0, workspace_size=0, stream=0):
         args = _native.ForwardArgs(num_tokens, sources, query, key_norm,
                                    output_norm, o, lse, o_pre, partitions,
-                                   workspace, workspace_size)
+                                   workspace, workspace_size, o_pre_residual)
         _native.runtime_call("attnresForward", self._handle, _index(op),
                              ctypes.byref(args), stream)
 
     def backward(self, op, *, num_tokens, sources, query, grad,
-                 grad_sources, dq, lse=0, saved=0, key_norm=0, output_norm=0,
-                 dg=0, dh=0, blocks=0, partitions=0, workspace=0,
-                 workspace_size=0, stream=0):
+                 grad_sources, dq, lse=0, saved=0, saved_residual=0,
+                 key_norm=0, output_norm=0, dg=0, dh=0, blocks=0,
+                 partitions=0, workspace=0, workspace_size=0, stream=0):
         args = _native.BackwardArgs(num_tokens, sources, query, key_norm,
                                     output_norm, grad, lse, saved,
                                     grad_sources, dq, dg, dh, blocks,
-                                    partitions, workspace, workspace_size)
+                                    partitions, workspace, workspace_size,
+                                    saved_residual)
         _native.runtime_call("attnresBackward", self._handle, _index(op),
                              ctypes.byref(args), stream)
 
     def merge(self, op, *, num_rows, partials, partial_lse, o, lse, sink=0,
-              output_norm=0, o_pre=0, rows_per_weight=0, stream=0):
+              output_norm=0, o_pre=0, o_pre_residual=0, rows_per_weight=0,
+              stream=0):
         args = _native.MergeArgs(num_rows, partials, partial_lse, sink,
                                  output_norm, o, lse, o_pre,
-                                 rows_per_weight or num_rows)
+                                 rows_per_weight or num_rows, o_pre_residual)
         _native.runtime_call("attnresMerge", self._handle, _index(op),
                              ctypes.byref(args), stream)
 

@@ -23,8 +23,8 @@ def test_valid_list_call():
     assert (c.L, c.D, c.R, c.M, c.N, c.lead) == (3, 64, 32, 1, 32, (2, 16))
     assert not c.packed and not c.multi_query
     assert c.spec() == ("train:L=3,D=64,R=32,M=1,dtype=bf16,multi_query,"
-                        "key_norm,output_norm,save=o_pre,eps=1e-06,"
-                        "scale=1.0")
+                        "key_norm,output_norm,save=o_pre_residual,"
+                        "eps=1e-06,scale=1.0")
 
 
 def test_valid_packed_multi_query_call():
@@ -35,6 +35,20 @@ def test_valid_packed_multi_query_call():
     assert c.spec() == ("train:L=5,D=128,R=128,M=4,dtype=f16,multi_query,"
                         "param_dtype=f32,output_norm=per_query,save=lse,"
                         "eps=1e-06,scale=0.5")
+
+
+@pytest.mark.parametrize("dtype, width, residual", [
+    ("bfloat16", 64, True), ("float16", 64, True),
+    # No residual where it cannot help (f32) or pack (an odd D).
+    ("float32", 64, False), ("bfloat16", 63, False)])
+def test_o_pre_residual_rule(dtype, width, residual):
+    c = call(sources=[Tensor((2, 16, width), dtype) for _ in range(3)],
+             query=Tensor((width,), dtype))
+    assert c.residual is residual
+    assert ("save=o_pre_residual" in c.spec()) is residual
+    lse = call(sources=[Tensor((2, 16, width), dtype) for _ in range(3)],
+               query=Tensor((width,), dtype), save="lse")
+    assert not lse.residual and "save=lse" in lse.spec()
 
 
 @pytest.mark.parametrize("kwargs, message", [

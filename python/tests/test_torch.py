@@ -78,11 +78,14 @@ def test_fake_implementations():
         assert o.shape == (2, 8, 64)
         ops = torch.ops.attnres
         flat = [s.reshape(16, 64) for s in srcs]
-        o, lse, o_pre = ops.forward(flat, query, None, h, 1e-6, 1.0, "o_pre")
+        o, lse, o_pre, residual = ops.forward(flat, query, None, h, 1e-6,
+                                              1.0, "o_pre")
         assert (lse.shape, lse.dtype, o_pre.shape) == \
             ((4, 16), torch.float32, (4, 16, 64))
-        grads = ops.backward(flat, query, None, h, o, lse, o_pre, 1e-6, 1.0,
-                             "o_pre")
+        # bf16 with an even D: o_pre's residual, two 4-bit values a byte.
+        assert (residual.shape, residual.dtype) == ((4, 16, 32), torch.int8)
+        grads = ops.backward(flat, query, None, h, o, lse, o_pre, residual,
+                             1e-6, 1.0, "o_pre")
         assert [tuple(g.shape) for g in grads] == \
             [(3, 16, 64), (4, 32), (0,), (4, 64)]
         partials = torch.randn(5, 2, 8, 64, device="cuda")

@@ -27,7 +27,7 @@ def cpu_ops():
     import attnres
     from attnres import _checks, ops
     from attnres.reference import (attnres_backward_reference,
-                                   attnres_reference)
+                                   attnres_reference, o_pre_residual)
 
     def forward(sources, query, key_norm, output_norm, eps, scale, save):
         v = sources[0] if sources[0].dim() == 3 else torch.stack(sources)
@@ -40,11 +40,14 @@ def cpu_ops():
                                   output_norm_weight=output_norm, eps=eps,
                                   scale=scale)
         keep = save == "o_pre" and output_norm is not None
+        residual = o_pre_residual(o_pre.float(), v.dtype).contiguous() \
+            if ops._keeps_residual(v, save) else \
+            v.new_empty((0,), dtype=torch.int8)
         return (o.contiguous(), lse.contiguous(),
-                o_pre.contiguous() if keep else v.new_empty((0,)))
+                o_pre.contiguous() if keep else v.new_empty((0,)), residual)
 
     def backward(sources, query, key_norm, output_norm, grad, lse, saved,
-                 eps, scale, save):
+                 saved_residual, eps, scale, save):
         # Autograd is off inside a kernel: the docs/Math.md formulas instead.
         v = sources[0] if sources[0].dim() == 3 else torch.stack(sources)
         dv, dq, dg, dh = attnres_backward_reference(

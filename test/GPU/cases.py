@@ -47,7 +47,9 @@ def matrix():
                         key_norm=bool(combo & 2), output_norm=bool(combo & 4),
                         multi_query=M > 1 or index % 4 == 1,
                         packed=index % 3 == 0,
-                        save="lse" if index % 5 == 2 else "o_pre",
+                        save="lse" if index % 5 == 2 else
+                        "o_pre_residual" if dtype == "bf16" and D % 2 == 0
+                        and index % 4 in (0, 3) else "o_pre",
                         scale=0.5 if index % 7 == 3 else 1.0, eps=1e-6,
                         inputs="normal", N=_tokens(L, D), seed=1000 + index)
                     c["per_query"] = c["output_norm"] and c["multi_query"] \
@@ -76,6 +78,14 @@ def edge_cases():
             dict(M=16, per_query=True), dict(save="lse", packed=True),
             dict(D=4096, R=4096, L=10, N=200), dict(D=8192, R=1024, L=4, N=64),
         ]
+        if dtype == "bf16":
+            # o_pre's residual: with an [M, D] output norm, near-zero rows,
+            # and a benchmark shape without the norm.
+            variants += [
+                dict(save="o_pre_residual", per_query=True, M=16),
+                dict(save="o_pre_residual", inputs="near_zero"),
+                dict(save="o_pre_residual", D=4096, R=4096, L=10, N=200,
+                     output_norm=False, M=1, multi_query=False)]
         for variant in variants:
             c = base()
             c.update(variant)
@@ -101,6 +111,8 @@ def merge_cases():
                          rows=37, dtype="bf16" if kept % 2 else "f32",
                          output_norm=kept % 3 == 1, seed=7000 + index,
                          id=f"r{index:03d}")
+                # The residual of the merged o_pre (16-bit, even D).
+                c["residual"] = c["dtype"] == "bf16" and c["D"] % 2 == 0
                 c["module"] = _merge_module(c)
                 cases.append(c)
                 index += 1
@@ -129,7 +141,9 @@ def _merge_module(c):
         args.append(f"%h: tensor<{D}x{t}>")
         operands += f" output_norm(%h : tensor<{D}x{t}>)"
         results += f", tensor<?x{D}x{t}>"
-    count = 3 if c["output_norm"] else 2
+    if c["residual"]:
+        results += f", tensor<?x{D // 2}xi8>"
+    count = 2 + bool(c["output_norm"]) + bool(c["residual"])
     return (f"func.func @merge({', '.join(args)}) {{\n"
             f"  %r:{count} = attnres.partition_reduce softmax {operands}"
             f" -> {results}\n  return\n}}\n")

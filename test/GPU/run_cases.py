@@ -15,6 +15,10 @@ PyTorch reference written from docs/Math.md on fresh random inputs.
   the same reference computed in float32 (which bounds what conditioning
   alone allows: a gradient that cancels to nearly nothing, or logits of 1e4
   whose FP32 rounding moves the softmax).
+* save=o_pre_residual: the o_pre that the stored bf16 values and their
+  residual decode to must be within 3e-4 of max|o_pre| (bf16 alone: 2e-3);
+  the backward gets a residual encoded from the float64 o_pre, and the
+  reference uses the o_pre it decodes to.
 
 Prints a line per case, a summary table last, and writes results.json into
 --out.
@@ -30,8 +34,16 @@ import time
 import numpy as np
 import torch
 
+# The residual of a 16-bit o_pre, as the dialect defines it (the reference
+# module needs nothing but PyTorch).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+from attnres.reference import decode_o_pre, o_pre_residual  # noqa: E402
+
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-RTOL = {"f32": 1e-5, "bf16": 1e-2, "f16": 1e-2}
+RTOL = {"f32": 1e-5, "bf16": 1e-2, "f16": 1e-2,
+        # o_pre decoded from bf16 and its residual: ulp / 28 <= 2^-7 / 28 of
+        # the value; bf16 alone is off by up to 2^-9 of the largest values.
+        "residual": 3e-4}
 
 
 def ceil_div(a, b):
@@ -84,7 +96,22 @@ def pointer_table(tensors, device):
 
 
 def poisoned(shape, dtype, device):
+    if dtype == torch.int8:
+        # Two residuals of -8, which no encoder writes.
+        return torch.full(shape, -120, dtype=dtype, device=device)
     return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def check_residual(report, name, rounded, residual, exact64):
+    """The o_pre that the kernel's 16-bit values and residual decode to,
+    against the float64 o_pre; the residual is never -8 (unwritten)."""
+    wide = residual.to(torch.int16)
+    nibbles = torch.stack([((wide & 0xF) ^ 8) - 8, wide >> 4])
+    if (nibbles == -8).any():
+        report.failures.append(f"{name}: unwritten residual bytes")
+        return
+    decoded = decode_o_pre(rounded, residual)
+    report.check(name, decoded, exact64, exact64, "residual")
 
 
 # --------------------------------------------------------------------------
@@ -243,6 +270,8 @@ def prepare_forward(bundle, c, x, partitions, device):
                lse=poisoned((M, N), torch.float32, device))
     if op["writes_o_pre"]:
         out["o_pre"] = poisoned((M, N, D), T, device)
+    if op.get("writes_o_pre_residual"):
+        out["o_pre_residual"] = poisoned((M, N, D // 2), torch.int8, device)
     values = dict(sources=pointer_table(rows, device),
                   query=as_kernel_query(c, x["q"]), key_norm=x["g"],
                   output_norm=x["h"], num_tokens=N, keep=keep, **out)
@@ -284,6 +313,7 @@ def prepare_backward(bundle, c, x, saved_inputs, blocks, partitions, device):
         sources=pointer_table(rows, device), query=as_kernel_query(c, x["q"]),
         key_norm=x["g"], output_norm=x["h"], grad=x["grad"],
         lse=saved_inputs["lse"], saved=saved_inputs.get("saved"),
+        saved_residual=saved_inputs.get("saved_residual"),
         grad_sources=pointer_table(grad_rows, device),
         partial_da=torch.empty((partial_rows, M, R), dtype=torch.float32,
                                device=device),
@@ -341,15 +371,25 @@ def attnres_case(bundle, c, device, report, dry_run):
         if "o_pre" in out:
             report.check(f"o_pre {tag}", out["o_pre"], opre64, opre32,
                          c["dtype"])
+        if "o_pre_residual" in out:
+            check_residual(report, f"o_pre+residual {tag}",
+                           out.get("o_pre", out["o"]), out["o_pre_residual"],
+                           opre64)
 
     # The backward takes the forward's saved results as a forward would have
     # stored them; the reference uses the same stored values.
     T = DTYPES[c["dtype"]]
     saved_inputs = {"lse": lse64.to(torch.float32)}
     saved_value = None
-    if c["save"] == "o_pre":
-        saved_value = (opre64 if c["output_norm"] else o64).to(T).contiguous()
+    if c["save"] != "lse":
+        exact = opre64 if c["output_norm"] else o64
+        saved_value = exact.to(T).contiguous()
         saved_inputs["saved"] = saved_value
+    if c["save"] == "o_pre_residual":
+        # What the forward stores, and the o_pre it stands for.
+        residual = o_pre_residual(exact.float(), T).contiguous()
+        saved_inputs["saved_residual"] = residual
+        saved_value = decode_o_pre(saved_value, residual)
 
     def reference_backward(dtype, magnitudes=False):
         y = {k: (t.to(dtype) if t is not None else None) for k, t in x.items()}
@@ -451,6 +491,8 @@ def merge_case(bundle, c, device, report, dry_run):
                lse=poisoned((rows,), torch.float32, device))
     if c["output_norm"]:
         out["o_pre"] = poisoned((rows, D), T, device)
+    if c["residual"]:
+        out["o_pre_residual"] = poisoned((rows, D // 2), torch.int8, device)
     values = dict(partial_o=partials.float().to(device),
                   partial_lse=lse.float().to(device),
                   sink=sink.float().to(device) if use_sink else None,
@@ -465,6 +507,10 @@ def merge_case(bundle, c, device, report, dry_run):
     report.check("lse", out["lse"], lse64, lse64, "f32")
     if c["output_norm"]:
         report.check("o_pre", out["o_pre"], o_pre64, o_pre64, c["dtype"])
+    if c["residual"]:
+        check_residual(report, "o_pre+residual",
+                       out.get("o_pre", out["o"]), out["o_pre_residual"],
+                       o_pre64 if c["output_norm"] else o64)
 
 
 def sum_case(bundle, c, device, report, dry_run):

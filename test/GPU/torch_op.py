@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE.parent.parent / "python"))
 
 import attnres  # noqa: E402
 from attnres import _checks  # noqa: E402
+from attnres.reference import decode_o_pre  # noqa: E402
 from cases import edge_cases, matrix, merge_cases  # noqa: E402
 from run_cases import (DTYPES, Report, make_inputs,  # noqa: E402
                        merge_inputs, ref_backward, ref_forward, ref_merge)
@@ -97,7 +98,7 @@ def keys():
         sources, query, g, h = op_arguments(
             c, lambda name, shape: Shape(shape, Tp if name in "qgh" else T))
         call = _checks.check_attnres(sources, query, g, h, c["eps"],
-                                     c["scale"], c["save"])
+                                     c["scale"], op_save(c))
         result.add(call.spec())
     # The training comparison: sublayer i reads i + 1 sources.
     import train_compare as t
@@ -157,7 +158,7 @@ def make_leaves(c, x):
 def run_op(c, sources, query, g, h):
     o = attnres.attnres(sources, query, key_norm_weight=g,
                         output_norm_weight=h, eps=c["eps"], scale=c["scale"],
-                        save=c["save"])
+                        save=op_save(c))
     return o
 
 
@@ -180,17 +181,26 @@ def unpack(c, outputs):
     return o, dv, dq, dg, dh
 
 
+def op_save(c):
+    """The op's save argument: "o_pre" keeps the residual of a 16-bit o_pre
+    by itself, so the cases' o_pre_residual is the op's o_pre."""
+    return "lse" if c["save"] == "lse" else "o_pre"
+
+
 def op_saved(c, x):
     """The op's own forward results (o, lse, and what it saves for the
     backward), from torch.ops.attnres.forward directly."""
     v = x["v"].contiguous()
     sources = [v] if c["packed"] else [v[l] for l in range(c["L"])]
-    o, lse, o_pre = torch.ops.attnres.forward(
+    o, lse, o_pre, residual = torch.ops.attnres.forward(
         sources, x["q"].contiguous(), x["g"], x["h"], c["eps"], c["scale"],
-        c["save"])
+        op_save(c))
     saved = None
-    if c["save"] == "o_pre":
+    if op_save(c) == "o_pre":
         saved = o_pre if c["output_norm"] else o
+        if residual.numel():
+            # The o_pre the backward reads: bf16 values and their residual.
+            saved = decode_o_pre(saved, residual)
     return lse, saved
 
 
@@ -210,8 +220,12 @@ def references(c, x, lse, saved):
     o32, lse32, opre32 = forward(torch.float32)
     stored = dict(lse=(lse, lse64, lse32, "f32"))
     if saved is not None:
+        # A float32 saved o_pre of 16-bit storage was decoded with its
+        # residual: held to the residual's precision.
+        decoded = saved.dtype == torch.float32 and c["dtype"] != "f32"
         stored["saved"] = (saved, opre64 if c["output_norm"] else o64,
-                           opre32 if c["output_norm"] else o32, c["dtype"])
+                           opre32 if c["output_norm"] else o32,
+                           "residual" if decoded else c["dtype"])
     saved = saved.double() if saved is not None else None
     lse = lse.double()
 

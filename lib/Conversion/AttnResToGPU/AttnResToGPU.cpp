@@ -244,6 +244,7 @@ struct ConvertAttnResToGPUPass
     AttnResSpec spec = commonSpec(op);
     spec.output = op.getOutput().getType().getElementType();
     spec.writeOPre = static_cast<bool>(op.getOPre());
+    spec.writeResidual = static_cast<bool>(op.getOPreResidual());
     FailureOr<RowLayout> layoutOr =
         layoutFor(op, spec.width, {spec.value, spec.output},
                   forwardThreadsPerRow, spec.numQueries, /*forward=*/true);
@@ -260,6 +261,7 @@ struct ConvertAttnResToGPUPass
     NamedAttrList facts = opFacts(b, "forward", spec);
     facts.append("output_type", b.getStringAttr(typeName(spec.output)));
     facts.append("writes_o_pre", b.getBoolAttr(spec.writeOPre));
+    facts.append("writes_o_pre_residual", b.getBoolAttr(spec.writeResidual));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
     facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
@@ -279,6 +281,7 @@ struct ConvertAttnResToGPUPass
     merge.outputNorm = spec.outputNorm;
     merge.perRowGroupWeight = spec.perQueryOutputNorm;
     merge.writeOPre = spec.writeOPre;
+    merge.writeResidual = spec.writeResidual;
     merge.eps = spec.eps;
     FailureOr<RowLayout> mergeLayoutOr =
         layoutFor(op, spec.width, {b.getF32Type(), spec.output}, 0);
@@ -297,6 +300,7 @@ struct ConvertAttnResToGPUPass
     AttnResSpec spec = commonSpec(op);
     spec.grad = elementOf(op.getGradOutput());
     spec.saved = elementOf(op.getSavedOutput());
+    spec.readResidual = static_cast<bool>(op.getSavedResidual());
     spec.gradQuery = elementOf(op.getGradQuery());
     spec.gradKeyNorm = elementOf(op.getGradKeyNormWeight());
     spec.gradOutputNorm = elementOf(op.getGradOutputNormWeight());
@@ -318,6 +322,7 @@ struct ConvertAttnResToGPUPass
     facts.append("grad_type", b.getStringAttr(typeName(spec.grad)));
     if (spec.saved)
       facts.append("saved_type", b.getStringAttr(typeName(spec.saved)));
+    facts.append("reads_saved_residual", b.getBoolAttr(spec.readResidual));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
     facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
@@ -363,6 +368,7 @@ struct ConvertAttnResToGPUPass
     merge.sink = static_cast<bool>(op.getSink());
     merge.staticPartitions = op.getNumPartitions();
     merge.writeOPre = static_cast<bool>(op.getOPre());
+    merge.writeResidual = static_cast<bool>(op.getOPreResidual());
     merge.eps = op.getEps().convertToDouble();
     FailureOr<RowLayout> layoutOr =
         layoutFor(op, merge.width, {b.getF32Type(), merge.output}, 0);

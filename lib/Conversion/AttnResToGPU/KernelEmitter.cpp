@@ -181,6 +181,21 @@ void KernelEmitter::storeVector(Value vector, Value base, Value index,
   LLVM::StoreOp::create(b, loc, vector, address, width * bytesOf(elementType));
 }
 
+Value KernelEmitter::loadBytes(Value base, Value index, int64_t count) {
+  Type i8 = b.getI8Type();
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                                      i8, base, ValueRange{index});
+  return LLVM::LoadOp::create(b, loc, VectorType::get({count}, i8), address,
+                              count);
+}
+
+void KernelEmitter::storeBytes(Value bytes, Value base, Value index) {
+  int64_t count = cast<VectorType>(bytes.getType()).getNumElements();
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                                      b.getI8Type(), base, ValueRange{index});
+  LLVM::StoreOp::create(b, loc, bytes, address, count);
+}
+
 Value KernelEmitter::loadScalar(Value base, Value index, Type elementType) {
   Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
                                       elementType, base, ValueRange{index});

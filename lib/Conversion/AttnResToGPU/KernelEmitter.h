@@ -120,6 +120,10 @@ public:
   /// FP32 of a vector `loadVectorRaw` returned.
   Value extend(Value vector);
   void storeVector(Value vector, Value base, Value index, Type elementType);
+  /// `count` bytes from byte `index` (vector<count x i8>, aligned to
+  /// `count`), and the store of such a vector.
+  Value loadBytes(Value base, Value index, int64_t count);
+  void storeBytes(Value bytes, Value base, Value index);
   Value loadScalar(Value base, Value index, Type elementType);
   void storeScalar(Value value, Value base, Value index, Type elementType);
   /// Entry `index` of a device table of global pointers.

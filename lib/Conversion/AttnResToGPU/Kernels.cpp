@@ -24,6 +24,8 @@
 
 #include "Kernels.h"
 
+#include "attnres/Dialect/AttnRes/Utils/Residual.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -175,6 +177,69 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
       e.storeVector(chunks[c], base, index, element);
     });
   }
+}
+
+/// Byte index of chunk c's residuals in a residual buffer ([rows, D/2] i8):
+/// a chunk of `vectorWidth` (even) elements has `vectorWidth / 2` bytes.
+Value residualIndex(KernelEmitter &e, Value row, int64_t c) {
+  return e.addI(e.mulI(row, e.constI64(e.layout.width / 2)),
+                e.mulI(e.vectorIndex[c], e.constI64(e.layout.vectorWidth / 2)));
+}
+
+/// The shuffle mask taking every other element of a vector of `width`,
+/// starting at `first`.
+SmallVector<int64_t> everyOther(int64_t width, int64_t first) {
+  SmallVector<int64_t> mask;
+  for (int64_t j = first; j < width; j += 2)
+    mask.push_back(j);
+  return mask;
+}
+
+/// Stores the residuals of the FP32 row `chunks` rounded to `element` (the
+/// type its 16-bit copy is stored in) where `valid` holds.
+void storeResidualRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base,
+                      Value row, Type element, Value valid) {
+  int64_t width = e.layout.vectorWidth;
+  int64_t bits = attnres::residual::fractionBits(element);
+  for (int64_t c = 0; c < e.layout.chunks; ++c) {
+    Value inRow = arith::AndIOp::create(e.b, e.loc, valid, e.chunkActive[c]);
+    e.ifThen(inRow, [&] {
+      auto vectorType = cast<VectorType>(chunks[c].getType());
+      Value rounded = LLVM::FPExtOp::create(
+          e.b, e.loc, vectorType,
+          LLVM::FPTruncOp::create(e.b, e.loc, vectorType.clone(element),
+                                  chunks[c]));
+      Value nibbles = attnres::residual::encode(e.b, e.loc, chunks[c], rounded, bits);
+      Value even = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
+                                             everyOther(width, 0));
+      Value odd = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
+                                            everyOther(width, 1));
+      e.storeBytes(attnres::residual::pack(e.b, e.loc, even, odd), base,
+                   residualIndex(e, row, c));
+    });
+  }
+}
+
+/// The FP32 o_pre of a row from its 16-bit values `rounded` (FP32 chunks, as
+/// loadRow returns them) and the residual buffer's row.
+SmallVector<Value> decodeResidualRow(KernelEmitter &e, ArrayRef<Value> rounded,
+                                     Value base, Value row, Type element) {
+  int64_t width = e.layout.vectorWidth, half = width / 2;
+  int64_t bits = attnres::residual::fractionBits(element);
+  SmallVector<int64_t> interleave;
+  for (int64_t j = 0; j < half; ++j)
+    interleave.append({j, half + j});
+  SmallVector<Value> decoded;
+  for (int64_t c = 0; c < e.layout.chunks; ++c) {
+    // The clamped index keeps an inactive chunk's load inside the row; its
+    // rounded value is 0, which decodes to 0 whatever the bits.
+    Value bytes = e.loadBytes(base, residualIndex(e, row, c), half);
+    auto [low, high] = attnres::residual::unpack(e.b, e.loc, bytes);
+    Value nibbles =
+        vector::ShuffleOp::create(e.b, e.loc, low, high, interleave);
+    decoded.push_back(attnres::residual::decode(e.b, e.loc, rounded[c], nibbles, bits));
+  }
+  return decoded;
 }
 
 /// sum_c <x_c, y_c> as one chain of fused multiply-adds over the elements
@@ -528,6 +593,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
                             : k.buffer("lse", f32, "[M, N]");
   bool oPre = !partial && spec.writeOPre;
   int oPreOut = oPre ? k.buffer("o_pre", spec.output, "[M, N, D]") : -1;
+  int residualOut = !partial && spec.writeResidual
+                        ? k.buffer("o_pre_residual", b.getI8Type(),
+                                   "[M, N, D/2]")
+                        : -1;
   unsigned tokens = k.scalar("num_tokens");
   int partitions = partial ? k.scalar("num_partitions") : -1;
 
@@ -670,6 +739,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
       storeRow(e, oRow, k.arg(out), outRow, spec.output, valid);
       if (oPre)
         storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid);
+      if (residualOut >= 0)
+        storeResidualRow(e, oPreRow, k.arg(residualOut), outRow, spec.output,
+                         valid);
     }
     e.ifThen(writesLse,
              [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
@@ -705,6 +777,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   unsigned lseOut = k.buffer("lse", f32, "[rows]");
   int oPreOut =
       spec.writeOPre ? k.buffer("o_pre", spec.output, "[rows, D]") : -1;
+  int residualOut =
+      spec.writeResidual
+          ? k.buffer("o_pre_residual", b.getI8Type(), "[rows, D/2]")
+          : -1;
   unsigned rowsArg = k.scalar("num_rows");
   unsigned partitionsArg = k.scalar("num_partitions");
   int rowsPerWeight = spec.perRowGroupWeight ? k.scalar("rows_per_weight") : -1;
@@ -869,6 +945,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   storeRow(e, oRow, k.arg(out), row, spec.output, valid);
   if (oPreOut >= 0)
     storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid);
+  if (residualOut >= 0)
+    storeResidualRow(e, merged, k.arg(residualOut), row, spec.output, valid);
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                         e.lane, e.constI64(0));
   e.ifThen(arith::AndIOp::create(b, loc, valid, isLane0),
@@ -903,6 +981,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   unsigned grad = k.buffer("grad", spec.grad, "[M, N, D]");
   unsigned lseIn = k.buffer("lse", f32, "[M, N]");
   int saved = spec.saved ? k.buffer("saved", spec.saved, "[M, N, D]") : -1;
+  int savedResidual =
+      spec.readResidual
+          ? k.buffer("saved_residual", b.getI8Type(), "[M, N, D/2]")
+          : -1;
   unsigned gradSources = k.table("grad_sources", spec.value, "L x [N, D]");
   unsigned partialDa =
       k.buffer("partial_da", f32, "[P * B * rows_per_block, M, R]");
@@ -977,6 +1059,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
           dOut.push_back(loadRow(e, k.arg(grad), perQueryRow, spec.grad));
           if (saved >= 0)
             oPre.push_back(loadRow(e, k.arg(saved), perQueryRow, spec.saved));
+          if (savedResidual >= 0)
+            oPre.back() = decodeResidualRow(e, oPre.back(),
+                                            k.arg(savedResidual), perQueryRow,
+                                            spec.saved);
         }
         if (saved < 0) {
           // Recompute o_pre = sum_s p_s v_s with p_s = exp(z_s - lse). The

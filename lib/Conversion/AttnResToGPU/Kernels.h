@@ -4,7 +4,8 @@
 // description of each kernel's interface that goes into the bundle manifest.
 //
 // Layouts: a source, o, o_pre and grad are rows of width D, row (m, n) of a
-// per-query tensor at offset (m * N + n) * D; lse is [M, N]. Sources (and
+// per-query tensor at offset (m * N + n) * D; lse is [M, N]; the residual of
+// a 16-bit o_pre is rows of D / 2 bytes (two 4-bit residuals a byte). Sources (and
 // source gradients) are reached through a device table of L row-major [N, D]
 // pointers, so list and packed sources share one kernel.
 //
@@ -30,8 +31,10 @@ struct AttnResSpec {
   // forward
   Type output;
   bool writeOPre = false;
+  bool writeResidual = false; // save(o_pre_residual)
   // backward
   Type grad, saved; // saved is null for the recompute backward
+  bool readResidual = false;  // residual(...) of the saved o_pre
   Type gradQuery, gradKeyNorm, gradOutputNorm;
 };
 
@@ -41,6 +44,7 @@ struct MergeSpec {
   Type output, outputNorm;        // outputNorm null when absent
   bool perRowGroupWeight = false; // weight [K, D], row r uses r / rowsPerWeight
   bool sink = false, writeOPre = false;
+  bool writeResidual = false; // of the merged o_pre
   double eps = 1e-6;
   /// P when known at compile time (a partition_reduce op), else 0. Up to
   /// kRegisterPartitions the partitions are unrolled and their lse kept in
