@@ -49,6 +49,8 @@ def key_for(L, D, variant):
     """The kernel key (compiler spec) the PyTorch op asks for on a bf16 call
     with R = D, a key norm and a 1-D query (attnres._checks.Call.spec)."""
     save = variant.split("+")[0]
+    if save == "o_pre" and D % 2 == 0:
+        save = "o_pre_residual"  # what save="o_pre" keeps for bf16
     items = [f"L={L}", f"D={D}", f"R={D}", "M=1", "dtype=bf16",
              "multi_query", "key_norm"]
     if variant.endswith("+onorm"):

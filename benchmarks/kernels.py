@@ -58,6 +58,10 @@ class Problem:
                     for _ in range(self.copies)]
         self.dv = [torch.empty(L, N, D, dtype=bf16, device="cuda")
                    for _ in range(self.copies)]
+        # o's residual, for bundles compiled with save=o_pre_residual.
+        self.residual = [torch.empty(1, N, D // 2, dtype=torch.int8,
+                                     device="cuda")
+                         for _ in range(self.copies)]
         self.dq = [torch.empty(1, D, dtype=bf16, device="cuda")
                    for _ in range(self.copies)]
         self.tables = [self._table(s) for s in self.sources]
@@ -118,11 +122,15 @@ def run_entry(entry, folder, problem, bandwidth, check, references,
     bwork = [torch.empty(bsize, dtype=torch.uint8, device="cuda")
              for _ in range(problem.copies)]
 
+    residual = [r.data_ptr() if forward_op.get("writes_o_pre_residual")
+                else 0 for r in problem.residual]
+
     def forward(i):
         runtime.forward(forward_op, num_tokens=N,
                         sources=problem.tables[i].data_ptr(),
                         query=problem.query.data_ptr(),
                         o=problem.o[i].data_ptr(),
+                        o_pre_residual=residual[i],
                         lse=problem.lse[i].data_ptr(), partitions=P,
                         workspace=fwork[i].data_ptr(), workspace_size=fsize,
                         stream=stream())
@@ -134,6 +142,7 @@ def run_entry(entry, folder, problem, bandwidth, check, references,
                          grad=problem.grad[i].data_ptr(),
                          lse=problem.lse[i].data_ptr(),
                          saved=problem.o[i].data_ptr(),
+                         saved_residual=residual[i],
                          grad_sources=problem.grad_tables[i].data_ptr(),
                          dq=problem.dq[i].data_ptr(), blocks=B,
                          partitions=BP, workspace=bwork[i].data_ptr(),

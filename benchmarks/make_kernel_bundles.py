@@ -74,7 +74,7 @@ def spills(compiler, spec, options, scratch):
 
 def build(compiler, out, scratch, entry):
     spec = f"train:L={entry['shape'][0]},D={entry['shape'][2]},dtype=bf16," \
-           f"packed"
+           f"packed,save={entry['save']}"
     if entry["options"]:
         spilled = spills(compiler, spec, entry["options"], scratch)
         if spilled is None or spilled > 0:
@@ -102,6 +102,10 @@ def main():
                         help="kernel option sets to time next to the "
                              "defaults (and the --sweep grid), separated by "
                              "';'")
+    parser.add_argument("--save", default="o_pre",
+                        choices=["o_pre", "o_pre_residual"],
+                        help="what the forward saves (o_pre_residual: what "
+                             "attnres.attnres keeps for bf16)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
 
@@ -117,9 +121,9 @@ def main():
         for i, options in enumerate(variants):
             name = f"L{L}_D{D}_{i}"
             bundles[name] = dict(shape=[L, N, D], options=options,
-                                 bundle=name)
+                                 bundle=name, save=args.save)
             entries.append(dict(shape=[L, N, D], options=options,
-                                bundle=name))
+                                bundle=name, save=args.save))
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = args.out / ".scratch"
     scratch.mkdir(exist_ok=True)

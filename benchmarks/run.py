@@ -160,15 +160,16 @@ def measure_shape(L, N, D, variant, bandwidth):
     for x in inputs:
         with torch.no_grad():
             q = x.query.unsqueeze(0)
-            o, lse, o_pre = ops.forward_op(x.sources, q, x.key_norm,
-                                           x.output_norm, EPS, SCALE, save)
+            o, lse, o_pre, residual = ops.forward_op(
+                x.sources, q, x.key_norm, x.output_norm, EPS, SCALE, save)
         keep = None if save == "lse" else (o_pre if onorm else o)
-        saved.append((q, x.grad.unsqueeze(0), lse, keep))
+        saved.append((q, x.grad.unsqueeze(0), lse, keep,
+                      residual if residual.numel() else None))
 
     def backward(x, s):
-        q, grad, lse, keep = s
+        q, grad, lse, keep, residual = s
         ops.backward_op(x.sources, q, x.key_norm, x.output_norm, grad, lse,
-                        keep, EPS, SCALE, save)
+                        keep, residual, EPS, SCALE, save)
     record("backward", common.time_graph(
         [lambda x=x, s=s: backward(x, s) for x, s in zip(inputs, saved)]),
         bwd_floor)

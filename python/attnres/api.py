@@ -81,8 +81,8 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
     else:
         flat = [s.reshape(N, D) for s in sources]
     q = query if call.multi_query else query.unsqueeze(0)
-    o, _, _ = ops.forward_op(flat, q, key_norm_weight, output_norm_weight,
-                             float(eps), float(scale), save)
+    o = ops.forward_op(flat, q, key_norm_weight, output_norm_weight,
+                       float(eps), float(scale), save)[0]
     o = o.reshape((call.M,) + call.lead + (D,))
     return o if call.multi_query else o.squeeze(0)
 

@@ -115,10 +115,10 @@ def o_pre_residual(exact, dtype):
     exact = exact.float()
     rounded = exact.to(dtype).float()
     power, normal = _power_of_two(rounded)
+    normal &= rounded.abs() < 2.0 ** 127
     steps = (exact - rounded) / power * (14.0 * 2 ** _fraction_bits(dtype))
     steps = torch.where(normal, steps, torch.zeros_like(steps))
-    steps = steps.clamp(-7.0, 7.0)
-    n = torch.where(steps < 0, steps - 0.5, steps + 0.5).to(torch.int16)
+    n = torch.round(steps.clamp(-7.0, 7.0)).to(torch.int16)  # ties to even
     packed = (n[..., 0::2] & 0xF) | ((n[..., 1::2] & 0xF) << 4)
     return torch.where(packed > 127, packed - 256, packed).to(torch.int8)
 

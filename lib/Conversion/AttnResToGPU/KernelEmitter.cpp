@@ -181,6 +181,16 @@ void KernelEmitter::storeVector(Value vector, Value base, Value index,
   LLVM::StoreOp::create(b, loc, vector, address, width * bytesOf(elementType));
 }
 
+void KernelEmitter::storeVectorRaw(Value vector, Value base, Value index) {
+  auto type = cast<VectorType>(vector.getType());
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                                      type.getElementType(), base,
+                                      ValueRange{index});
+  LLVM::StoreOp::create(b, loc, vector, address,
+                        type.getNumElements() *
+                            bytesOf(type.getElementType()));
+}
+
 Value KernelEmitter::loadBytes(Value base, Value index, int64_t count) {
   Type i8 = b.getI8Type();
   Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),

@@ -120,6 +120,8 @@ public:
   /// FP32 of a vector `loadVectorRaw` returned.
   Value extend(Value vector);
   void storeVector(Value vector, Value base, Value index, Type elementType);
+  /// Stores a vector already in its storage type.
+  void storeVectorRaw(Value vector, Value base, Value index);
   /// `count` bytes from byte `index` (vector<count x i8>, aligned to
   /// `count`), and the store of such a vector.
   Value loadBytes(Value base, Value index, int64_t count);

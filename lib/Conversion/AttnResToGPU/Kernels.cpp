@@ -195,27 +195,33 @@ SmallVector<int64_t> everyOther(int64_t width, int64_t first) {
   return mask;
 }
 
-/// Stores the residuals of the FP32 row `chunks` rounded to `element` (the
-/// type its 16-bit copy is stored in) where `valid` holds.
-void storeResidualRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base,
-                      Value row, Type element, Value valid) {
+/// Stores the FP32 row `chunks` in the 16-bit `element` and, chunk by chunk
+/// (so that a chunk's registers are free once it is stored), the residuals
+/// of that rounding, where `valid` holds.
+void storeRowWithResidual(KernelEmitter &e, ArrayRef<Value> chunks,
+                          Value base, Value residualBase, Value row,
+                          Type element, Value valid) {
   int64_t width = e.layout.vectorWidth;
   int64_t bits = attnres::residual::fractionBits(element);
+  Value rowStart = e.mulI(row, e.constI64(e.layout.width));
   for (int64_t c = 0; c < e.layout.chunks; ++c) {
     Value inRow = arith::AndIOp::create(e.b, e.loc, valid, e.chunkActive[c]);
     e.ifThen(inRow, [&] {
       auto vectorType = cast<VectorType>(chunks[c].getType());
-      Value rounded = LLVM::FPExtOp::create(
-          e.b, e.loc, vectorType,
-          LLVM::FPTruncOp::create(e.b, e.loc, vectorType.clone(element),
-                                  chunks[c]));
-      Value nibbles = attnres::residual::encode(e.b, e.loc, chunks[c], rounded, bits);
+      Value narrow = LLVM::FPTruncOp::create(
+          e.b, e.loc, vectorType.clone(element), chunks[c]);
+      Value index = e.addI(
+          rowStart, e.mulI(e.vectorIndex[c], e.constI64(width)));
+      e.storeVectorRaw(narrow, base, index);
+      Value rounded = LLVM::FPExtOp::create(e.b, e.loc, vectorType, narrow);
+      Value nibbles =
+          attnres::residual::encode(e.b, e.loc, chunks[c], rounded, bits);
       Value even = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
                                              everyOther(width, 0));
       Value odd = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
                                             everyOther(width, 1));
-      e.storeBytes(attnres::residual::pack(e.b, e.loc, even, odd), base,
-                   residualIndex(e, row, c));
+      e.storeBytes(attnres::residual::pack(e.b, e.loc, even, odd),
+                   residualBase, residualIndex(e, row, c));
     });
   }
 }
@@ -736,12 +742,18 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
         for (int64_t c = 0; c < C; ++c)
           oRow.push_back(e.mul(e.mul(oPreRow[c], rhoV), weight[c]));
       }
-      storeRow(e, oRow, k.arg(out), outRow, spec.output, valid);
-      if (oPre)
+      // The residual goes with the row o_pre is stored in: o itself
+      // without an output norm.
+      if (residualOut >= 0 && !oPre)
+        storeRowWithResidual(e, oRow, k.arg(out), k.arg(residualOut), outRow,
+                             spec.output, valid);
+      else
+        storeRow(e, oRow, k.arg(out), outRow, spec.output, valid);
+      if (oPre && residualOut >= 0)
+        storeRowWithResidual(e, oPreRow, k.arg(oPreOut), k.arg(residualOut),
+                             outRow, spec.output, valid);
+      else if (oPre)
         storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid);
-      if (residualOut >= 0)
-        storeResidualRow(e, oPreRow, k.arg(residualOut), outRow, spec.output,
-                         valid);
     }
     e.ifThen(writesLse,
              [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
@@ -942,11 +954,16 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
     for (int64_t c = 0; c < C; ++c)
       oRow.push_back(e.mul(e.mul(merged[c], rhoV), h[c]));
   }
-  storeRow(e, oRow, k.arg(out), row, spec.output, valid);
-  if (oPreOut >= 0)
+  if (residualOut >= 0 && oPreOut < 0)
+    storeRowWithResidual(e, oRow, k.arg(out), k.arg(residualOut), row,
+                         spec.output, valid);
+  else
+    storeRow(e, oRow, k.arg(out), row, spec.output, valid);
+  if (oPreOut >= 0 && residualOut >= 0)
+    storeRowWithResidual(e, merged, k.arg(oPreOut), k.arg(residualOut), row,
+                         spec.output, valid);
+  else if (oPreOut >= 0)
     storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid);
-  if (residualOut >= 0)
-    storeResidualRow(e, merged, k.arg(residualOut), row, spec.output, valid);
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                         e.lane, e.constI64(0));
   e.ifThen(arith::AndIOp::create(b, loc, valid, isLane0),

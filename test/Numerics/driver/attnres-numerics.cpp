@@ -322,11 +322,11 @@ float residualPowerOfTwo(float x) {
 /// dialect's encoding, ulp(x) = 2^(e - 7).
 int encodeResidual(double exact, double rounded) {
   float power = residualPowerOfTwo(static_cast<float>(rounded));
-  if (power == 0.0f)
+  if (power == 0.0f || std::fabs(rounded) >= 0x1p127)
     return 0;
   double steps = (exact - rounded) / power * (14.0 * 128.0);
-  steps = std::clamp(steps, -7.0, 7.0);
-  return static_cast<int>(steps < 0 ? steps - 0.5 : steps + 0.5);
+  // Ties to even (the default rounding mode).
+  return static_cast<int>(std::nearbyint(std::clamp(steps, -7.0, 7.0)));
 }
 
 /// The o_pre that `rounded` and its residual n stand for.

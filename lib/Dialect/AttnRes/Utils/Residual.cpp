@@ -39,17 +39,18 @@ Value intConstant(OpBuilder &b, Location loc, Type type, int64_t value) {
 
 /// The exponent field of the FP32 `value` (i32, other bits cleared), and
 /// whether it belongs to a normal number (neither zero/subnormal nor
-/// infinity/NaN).
+/// infinity/NaN): field - 2^23 below 254 * 2^23, unsigned, in two ops.
 std::pair<Value, Value> exponentField(OpBuilder &b, Location loc, Value value) {
   Type i32 = withElement(value.getType(), b.getI32Type());
   Value bits = arith::BitcastOp::create(b, loc, i32, value);
   Value field = arith::AndIOp::create(b, loc, bits,
                                       intConstant(b, loc, i32, kExponentMask));
-  Value nonZero = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, field,
-                                        intConstant(b, loc, i32, 0));
-  Value finite = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, field,
-                                       intConstant(b, loc, i32, kExponentMask));
-  return {field, arith::AndIOp::create(b, loc, nonZero, finite)};
+  Value shifted = arith::SubIOp::create(b, loc, field,
+                                        intConstant(b, loc, i32, 0x00800000));
+  Value normal =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, shifted,
+                            intConstant(b, loc, i32, 0x7F000000));
+  return {field, normal};
 }
 } // namespace
 
@@ -60,35 +61,47 @@ int64_t residual::fractionBits(Type element) {
 Value residual::encode(OpBuilder &b, Location loc, Value exact, Value rounded,
                        int64_t fractionBits) {
   Type type = exact.getType();
+  Type i32 = withElement(type, b.getI32Type());
   auto [field, normal] = exponentField(b, loc, rounded);
-  // 2^e from the exponent field alone; steps = (exact - x) / 2^(e - p) * 14.
-  Value powerOfTwo = arith::BitcastOp::create(b, loc, type, field);
+  // steps = (exact - x) / 2^(e - p) * 14, the division by 2^e a product with
+  // 2^-e, whose exponent field is 254 - that of 2^e: exact, and no divide
+  // sequence per element on the GPU. For |x| >= 2^127 that is 0 (so n = 0).
+  Value reciprocal = arith::BitcastOp::create(
+      b, loc, type,
+      arith::SubIOp::create(b, loc, intConstant(b, loc, i32, 0x7F000000),
+                            field));
   Value difference = arith::SubFOp::create(b, loc, exact, rounded);
   Value steps = arith::MulFOp::create(
-      b, loc, arith::DivFOp::create(b, loc, difference, powerOfTwo),
+      b, loc, arith::MulFOp::create(b, loc, difference, reciprocal),
       floatConstant(b, loc, type,
                     kStepsPerUlp * static_cast<double>(1LL << fractionBits)));
-  Value zero = floatConstant(b, loc, type, 0.0);
-  steps = arith::SelectOp::create(b, loc, normal, steps, zero);
-  // Clamp, then round half away from zero (truncation after adding +-0.5):
-  // no NaN reaches the conversion.
-  Value limit = floatConstant(b, loc, type, kMaxResidual);
-  Value negLimit = floatConstant(b, loc, type, -kMaxResidual);
-  steps = arith::SelectOp::create(
-      b, loc,
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, steps, limit),
-      limit, steps);
-  steps = arith::SelectOp::create(
-      b, loc,
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, steps, negLimit),
-      negLimit, steps);
-  Value half = arith::SelectOp::create(
-      b, loc,
-      arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, steps, zero),
-      floatConstant(b, loc, type, -0.5), floatConstant(b, loc, type, 0.5));
-  Value rounded32 = arith::AddFOp::create(b, loc, steps, half);
-  return arith::FPToSIOp::create(b, loc, withElement(type, b.getI8Type()),
-                                 rounded32);
+  steps = arith::SelectOp::create(b, loc, normal, steps,
+                                  floatConstant(b, loc, type, 0.0));
+  // x is the 16-bit value nearest to `exact`, so |exact - x| <= ulp / 2 and
+  // |steps| <= 7, except below an f16 subnormal's ulp: clamp there only.
+  if (fractionBits != 7) {
+    Value limit = floatConstant(b, loc, type, kMaxResidual);
+    Value negLimit = floatConstant(b, loc, type, -kMaxResidual);
+    steps = arith::SelectOp::create(
+        b, loc,
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, steps, limit),
+        limit, steps);
+    steps = arith::SelectOp::create(
+        b, loc,
+        arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OLT, steps,
+                              negLimit),
+        negLimit, steps);
+  }
+  // Round to nearest, ties to even, by adding 1.5 * 2^23: the sum's last
+  // bits are the rounded steps in two's complement (an add and an and, not
+  // a conversion).
+  Value shiftedSteps = arith::AddFOp::create(
+      b, loc, steps, floatConstant(b, loc, type, 12582912.0));
+  Value nibble = arith::AndIOp::create(
+      b, loc, arith::BitcastOp::create(b, loc, i32, shiftedSteps),
+      intConstant(b, loc, i32, 0x0F));
+  return arith::TruncIOp::create(b, loc, withElement(type, b.getI8Type()),
+                                 nibble);
 }
 
 Value residual::decode(OpBuilder &b, Location loc, Value rounded,
@@ -109,11 +122,9 @@ Value residual::decode(OpBuilder &b, Location loc, Value rounded,
 
 Value residual::pack(OpBuilder &b, Location loc, Value low, Value high) {
   Type type = low.getType();
-  Value lowBits =
-      arith::AndIOp::create(b, loc, low, intConstant(b, loc, type, 0x0F));
   Value highBits =
       arith::ShLIOp::create(b, loc, high, intConstant(b, loc, type, 4));
-  return arith::OrIOp::create(b, loc, lowBits, highBits);
+  return arith::OrIOp::create(b, loc, low, highBits);
 }
 
 std::pair<Value, Value> residual::unpack(OpBuilder &b, Location loc,

@@ -51,10 +51,10 @@ def AttnRes_Dialect : Dialect {
     ulp(x) = 2^(e - p)               x = 1.f * 2^e as an FP32 number,
                                      p = 7 (bf16) or 10 (f16) fraction bits
     n = round(clamp((o_pre - x) / ulp(x) * 14, -7, 7)),
-        0 where x is zero, FP32-subnormal or not finite
+        0 where x is zero, FP32-subnormal, not finite or |x| >= 2^127
     ```
 
-    (`round` takes halves away from zero)
+    (`round` to nearest, ties to even)
 
     stored two to a byte in an `i8` tensor whose last dimension is `D / 2`:
     byte `j` holds element `2j` in its low four bits and element `2j + 1` in
