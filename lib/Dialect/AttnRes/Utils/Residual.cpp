@@ -107,17 +107,27 @@ Value residual::encode(OpBuilder &b, Location loc, Value exact, Value rounded,
 Value residual::decode(OpBuilder &b, Location loc, Value rounded,
                        Value residualValue, int64_t fractionBits) {
   Type type = rounded.getType();
-  auto [field, normal] = exponentField(b, loc, rounded);
-  Value powerOfTwo = arith::BitcastOp::create(b, loc, type, field);
+  Type i32 = withElement(type, b.getI32Type());
+  // The step ulp / 14 from the exponent field: 0 for a zero or subnormal x
+  // (field 0), which leaves x as it is. Only a non-finite x needs a select
+  // (0 * inf is NaN).
+  Value field = arith::AndIOp::create(
+      b, loc, arith::BitcastOp::create(b, loc, i32, rounded),
+      intConstant(b, loc, i32, kExponentMask));
+  Value finite = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, field,
+                                       intConstant(b, loc, i32, kExponentMask));
   Value step = arith::MulFOp::create(
-      b, loc, powerOfTwo,
+      b, loc, arith::BitcastOp::create(b, loc, type, field),
       floatConstant(
           b, loc, type,
           1.0 / (kStepsPerUlp * static_cast<double>(1LL << fractionBits))));
   Value steps = arith::SIToFPOp::create(b, loc, type, residualValue);
+  // One fused multiply-add where the target has it.
+  auto contract = arith::FastMathFlags::contract;
   Value corrected = arith::AddFOp::create(
-      b, loc, rounded, arith::MulFOp::create(b, loc, steps, step));
-  return arith::SelectOp::create(b, loc, normal, corrected, rounded);
+      b, loc, arith::MulFOp::create(b, loc, steps, step, contract), rounded,
+      contract);
+  return arith::SelectOp::create(b, loc, finite, corrected, rounded);
 }
 
 Value residual::pack(OpBuilder &b, Location loc, Value low, Value high) {
