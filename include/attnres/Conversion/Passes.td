@@ -97,7 +97,14 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "limit">,
     Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
            "Unroll the forward's walk over the sources at compile time up to "
-           "this many sources (a loop beyond)">
+           "this many sources (a loop beyond)">,
+    Option<"mergeTileColumns", "merge-tile-columns", "int64_t",
+           /*default=*/"0",
+           "Columns of a row each block of a split forward's merge takes, "
+           "where there is no output norm (the few rows of a split forward "
+           "then fill more of the GPU): 0 chooses 512 (rows narrower than "
+           "1024 columns stay whole); D is split into the most tiles at least "
+           "that wide whose width is a multiple of 8">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

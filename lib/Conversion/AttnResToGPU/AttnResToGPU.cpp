@@ -117,9 +117,10 @@ struct ConvertAttnResToGPUPass
       return signalPassFailure();
     }
     if (forwardSourceBatch < 0 || backwardSourceBatch < 0 ||
-        unrollSources < 0) {
+        unrollSources < 0 || mergeTileColumns < 0) {
       emitError(loc) << "convert-attnres-to-gpu: forward-source-batch, "
-                        "backward-source-batch and unroll-sources must be >= 0";
+                        "backward-source-batch, unroll-sources and "
+                        "merge-tile-columns must be >= 0";
       return signalPassFailure();
     }
 
@@ -239,6 +240,19 @@ struct ConvertAttnResToGPUPass
 
   gpu::GPUFuncOp lastKernel;
 
+  /// Tiles a merge row of `width` columns splits into: the largest count
+  /// whose tiles are at least merge-tile-columns wide (512 by default) and a
+  /// multiple of 8 columns (whole 16-byte vectors of bf16, an even width for
+  /// the residual).
+  int64_t mergeColumnTiles(int64_t width) const {
+    int64_t columns = mergeTileColumns > 0 ? mergeTileColumns : 512;
+    int64_t best = 1;
+    for (int64_t tiles = 2; width / tiles >= columns; ++tiles)
+      if (width % tiles == 0 && (width / tiles) % 8 == 0)
+        best = tiles;
+    return best;
+  }
+
   DictionaryAttr convertForward(OpBuilder &b, ForwardOp op,
                                 const std::string &prefix) {
     AttnResSpec spec = commonSpec(op);
@@ -283,8 +297,10 @@ struct ConvertAttnResToGPUPass
     merge.writeOPre = spec.writeOPre;
     merge.writeResidual = spec.writeResidual;
     merge.eps = spec.eps;
-    FailureOr<RowLayout> mergeLayoutOr =
-        layoutFor(op, spec.width, {b.getF32Type(), spec.output}, 0);
+    if (!spec.outputNorm)
+      merge.columnTiles = mergeColumnTiles(spec.width);
+    FailureOr<RowLayout> mergeLayoutOr = layoutFor(
+        op, spec.width / merge.columnTiles, {b.getF32Type(), spec.output}, 0);
     if (failed(mergeLayoutOr))
       return {};
     RowLayout mergeLayout = *mergeLayoutOr;

@@ -777,7 +777,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                                                        RowLayout layout) {
   KernelBuilder k(b, loc, name, "merge");
   Type f32 = b.getF32Type();
-  int64_t D = spec.width, C = layout.chunks;
+  // A row of D splits into T column tiles of W = D / T (no output norm):
+  // the [P, rows, D] partials and [rows, D] outputs are then [P, rows * T,
+  // W] and [rows * T, W], and tile row r belongs to row r / T.
+  int64_t T = spec.columnTiles, D = spec.width, C = layout.chunks;
+  assert(T == 1 || (!spec.outputNorm && layout.width * T == D));
   unsigned partials = k.buffer("partial_o", f32, "[P, rows, D]");
   unsigned partialLse = k.buffer("partial_lse", f32, "[P, rows]");
   int sink = spec.sink ? k.buffer("sink", f32, "[rows]") : -1;
@@ -810,15 +814,20 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
           1, reduceFloats + (unrolled ? 0 : layout.rowsPerBlock * weightTile)));
   e.setUpThreads(k.workgroup());
   Value rows = k.arg(rowsArg), P = k.arg(partitionsArg);
+  Value tileRows = e.mulI(rows, e.constI64(T));
   Value row =
       e.addI(e.mulI(e.blockX, e.constI64(layout.rowsPerBlock)), e.group);
-  Value valid = e.lessThan(row, rows);
-  Value rowc = e.minI(row, e.addI(rows, e.constI64(-1)));
+  Value valid = e.lessThan(row, tileRows);
+  Value rowc = e.minI(row, e.addI(tileRows, e.constI64(-1)));
+  // The row of the lse, the sink and the weights.
+  Value logicalRow = T > 1 ? e.divI(rowc, e.constI64(T)) : rowc;
   Value negInf = e.constF32(-kInf);
   Value zero = e.zeroVector();
-  Value sinkLogit = sink >= 0 ? e.loadScalar(k.arg(sink), rowc, f32) : negInf;
+  Value sinkLogit =
+      sink >= 0 ? e.loadScalar(k.arg(sink), logicalRow, f32) : negInf;
   auto lseOf = [&](Value p) {
-    return e.loadScalar(k.arg(partialLse), e.addI(e.mulI(p, rows), rowc), f32);
+    return e.loadScalar(k.arg(partialLse),
+                        e.addI(e.mulI(p, rows), logicalRow), f32);
   };
   // w(x) = 0 for an empty partition, 1 at the maximum (so that a +inf
   // maximum gives 1, not inf - inf), exp(x - max) otherwise.
@@ -835,7 +844,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
         e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
     Value wV = e.splat(w, layout.vectorWidth);
     SmallVector<Value> part =
-        loadRow(e, k.arg(partials), e.addI(e.mulI(p, rows), rowc), f32);
+        loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc), f32);
     SmallVector<Value> next;
     for (int64_t c = 0; c < C; ++c)
       next.push_back(
@@ -964,13 +973,22 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                          spec.output, valid);
   else if (oPreOut >= 0)
     storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid);
+  // Lane 0 of a row's first tile stores its lse.
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                         e.lane, e.constI64(0));
-  e.ifThen(arith::AndIOp::create(b, loc, valid, isLane0),
-           [&] { e.storeScalar(lse, k.arg(lseOut), row, f32); });
+  Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
+  if (T > 1)
+    writesLse = arith::AndIOp::create(
+        b, loc, writesLse,
+        arith::CmpIOp::create(
+            b, loc, arith::CmpIPredicate::eq,
+            arith::RemUIOp::create(b, loc, rowc, e.constI64(T)),
+            e.constI64(0)));
+  e.ifThen(writesLse,
+           [&] { e.storeScalar(lse, k.arg(lseOut), logicalRow, f32); });
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
-  info.grid[0] = {"rows", 1, layout.rowsPerBlock};
+  info.grid[0] = {"rows", T, layout.rowsPerBlock};
   info.grid[1] = {"1", 1, 1};
   info.grid[2] = {"1", 1, 1};
   return info;

@@ -45,6 +45,10 @@ struct MergeSpec {
   bool perRowGroupWeight = false; // weight [K, D], row r uses r / rowsPerWeight
   bool sink = false, writeOPre = false;
   bool writeResidual = false; // of the merged o_pre
+  /// Blocks split each row into this many tiles of width / columnTiles
+  /// columns (only without an output norm, whose statistics need the whole
+  /// row): more blocks for the few rows a split forward merges.
+  int64_t columnTiles = 1;
   double eps = 1e-6;
   /// P when known at compile time (a partition_reduce op), else 0. Up to
   /// kRegisterPartitions the partitions are unrolled and their lse kept in
