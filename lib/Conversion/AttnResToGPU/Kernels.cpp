@@ -770,6 +770,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
 // merge
 //===----------------------------------------------------------------------===//
 
+/// Partial rows the merge loads before adding any (run-time partition
+/// counts): the split forward's merge of (32, 16, 8192), P = 8, took 8 us
+/// one partition at a time, a load latency each.
+constexpr int64_t kMergeLoadsInFlight = 4;
+
 KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                                                        Location loc,
                                                        StringRef name,
@@ -839,17 +844,23 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   };
   // An empty partition's row may hold anything, NaN included: it is selected
   // away, never multiplied in.
-  auto accumulate = [&](ArrayRef<Value> acc, Value w, Value p) {
+  auto loadPartial = [&](Value p) {
+    return loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc),
+                   f32);
+  };
+  auto accumulateRow = [&](ArrayRef<Value> acc, Value w,
+                           ArrayRef<Value> part) {
     Value contributes =
         e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
     Value wV = e.splat(w, layout.vectorWidth);
-    SmallVector<Value> part =
-        loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc), f32);
     SmallVector<Value> next;
     for (int64_t c = 0; c < C; ++c)
       next.push_back(
           e.add(acc[c], e.select(contributes, e.mul(part[c], wV), zero)));
     return next;
+  };
+  auto accumulate = [&](ArrayRef<Value> acc, Value w, Value p) {
+    return accumulateRow(acc, w, loadPartial(p));
   };
 
   Value total;
@@ -923,17 +934,34 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                 scf::YieldOp::create(b, loc);
               });
           gpu::BarrierOp::create(b, loc);
+          // kMergeLoadsInFlight partitions a step: their rows are all
+          // loaded before any is added, so that the step waits for one
+          // load latency, not one per partition. Past the tile's end the
+          // last partition is read again with weight 0.
+          Value last = e.addI(tileEnd, e.constI64(-1));
           auto inner = scf::ForOp::create(
-              b, loc, tileStart, tileEnd, e.constI64(1), carried,
+              b, loc, tileStart, tileEnd, e.constI64(kMergeLoadsInFlight),
+              carried,
               [&](OpBuilder &innerBuilder, Location, Value p,
                   ValueRange partial) {
                 OpBuilder::InsertionGuard innerGuard(b);
                 b.setInsertionPoint(innerBuilder.getInsertionBlock(),
                                     innerBuilder.getInsertionPoint());
-                Value w = memref::LoadOp::create(
-                    b, loc, weights, ValueRange{slot(p, tileStart)});
-                scf::YieldOp::create(
-                    b, loc, accumulate(SmallVector<Value>(partial), w, p));
+                SmallVector<Value> ws;
+                SmallVector<SmallVector<Value>> rowsInFlight;
+                for (int64_t u = 0; u < kMergeLoadsInFlight; ++u) {
+                  Value pu = e.addI(p, e.constI64(u));
+                  Value inTile = e.lessThan(pu, tileEnd);
+                  Value clamped = e.minI(pu, last);
+                  Value w = memref::LoadOp::create(
+                      b, loc, weights, ValueRange{slot(clamped, tileStart)});
+                  ws.push_back(e.select(inTile, w, e.constF32(0.0)));
+                  rowsInFlight.push_back(loadPartial(clamped));
+                }
+                SmallVector<Value> next(partial);
+                for (int64_t u = 0; u < kMergeLoadsInFlight; ++u)
+                  next = accumulateRow(next, ws[u], rowsInFlight[u]);
+                scf::YieldOp::create(b, loc, next);
               });
           gpu::BarrierOp::create(b, loc);
           scf::YieldOp::create(b, loc, inner.getResults());
