@@ -556,9 +556,9 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
       "tensor<" + lead + tokens + "x" + std::to_string(D / 2) + "xi8>";
   if (forward) {
     body += "  %o, %lse" + std::string(savesOPre ? ", %o_pre" : "") +
-            (residual ? ", %residual" : "") + " = attnres.forward " +
-            operands + (save == "o_pre" ? "" : " save(" + save + ")") + attrs +
-            " -> " + perQueryType + ", " + lseType +
+            (residual ? ", %residual" : "") + " = attnres.forward " + operands +
+            (save == "o_pre" ? "" : " save(" + save + ")") + attrs + " -> " +
+            perQueryType + ", " + lseType +
             (savesOPre ? ", " + perQueryType : "") +
             (residual ? ", " + residualType : "") + "\n";
   }

@@ -183,18 +183,17 @@ void KernelEmitter::storeVector(Value vector, Value base, Value index,
 
 void KernelEmitter::storeVectorRaw(Value vector, Value base, Value index) {
   auto type = cast<VectorType>(vector.getType());
-  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
-                                      type.getElementType(), base,
-                                      ValueRange{index});
+  Value address =
+      LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
+                          type.getElementType(), base, ValueRange{index});
   LLVM::StoreOp::create(b, loc, vector, address,
-                        type.getNumElements() *
-                            bytesOf(type.getElementType()));
+                        type.getNumElements() * bytesOf(type.getElementType()));
 }
 
 Value KernelEmitter::loadBytes(Value base, Value index, int64_t count) {
   Type i8 = b.getI8Type();
-  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()),
-                                      i8, base, ValueRange{index});
+  Value address = LLVM::GEPOp::create(b, loc, globalPointer(b.getContext()), i8,
+                                      base, ValueRange{index});
   return LLVM::LoadOp::create(b, loc, VectorType::get({count}, i8), address,
                               count);
 }

@@ -198,9 +198,9 @@ SmallVector<int64_t> everyOther(int64_t width, int64_t first) {
 /// Stores the FP32 row `chunks` in the 16-bit `element` and, chunk by chunk
 /// (so that a chunk's registers are free once it is stored), the residuals
 /// of that rounding, where `valid` holds.
-void storeRowWithResidual(KernelEmitter &e, ArrayRef<Value> chunks,
-                          Value base, Value residualBase, Value row,
-                          Type element, Value valid) {
+void storeRowWithResidual(KernelEmitter &e, ArrayRef<Value> chunks, Value base,
+                          Value residualBase, Value row, Type element,
+                          Value valid) {
   int64_t width = e.layout.vectorWidth;
   int64_t bits = attnres::residual::fractionBits(element);
   Value rowStart = e.mulI(row, e.constI64(e.layout.width));
@@ -210,8 +210,8 @@ void storeRowWithResidual(KernelEmitter &e, ArrayRef<Value> chunks,
       auto vectorType = cast<VectorType>(chunks[c].getType());
       Value narrow = LLVM::FPTruncOp::create(
           e.b, e.loc, vectorType.clone(element), chunks[c]);
-      Value index = e.addI(
-          rowStart, e.mulI(e.vectorIndex[c], e.constI64(width)));
+      Value index =
+          e.addI(rowStart, e.mulI(e.vectorIndex[c], e.constI64(width)));
       e.storeVectorRaw(narrow, base, index);
       Value rounded = LLVM::FPExtOp::create(e.b, e.loc, vectorType, narrow);
       Value nibbles =
@@ -220,8 +220,8 @@ void storeRowWithResidual(KernelEmitter &e, ArrayRef<Value> chunks,
                                              everyOther(width, 0));
       Value odd = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
                                             everyOther(width, 1));
-      e.storeBytes(attnres::residual::pack(e.b, e.loc, even, odd),
-                   residualBase, residualIndex(e, row, c));
+      e.storeBytes(attnres::residual::pack(e.b, e.loc, even, odd), residualBase,
+                   residualIndex(e, row, c));
     });
   }
 }
@@ -243,7 +243,8 @@ SmallVector<Value> decodeResidualRow(KernelEmitter &e, ArrayRef<Value> rounded,
     auto [low, high] = attnres::residual::unpack(e.b, e.loc, bytes);
     Value nibbles =
         vector::ShuffleOp::create(e.b, e.loc, low, high, interleave);
-    decoded.push_back(attnres::residual::decode(e.b, e.loc, rounded[c], nibbles, bits));
+    decoded.push_back(
+        attnres::residual::decode(e.b, e.loc, rounded[c], nibbles, bits));
   }
   return decoded;
 }
@@ -599,10 +600,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
                             : k.buffer("lse", f32, "[M, N]");
   bool oPre = !partial && spec.writeOPre;
   int oPreOut = oPre ? k.buffer("o_pre", spec.output, "[M, N, D]") : -1;
-  int residualOut = !partial && spec.writeResidual
-                        ? k.buffer("o_pre_residual", b.getI8Type(),
-                                   "[M, N, D/2]")
-                        : -1;
+  int residualOut =
+      !partial && spec.writeResidual
+          ? k.buffer("o_pre_residual", b.getI8Type(), "[M, N, D/2]")
+          : -1;
   unsigned tokens = k.scalar("num_tokens");
   int partitions = partial ? k.scalar("num_partitions") : -1;
 
@@ -798,10 +799,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   unsigned lseOut = k.buffer("lse", f32, "[rows]");
   int oPreOut =
       spec.writeOPre ? k.buffer("o_pre", spec.output, "[rows, D]") : -1;
-  int residualOut =
-      spec.writeResidual
-          ? k.buffer("o_pre_residual", b.getI8Type(), "[rows, D/2]")
-          : -1;
+  int residualOut = spec.writeResidual ? k.buffer("o_pre_residual",
+                                                  b.getI8Type(), "[rows, D/2]")
+                                       : -1;
   unsigned rowsArg = k.scalar("num_rows");
   unsigned partitionsArg = k.scalar("num_partitions");
   int rowsPerWeight = spec.perRowGroupWeight ? k.scalar("rows_per_weight") : -1;
@@ -831,8 +831,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   Value sinkLogit =
       sink >= 0 ? e.loadScalar(k.arg(sink), logicalRow, f32) : negInf;
   auto lseOf = [&](Value p) {
-    return e.loadScalar(k.arg(partialLse),
-                        e.addI(e.mulI(p, rows), logicalRow), f32);
+    return e.loadScalar(k.arg(partialLse), e.addI(e.mulI(p, rows), logicalRow),
+                        f32);
   };
   // w(x) = 0 for an empty partition, 1 at the maximum (so that a +inf
   // maximum gives 1, not inf - inf), exp(x - max) otherwise.
@@ -845,11 +845,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   // An empty partition's row may hold anything, NaN included: it is selected
   // away, never multiplied in.
   auto loadPartial = [&](Value p) {
-    return loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc),
-                   f32);
+    return loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc), f32);
   };
-  auto accumulateRow = [&](ArrayRef<Value> acc, Value w,
-                           ArrayRef<Value> part) {
+  auto accumulateRow = [&](ArrayRef<Value> acc, Value w, ArrayRef<Value> part) {
     Value contributes =
         e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
     Value wV = e.splat(w, layout.vectorWidth);
@@ -1044,10 +1042,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   unsigned grad = k.buffer("grad", spec.grad, "[M, N, D]");
   unsigned lseIn = k.buffer("lse", f32, "[M, N]");
   int saved = spec.saved ? k.buffer("saved", spec.saved, "[M, N, D]") : -1;
-  int savedResidual =
-      spec.readResidual
-          ? k.buffer("saved_residual", b.getI8Type(), "[M, N, D/2]")
-          : -1;
+  int savedResidual = spec.readResidual ? k.buffer("saved_residual",
+                                                   b.getI8Type(), "[M, N, D/2]")
+                                        : -1;
   unsigned gradSources = k.table("grad_sources", spec.value, "L x [N, D]");
   unsigned partialDa =
       k.buffer("partial_da", f32, "[P * B * rows_per_block, M, R]");
@@ -1123,9 +1120,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
           if (saved >= 0)
             oPre.push_back(loadRow(e, k.arg(saved), perQueryRow, spec.saved));
           if (savedResidual >= 0)
-            oPre.back() = decodeResidualRow(e, oPre.back(),
-                                            k.arg(savedResidual), perQueryRow,
-                                            spec.saved);
+            oPre.back() = decodeResidualRow(
+                e, oPre.back(), k.arg(savedResidual), perQueryRow, spec.saved);
         }
         if (saved < 0) {
           // Recompute o_pre = sum_s p_s v_s with p_s = exp(z_s - lse). The

@@ -5,9 +5,9 @@
 //
 // Layouts: a source, o, o_pre and grad are rows of width D, row (m, n) of a
 // per-query tensor at offset (m * N + n) * D; lse is [M, N]; the residual of
-// a 16-bit o_pre is rows of D / 2 bytes (two 4-bit residuals a byte). Sources (and
-// source gradients) are reached through a device table of L row-major [N, D]
-// pointers, so list and packed sources share one kernel.
+// a 16-bit o_pre is rows of D / 2 bytes (two 4-bit residuals a byte). Sources
+// (and source gradients) are reached through a device table of L row-major [N,
+// D] pointers, so list and packed sources share one kernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,8 +33,8 @@ struct AttnResSpec {
   bool writeOPre = false;
   bool writeResidual = false; // save(o_pre_residual)
   // backward
-  Type grad, saved; // saved is null for the recompute backward
-  bool readResidual = false;  // residual(...) of the saved o_pre
+  Type grad, saved;          // saved is null for the recompute backward
+  bool readResidual = false; // residual(...) of the saved o_pre
   Type gradQuery, gradKeyNorm, gradOutputNorm;
 };
 
