@@ -104,7 +104,11 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "where there is no output norm (the few rows of a split forward "
            "then fill more of the GPU): 0 chooses 512 (rows narrower than "
            "1024 columns stay whole); D is split into the most tiles at least "
-           "that wide whose width is a multiple of 8">
+           "that wide whose width is a multiple of 8">,
+    Option<"mergeLoadsInFlight", "merge-loads-in-flight", "int64_t",
+           /*default=*/"0",
+           "Partial rows a merge with a run-time partition count loads before "
+           "it adds any: 0 chooses 4">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

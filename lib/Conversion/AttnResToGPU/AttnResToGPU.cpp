@@ -117,10 +117,11 @@ struct ConvertAttnResToGPUPass
       return signalPassFailure();
     }
     if (forwardSourceBatch < 0 || backwardSourceBatch < 0 ||
-        unrollSources < 0 || mergeTileColumns < 0) {
+        unrollSources < 0 || mergeTileColumns < 0 || mergeLoadsInFlight < 0) {
       emitError(loc) << "convert-attnres-to-gpu: forward-source-batch, "
-                        "backward-source-batch, unroll-sources and "
-                        "merge-tile-columns must be >= 0";
+                        "backward-source-batch, unroll-sources, "
+                        "merge-tile-columns and merge-loads-in-flight must "
+                        "be >= 0";
       return signalPassFailure();
     }
 
@@ -299,6 +300,7 @@ struct ConvertAttnResToGPUPass
     merge.eps = spec.eps;
     if (!spec.outputNorm)
       merge.columnTiles = mergeColumnTiles(spec.width);
+    merge.loadsInFlight = mergeLoadsInFlight > 0 ? mergeLoadsInFlight : 4;
     FailureOr<RowLayout> mergeLayoutOr = layoutFor(
         op, spec.width / merge.columnTiles, {b.getF32Type(), spec.output}, 0);
     if (failed(mergeLayoutOr))
@@ -385,6 +387,7 @@ struct ConvertAttnResToGPUPass
     merge.staticPartitions = op.getNumPartitions();
     merge.writeOPre = static_cast<bool>(op.getOPre());
     merge.writeResidual = static_cast<bool>(op.getOPreResidual());
+    merge.loadsInFlight = mergeLoadsInFlight > 0 ? mergeLoadsInFlight : 4;
     merge.eps = op.getEps().convertToDouble();
     FailureOr<RowLayout> layoutOr =
         layoutFor(op, merge.width, {b.getF32Type(), merge.output}, 0);

@@ -771,10 +771,6 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
 // merge
 //===----------------------------------------------------------------------===//
 
-/// Partial rows the merge loads before adding any (run-time partition
-/// counts): the split forward's merge of (32, 16, 8192), P = 8, took 8 us
-/// one partition at a time, a load latency each.
-constexpr int64_t kMergeLoadsInFlight = 4;
 
 KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                                                        Location loc,
@@ -880,11 +876,19 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
     }
   } else {
     // Many or run-time partitions: the lanes of a row split the lse work,
-    // then stage the weights in workgroup memory a tile at a time.
+    // then stage the weights in workgroup memory a tile at a time. Lane l
+    // loads the lse of partition l once and keeps it for the maximum, the
+    // sum and the staging: with up to a lane per partition, one load
+    // latency before the partial rows instead of three.
     Value lane = e.lane, stride = e.constI64(layout.threadsPerRow);
+    Value lastPartition = e.addI(P, e.constI64(-1));
+    Value ownsPartition = e.lessThan(lane, P);
+    Value ownLse =
+        e.select(ownsPartition, lseOf(e.minI(lane, lastPartition)), negInf);
+    Value afterOwn = e.addI(lane, stride);
     auto strided = [&](Value init, function_ref<Value(Value, Value)> body) {
       auto loop = scf::ForOp::create(
-          b, loc, lane, P, stride, ValueRange{init},
+          b, loc, afterOwn, P, stride, ValueRange{init},
           [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
             OpBuilder::InsertionGuard guard(b);
             b.setInsertionPoint(nested.getInsertionBlock(),
@@ -894,9 +898,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
       return loop.getResult(0);
     };
     Value localMax = strided(
-        negInf, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
+        ownLse, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
     maximum = e.maximum(e.rowMax({localMax})[0], sinkLogit);
-    Value localSum = strided(e.constF32(0.0), [&](Value p, Value sum) {
+    Value localSum = strided(weightOf(ownLse), [&](Value p, Value sum) {
       return e.add(sum, weightOf(lseOf(p)));
     });
     total = e.rowSum({localSum})[0];
@@ -921,8 +925,23 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                               nested.getInsertionPoint());
           Value tileStart = e.mulI(t, tile);
           Value tileEnd = e.minI(e.addI(tileStart, tile), P);
+          // A lane's first partition of the first tile is its own: its lse
+          // is in a register already.
+          Value firstTile = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::eq, t, e.constI64(0));
+          e.ifThen(
+              arith::AndIOp::create(b, loc, firstTile,
+                                    e.lessThan(lane, tileEnd)),
+              [&] {
+                memref::StoreOp::create(b, loc, weightOf(ownLse), weights,
+                                        ValueRange{slot(lane, tileStart)});
+              });
+          Value firstStaged = e.addI(
+              e.addI(tileStart, lane),
+              arith::SelectOp::create(b, loc, firstTile, stride,
+                                      e.constI64(0)));
           scf::ForOp::create(
-              b, loc, e.addI(tileStart, lane), tileEnd, stride, ValueRange{},
+              b, loc, firstStaged, tileEnd, stride, ValueRange{},
               [&](OpBuilder &inner, Location, Value p, ValueRange) {
                 OpBuilder::InsertionGuard innerGuard(b);
                 b.setInsertionPoint(inner.getInsertionBlock(),
@@ -932,13 +951,13 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                 scf::YieldOp::create(b, loc);
               });
           gpu::BarrierOp::create(b, loc);
-          // kMergeLoadsInFlight partitions a step: their rows are all
+          // spec.loadsInFlight partitions a step: their rows are all
           // loaded before any is added, so that the step waits for one
           // load latency, not one per partition. Past the tile's end the
           // last partition is read again with weight 0.
           Value last = e.addI(tileEnd, e.constI64(-1));
           auto inner = scf::ForOp::create(
-              b, loc, tileStart, tileEnd, e.constI64(kMergeLoadsInFlight),
+              b, loc, tileStart, tileEnd, e.constI64(spec.loadsInFlight),
               carried,
               [&](OpBuilder &innerBuilder, Location, Value p,
                   ValueRange partial) {
@@ -947,7 +966,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                                     innerBuilder.getInsertionPoint());
                 SmallVector<Value> ws;
                 SmallVector<SmallVector<Value>> rowsInFlight;
-                for (int64_t u = 0; u < kMergeLoadsInFlight; ++u) {
+                for (int64_t u = 0; u < spec.loadsInFlight; ++u) {
                   Value pu = e.addI(p, e.constI64(u));
                   Value inTile = e.lessThan(pu, tileEnd);
                   Value clamped = e.minI(pu, last);
@@ -957,7 +976,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                   rowsInFlight.push_back(loadPartial(clamped));
                 }
                 SmallVector<Value> next(partial);
-                for (int64_t u = 0; u < kMergeLoadsInFlight; ++u)
+                for (int64_t u = 0; u < spec.loadsInFlight; ++u)
                   next = accumulateRow(next, ws[u], rowsInFlight[u]);
                 scf::YieldOp::create(b, loc, next);
               });

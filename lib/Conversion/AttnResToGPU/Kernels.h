@@ -49,6 +49,9 @@ struct MergeSpec {
   /// columns (only without an output norm, whose statistics need the whole
   /// row): more blocks for the few rows a split forward merges.
   int64_t columnTiles = 1;
+  /// Partial rows loaded before any is added, with a run-time partition
+  /// count: the step waits for one load latency, not one per partition.
+  int64_t loadsInFlight = 4;
   double eps = 1e-6;
   /// P when known at compile time (a partition_reduce op), else 0. Up to
   /// kRegisterPartitions the partitions are unrolled and their lse kept in

@@ -2,6 +2,9 @@
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=64 | FileCheck %s --check-prefix=AMD
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=48 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: convert-attnres-to-gpu: subgroup-size must be a power of two
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=merge-loads-in-flight=-1 2>&1 | FileCheck %s --check-prefix=NEGATIVE
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=merge-tile-columns=-512 2>&1 | FileCheck %s --check-prefix=NEGATIVE
+// NEGATIVE: convert-attnres-to-gpu: forward-source-batch, backward-source-batch, unroll-sources, merge-tile-columns and merge-loads-in-flight must be >= 0
 
 // A forward becomes three kernels (unsplit, partial, merge). D = 1024 bf16
 // is 128 vectors of 8: by default two vectors a lane, a block of 64 threads

@@ -73,18 +73,22 @@ func.func @forward_output_norm(%v: tensor<8x64xf32>, %q: tensor<64xf32>, %h: ten
 // -----
 
 // save(o_pre_residual): the FP32 mixture's even and odd columns (stride-2
-// slices) are rounded to bf16 and encoded against their ulp (2^e from the
-// exponent field, times 14 * 2^7 = 1792 steps), and two 4-bit residuals are
-// packed into a byte.
+// slices) are rounded to bf16 and encoded against their ulp (2^-e from the
+// exponent field, times 14 * 2^7 = 1792 steps), rounded to nearest by adding
+// 1.5 * 2^23 (0x4B400000) and keeping the low four bits, and two 4-bit
+// residuals are packed into a byte.
 // CHECK-LABEL: func.func @forward_residual
 // CHECK-DAG: %[[STEPS:.*]] = arith.constant 1.792000e+03 : f32
+// CHECK-DAG: %[[ROUND:.*]] = arith.constant 0x4B400000 : f32
 // CHECK: %[[EVEN:.*]] = tensor.extract_slice %{{.*}}[0, 0] [%{{.*}}, 32] [1, 2] : tensor<?x64xf32> to tensor<?x32xf32>
 // CHECK: %[[ODD:.*]] = tensor.extract_slice %{{.*}}[0, 1] [%{{.*}}, 32] [1, 2] : tensor<?x64xf32> to tensor<?x32xf32>
 // CHECK: linalg.generic {{.*}} ins(%[[EVEN]], %[[ODD]] : tensor<?x32xf32>, tensor<?x32xf32>) outs(%{{.*}} : tensor<?x32xi8>)
 // CHECK: arith.truncf %{{.*}} : f32 to bf16
 // CHECK: arith.andi %{{.*}}, %{{.*}} : i32
 // CHECK: arith.mulf %{{.*}}, %[[STEPS]] : f32
-// CHECK: arith.fptosi %{{.*}} : f32 to i8
+// CHECK: arith.addf %{{.*}}, %[[ROUND]] : f32
+// CHECK: arith.bitcast %{{.*}} : f32 to i32
+// CHECK: arith.trunci %{{.*}} : i32 to i8
 // CHECK: arith.shli %{{.*}}, %{{.*}} : i8
 // CHECK: arith.ori %{{.*}}, %{{.*}} : i8
 func.func @forward_residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
