@@ -876,19 +876,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
     }
   } else {
     // Many or run-time partitions: the lanes of a row split the lse work,
-    // then stage the weights in workgroup memory a tile at a time. Lane l
-    // loads the lse of partition l once and keeps it for the maximum, the
-    // sum and the staging: with up to a lane per partition, one load
-    // latency before the partial rows instead of three.
+    // then stage the weights in workgroup memory a tile at a time.
     Value lane = e.lane, stride = e.constI64(layout.threadsPerRow);
-    Value lastPartition = e.addI(P, e.constI64(-1));
-    Value ownsPartition = e.lessThan(lane, P);
-    Value ownLse =
-        e.select(ownsPartition, lseOf(e.minI(lane, lastPartition)), negInf);
-    Value afterOwn = e.addI(lane, stride);
     auto strided = [&](Value init, function_ref<Value(Value, Value)> body) {
       auto loop = scf::ForOp::create(
-          b, loc, afterOwn, P, stride, ValueRange{init},
+          b, loc, lane, P, stride, ValueRange{init},
           [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
             OpBuilder::InsertionGuard guard(b);
             b.setInsertionPoint(nested.getInsertionBlock(),
@@ -898,9 +890,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
       return loop.getResult(0);
     };
     Value localMax = strided(
-        ownLse, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
+        negInf, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
     maximum = e.maximum(e.rowMax({localMax})[0], sinkLogit);
-    Value localSum = strided(weightOf(ownLse), [&](Value p, Value sum) {
+    Value localSum = strided(e.constF32(0.0), [&](Value p, Value sum) {
       return e.add(sum, weightOf(lseOf(p)));
     });
     total = e.rowSum({localSum})[0];
@@ -925,23 +917,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                               nested.getInsertionPoint());
           Value tileStart = e.mulI(t, tile);
           Value tileEnd = e.minI(e.addI(tileStart, tile), P);
-          // A lane's first partition of the first tile is its own: its lse
-          // is in a register already.
-          Value firstTile = arith::CmpIOp::create(
-              b, loc, arith::CmpIPredicate::eq, t, e.constI64(0));
-          e.ifThen(
-              arith::AndIOp::create(b, loc, firstTile,
-                                    e.lessThan(lane, tileEnd)),
-              [&] {
-                memref::StoreOp::create(b, loc, weightOf(ownLse), weights,
-                                        ValueRange{slot(lane, tileStart)});
-              });
-          Value firstStaged = e.addI(
-              e.addI(tileStart, lane),
-              arith::SelectOp::create(b, loc, firstTile, stride,
-                                      e.constI64(0)));
           scf::ForOp::create(
-              b, loc, firstStaged, tileEnd, stride, ValueRange{},
+              b, loc, e.addI(tileStart, lane), tileEnd, stride, ValueRange{},
               [&](OpBuilder &inner, Location, Value p, ValueRange) {
                 OpBuilder::InsertionGuard innerGuard(b);
                 b.setInsertionPoint(inner.getInsertionBlock(),
