@@ -12,14 +12,17 @@
 #include "Json.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -257,13 +260,69 @@ struct AttnresRuntime {
 
 namespace {
 
-Failure readFile(const std::string &path, std::string &contents) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return {ATTNRES_ERROR_BUNDLE, "cannot read '" + path + "'"};
-  std::ostringstream buffer;
-  buffer << file.rdbuf();
-  contents = buffer.str();
+// The largest files a bundle may hold: a manifest is a few kilobytes, a
+// binary of every kernel some megabytes.
+constexpr off_t kMaxManifestBytes = off_t(16) << 20;
+constexpr off_t kMaxBinaryBytes = off_t(512) << 20;
+
+/// Reads `name`, a file of the bundle folder `directory`: a plain file name
+/// (no path), a regular file (not a FIFO, a device or a folder), inside the
+/// folder once links are resolved, and at most `maxBytes` long. Opening
+/// does not block (a FIFO is refused, not waited on).
+Failure readBundleFile(const std::string &directory, const std::string &name,
+                       off_t maxBytes, std::string &contents) {
+  if (name.empty() || name == "." || name == ".." ||
+      name.find_first_of(std::string("/\\\0", 3)) != std::string::npos)
+    return {ATTNRES_ERROR_BUNDLE,
+            "a bundle names files inside its own folder by a plain file "
+            "name; got '" +
+                name.substr(0, 200) + "'"};
+  std::string path = directory + "/" + name;
+  char folderPath[PATH_MAX], filePath[PATH_MAX];
+  if (!realpath(path.c_str(), filePath) ||
+      !realpath(directory.c_str(), folderPath))
+    return {ATTNRES_ERROR_BUNDLE,
+            "cannot read '" + path + "': " + std::strerror(errno)};
+  std::string folder(folderPath), file(filePath);
+  if (file.compare(0, folder.size() + 1, folder + "/") != 0)
+    return {ATTNRES_ERROR_BUNDLE, "'" + path + "' resolves to '" + file +
+                                      "', outside the bundle folder '" +
+                                      folder + "'"};
+  int fd = open(filePath, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return {ATTNRES_ERROR_BUNDLE,
+            "cannot read '" + path + "': " + std::strerror(errno)};
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return {ATTNRES_ERROR_BUNDLE,
+            "'" + path +
+                "' is not a regular file (a bundle holds only "
+                "regular files)"};
+  }
+  if (info.st_size > maxBytes) {
+    close(fd);
+    return {ATTNRES_ERROR_BUNDLE,
+            "'" + path + "' is " + std::to_string(info.st_size) +
+                " bytes; a bundle's " + name + " may be at most " +
+                std::to_string(maxBytes) + " bytes"};
+  }
+  // Reads what fstat reported; a file that grows meanwhile is cut there.
+  contents.assign(static_cast<size_t>(info.st_size), '\0');
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t got = read(fd, &contents[done], contents.size() - done);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      close(fd);
+      return {ATTNRES_ERROR_BUNDLE,
+              "cannot read '" + path + "': " +
+                  (got < 0 ? std::strerror(errno) : "it shrank while read")};
+    }
+    done += static_cast<size_t>(got);
+  }
+  close(fd);
   return ok();
 }
 
@@ -420,7 +479,8 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
 Failure loadBundle(const std::string &directory, AttnresRuntime &runtime,
                    bool withDevice) {
   std::string manifest;
-  if (Failure failure = readFile(directory + "/manifest.json", manifest);
+  if (Failure failure = readBundleFile(directory, "manifest.json",
+                                       kMaxManifestBytes, manifest);
       failure.status != ATTNRES_OK)
     return failure;
   if (Failure failure = parseManifest(manifest, runtime);
@@ -428,11 +488,13 @@ Failure loadBundle(const std::string &directory, AttnresRuntime &runtime,
     return failure;
   const Value *binaries = runtime.manifest.get("binaries");
   if (!binaries || binaries->kind != Value::Kind::Array ||
-      binaries->array.size() != 1 || !binaries->array[0].get("file"))
+      binaries->array.size() != 1 || !binaries->array[0].get("file") ||
+      binaries->array[0].get("file")->kind != Value::Kind::String)
     return bundleError("exactly one binary expected");
   std::string binary;
-  if (Failure failure = readFile(
-          directory + "/" + binaries->array[0].get("file")->string, binary);
+  if (Failure failure =
+          readBundleFile(directory, binaries->array[0].get("file")->string,
+                         kMaxBinaryBytes, binary);
       failure.status != ATTNRES_OK)
     return failure;
   if (binary.empty())
