@@ -330,6 +330,30 @@ Failure bundleError(const std::string &message) {
   return {ATTNRES_ERROR_BUNDLE, "malformed bundle manifest: " + message};
 }
 
+/// `value` as a whole number in [min, max] (JSON numbers are doubles: a
+/// fraction, an exponent past int64 or a string is refused, never cast).
+bool wholeNumber(const Value *value, int64_t min, int64_t max, int64_t &out) {
+  if (!value || value->kind != Value::Kind::Number ||
+      !std::isfinite(value->number) ||
+      value->number != std::floor(value->number) ||
+      value->number < static_cast<double>(min) ||
+      value->number > static_cast<double>(max))
+    return false;
+  out = static_cast<int64_t>(value->number);
+  return true;
+}
+
+/// The op facts the runtime computes sizes and grids from, with their
+/// ranges (the compiler's own limits).
+struct FactRange {
+  const char *key;
+  int64_t min, max;
+};
+constexpr FactRange kOpFacts[] = {
+    {"num_sources", 1, 4096},    {"width", 1, 65536},
+    {"rank", 1, 65536},          {"num_queries", 1, 16},
+    {"rows_per_block", 1, 1024}, {"num_partitions", 1, 4096}};
+
 /// Reads the manifest into `runtime` (no driver involved).
 Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
   std::string error;
@@ -360,9 +384,13 @@ Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
       return bundleError("a kernel lacks name, role, arguments, grid or block");
     kernel.name = name->string;
     kernel.role = role->string;
-    kernel.block = static_cast<int64_t>(block->number);
-    if (const Value *width = entry.get("vector_width"))
-      kernel.vectorWidth = static_cast<int64_t>(width->number);
+    if (!wholeNumber(block, 1, 1024, kernel.block))
+      return bundleError("kernel " + kernel.name +
+                         ": block must be a whole number in [1, 1024]");
+    if (const Value *width = entry.get("vector_width");
+        width && !wholeNumber(width, 1, 64, kernel.vectorWidth))
+      return bundleError("kernel " + kernel.name +
+                         ": vector_width must be a whole number in [1, 64]");
     for (const Value &argument : arguments->array) {
       Argument parsed;
       for (auto [key, field] :
@@ -377,12 +405,15 @@ Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
     }
     for (int dim = 0; dim < 3; ++dim) {
       const Value &g = grid->array[dim];
-      const Value *symbol = g.get("symbol"), *scale = g.get("scale"),
-                  *divisor = g.get("divisor");
-      if (!symbol || !scale || !divisor || divisor->number < 1)
-        return bundleError("kernel " + kernel.name + " has a bad grid rule");
-      kernel.grid[dim] = {symbol->string, static_cast<int64_t>(scale->number),
-                          static_cast<int64_t>(divisor->number)};
+      const Value *symbol = g.get("symbol");
+      GridDim &rule = kernel.grid[dim];
+      if (!symbol || symbol->kind != Value::Kind::String ||
+          !wholeNumber(g.get("scale"), 1, 1 << 20, rule.scale) ||
+          !wholeNumber(g.get("divisor"), 1, 1 << 20, rule.divisor))
+        return bundleError("kernel " + kernel.name +
+                           " has a bad grid rule (a symbol, and scale and "
+                           "divisor whole numbers in [1, 2^20])");
+      rule.symbol = symbol->string;
     }
     runtime.kernels[kernel.name] = kernel;
   }
@@ -394,6 +425,15 @@ Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
     Op op;
     op.facts = entry;
     op.kind = op.text("op");
+    for (const FactRange &fact : kOpFacts) {
+      int64_t value;
+      if (entry.get(fact.key) &&
+          !wholeNumber(entry.get(fact.key), fact.min, fact.max, value))
+        return bundleError("op fact " + std::string(fact.key) +
+                           " must be a whole number in [" +
+                           std::to_string(fact.min) + ", " +
+                           std::to_string(fact.max) + "]");
+    }
     op.description = attnres::json::print(entry);
     for (const char *role : {"forward", "forward_partial", "merge", "backward",
                              "finalize", "sum"}) {
@@ -417,10 +457,9 @@ Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
         std::pair{"partition_bytes", &runtime.rules.partitionBytes},
         std::pair{"tokens_per_block", &runtime.rules.tokensPerBlock}}) {
     const Value *value = launch ? launch->get(key) : nullptr;
-    if (!value || value->kind != Value::Kind::Number || value->number < 1)
+    if (!wholeNumber(value, 1, int64_t(1) << 40, *field))
       return bundleError(std::string("rules.launch.") + key +
-                         " must be a number >= 1");
-    *field = static_cast<int64_t>(value->number);
+                         " must be a whole number in [1, 2^40]");
   }
   return ok();
 }

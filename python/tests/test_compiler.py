@@ -119,6 +119,31 @@ def test_bad_bundles(tmp_path):
      ' "k", "role": "sum", "block": 64, "arguments": [], "grid": [{"symbol": '
      '"N", "scale": 1, "divisor": 0}, {}, {}]}]}',
      "kernel k has a bad grid rule"),
+    # Numbers the launches compute with: whole, in range, never cast from a
+    # fraction or an overflowing double (a vector_width of 0 divided by
+    # zero at the first launch).
+    *[('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": '
+       '[{"name": "k", "role": "sum", "arguments": [], "grid": [{"symbol": '
+       f'"N", "scale": {scale}, "divisor": {divisor}}}, {{}}, {{}}], '
+       f'"block": {block}, "vector_width": {width}}}]}}', message)
+      for block, width, scale, divisor, message in [
+          (0, 8, 1, 1, "kernel k: block must be a whole number in [1, 1024]"),
+          ("1e400", 8, 1, 1, "kernel k: block must be a whole number"),
+          (64.5, 8, 1, 1, "kernel k: block must be a whole number"),
+          (64, 0, 1, 1, "kernel k: vector_width must be a whole number in "
+                        "[1, 64]"),
+          ('"8"', 8, 1, 1, "kernel k: block must be a whole number"),
+          (64, 8, "1e300", 1, "kernel k has a bad grid rule"),
+          (64, 8, 1, 0.5, "kernel k has a bad grid rule")]],
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
+     '"ops": [{"op": "forward", "width": -1}]}',
+     "op fact width must be a whole number in [1, 65536]"),
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
+     '"ops": [{"op": "forward", "num_queries": 1e18}]}',
+     "op fact num_queries must be a whole number in [1, 16]"),
+    ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
+     '"ops": [], "rules": {"launch": {"blocks_per_multiprocessor": 1e30}}}',
+     "rules.launch.blocks_per_multiprocessor must be a whole number"),
     ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
      '"ops": [{"op": "sum", "sum": "missing"}]}',
      "op names kernel 'missing', which the bundle lacks"),
