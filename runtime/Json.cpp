@@ -2,6 +2,7 @@
 
 #include "Json.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -77,29 +78,138 @@ private:
     }
     if (literal("null"))
       return true;
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      const char *start = text.c_str() + position;
-      char *end = nullptr;
-      value.number = std::strtod(start, &end);
-      if (end == start)
-        return fail("malformed number");
-      value.kind = Value::Kind::Number;
-      position += end - start;
-      return true;
-    }
+    if (c == '-' || isDigit(c))
+      return parseNumber(value);
     return fail(std::string("unexpected character '") + c + "'");
+  }
+
+  static bool isDigit(char c) { return c >= '0' && c <= '9'; }
+  static int hexDigit(char c) {
+    if (isDigit(c))
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+      return c - 'A' + 10;
+    return -1;
+  }
+
+  /// A number exactly as JSON spells it (-?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?):
+  /// strtod alone would also take "-inf", "-nan" and hexadecimal floats.
+  /// Finite only: 1e400 is refused, not made infinite.
+  bool parseNumber(Value &value) {
+    size_t start = position;
+    auto digits = [&] {
+      size_t first = position;
+      while (position < text.size() && isDigit(text[position]))
+        ++position;
+      return position > first;
+    };
+    if (text[position] == '-')
+      ++position;
+    if (position < text.size() && text[position] == '0')
+      ++position;
+    else if (!digits())
+      return fail("malformed number");
+    if (position < text.size() && text[position] == '.') {
+      ++position;
+      if (!digits())
+        return fail("malformed number");
+    }
+    if (position < text.size() &&
+        (text[position] == 'e' || text[position] == 'E')) {
+      ++position;
+      if (position < text.size() &&
+          (text[position] == '+' || text[position] == '-'))
+        ++position;
+      if (!digits())
+        return fail("malformed number");
+    }
+    std::string spelled = text.substr(start, position - start);
+    value.number = std::strtod(spelled.c_str(), nullptr);
+    if (!std::isfinite(value.number)) {
+      position = start;
+      return fail("number out of range");
+    }
+    value.kind = Value::Kind::Number;
+    return true;
+  }
+
+  /// Four hexadecimal digits of a \\u escape, or -1.
+  long hexQuad() {
+    if (position + 4 > text.size())
+      return -1;
+    long code = 0;
+    for (int i = 0; i < 4; ++i) {
+      int digit = hexDigit(text[position + i]);
+      if (digit < 0)
+        return -1;
+      code = code * 16 + digit;
+    }
+    position += 4;
+    return code;
+  }
+
+  static void appendUtf8(std::string &out, unsigned long code) {
+    if (code < 0x80) {
+      out += static_cast<char>(code);
+    } else if (code < 0x800) {
+      out += static_cast<char>(0xC0 | (code >> 6));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+      out += static_cast<char>(0xE0 | (code >> 12));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (code >> 18));
+      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    }
+  }
+
+  /// The length of the well-formed UTF-8 sequence at `position` (RFC 3629:
+  /// no overlong forms, no surrogates, nothing past U+10FFFF), or 0.
+  size_t utf8Length() const {
+    auto byte = [&](size_t i) {
+      return static_cast<unsigned char>(text[position + i]);
+    };
+    unsigned char lead = byte(0);
+    size_t length = lead < 0x80                    ? 1
+                    : lead >= 0xC2 && lead <= 0xDF ? 2
+                    : lead >= 0xE0 && lead <= 0xEF ? 3
+                    : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                   : 0;
+    if (!length || position + length > text.size())
+      return 0;
+    for (size_t i = 1; i < length; ++i)
+      if ((byte(i) & 0xC0) != 0x80)
+        return 0;
+    if ((lead == 0xE0 && byte(1) < 0xA0) || (lead == 0xED && byte(1) > 0x9F) ||
+        (lead == 0xF0 && byte(1) < 0x90) || (lead == 0xF4 && byte(1) > 0x8F))
+      return 0;
+    return length;
   }
 
   bool parseString(std::string &out) {
     ++position; // opening quote
     while (position < text.size()) {
-      char c = text[position++];
-      if (c == '"')
+      char c = text[position];
+      if (c == '"') {
+        ++position;
         return true;
+      }
+      if (static_cast<unsigned char>(c) < 0x20)
+        return fail("control character in a string");
       if (c != '\\') {
-        out += c;
+        size_t length = utf8Length();
+        if (!length)
+          return fail("malformed UTF-8 in a string");
+        out.append(text, position, length);
+        position += length;
         continue;
       }
+      ++position;
       if (position >= text.size())
         break;
       char escape = text[position++];
@@ -125,22 +235,21 @@ private:
         out += '\f';
         break;
       case 'u': {
-        if (position + 4 > text.size())
-          return fail("truncated \\u escape");
-        unsigned code =
-            std::strtoul(text.substr(position, 4).c_str(), nullptr, 16);
-        position += 4;
-        // The compiler writes ASCII; encode what it could write as UTF-8.
-        if (code < 0x80) {
-          out += static_cast<char>(code);
-        } else if (code < 0x800) {
-          out += static_cast<char>(0xC0 | (code >> 6));
-          out += static_cast<char>(0x80 | (code & 0x3F));
-        } else {
-          out += static_cast<char>(0xE0 | (code >> 12));
-          out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-          out += static_cast<char>(0x80 | (code & 0x3F));
+        long code = hexQuad();
+        if (code < 0)
+          return fail("\\u needs four hexadecimal digits");
+        if (code >= 0xDC00 && code <= 0xDFFF)
+          return fail("lone low surrogate in a \\u escape");
+        if (code >= 0xD800 && code <= 0xDBFF) {
+          // A pair of escapes spells one code point past U+FFFF.
+          if (!literal("\\u"))
+            return fail("lone high surrogate in a \\u escape");
+          long low = hexQuad();
+          if (low < 0xDC00 || low > 0xDFFF)
+            return fail("lone high surrogate in a \\u escape");
+          code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
         }
+        appendUtf8(out, static_cast<unsigned long>(code));
         break;
       }
       default:

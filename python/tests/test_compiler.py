@@ -128,7 +128,7 @@ def test_bad_bundles(tmp_path):
        f'"block": {block}, "vector_width": {width}}}]}}', message)
       for block, width, scale, divisor, message in [
           (0, 8, 1, 1, "kernel k: block must be a whole number in [1, 1024]"),
-          ("1e400", 8, 1, 1, "kernel k: block must be a whole number"),
+          ("1e400", 8, 1, 1, "number out of range"),
           (64.5, 8, 1, 1, "kernel k: block must be a whole number"),
           (64, 0, 1, 1, "kernel k: vector_width must be a whole number in "
                         "[1, 64]"),
@@ -155,6 +155,43 @@ def test_malformed_manifests(tmp_path, manifest, message):
     with pytest.raises(attnres.BundleError) as raised:
         attnres.inspect(tmp_path)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("manifest, message", [
+    # Numbers as JSON spells them, finite.
+    (b'{"format_version": -inf}', "malformed number"),
+    (b'{"format_version": -nan}', "malformed number"),
+    (b'{"format_version": 1e400}', "number out of range"),
+    (b'{"format_version": 0x1}', "malformed bundle manifest"),
+    (b'{"format_version": 01}', "malformed bundle manifest"),
+    (b'{"format_version": 1.}', "malformed number"),
+    # Strings: escapes with four hex digits, surrogates in pairs, no raw
+    # control characters, well-formed UTF-8.
+    (b'{"a": "\\uZZZZ"}', "\\u needs four hexadecimal digits"),
+    (b'{"a": "\\u12G4"}', "\\u needs four hexadecimal digits"),
+    (b'{"a": "\\ud800"}', "lone high surrogate"),
+    (b'{"a": "\\udc00"}', "lone low surrogate"),
+    (b'{"a": "x\x01"}', "control character in a string"),
+    (b'{"a": "\xff"}', "malformed UTF-8 in a string"),
+    (b'{"a": "\xc0\xaf"}', "malformed UTF-8 in a string"),   # overlong
+    (b'{"a": "\xed\xa0\x80"}', "malformed UTF-8 in a string"),  # surrogate
+    (b'{"a": "\xf4\x90\x80\x80"}', "malformed UTF-8 in a string"),
+])
+def test_malformed_json(tmp_path, manifest, message):
+    (tmp_path / "manifest.json").write_bytes(manifest)
+    with pytest.raises(attnres.BundleError) as raised:
+        attnres.inspect(tmp_path)
+    assert message in str(raised.value)
+
+
+def test_well_formed_json_strings_parse(tmp_path):
+    # UTF-8, a surrogate pair and escapes are fine: the manifest then fails
+    # on its content (format_version), not on its syntax.
+    (tmp_path / "manifest.json").write_bytes(
+        b'{"x": "\xc3\xa9\xf0\x9f\x98\x80 \\ud83d\\ude00 \\n\\u00e9",'
+        b' "format_version": 2}')
+    with pytest.raises(attnres.BundleError, match="format_version 1"):
+        attnres.inspect(tmp_path)
 
 
 @needs_ptxas
