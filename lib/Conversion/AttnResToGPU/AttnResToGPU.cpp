@@ -300,7 +300,8 @@ struct ConvertAttnResToGPUPass
     merge.eps = spec.eps;
     if (!spec.outputNorm)
       merge.columnTiles = mergeColumnTiles(spec.width);
-    merge.loadsInFlight = mergeLoadsInFlight > 0 ? mergeLoadsInFlight : 4;
+    if (mergeLoadsInFlight > 0)
+      merge.loadsInFlight = mergeLoadsInFlight;
     FailureOr<RowLayout> mergeLayoutOr = layoutFor(
         op, spec.width / merge.columnTiles, {b.getF32Type(), spec.output}, 0);
     if (failed(mergeLayoutOr))
@@ -387,7 +388,8 @@ struct ConvertAttnResToGPUPass
     merge.staticPartitions = op.getNumPartitions();
     merge.writeOPre = static_cast<bool>(op.getOPre());
     merge.writeResidual = static_cast<bool>(op.getOPreResidual());
-    merge.loadsInFlight = mergeLoadsInFlight > 0 ? mergeLoadsInFlight : 4;
+    if (mergeLoadsInFlight > 0)
+      merge.loadsInFlight = mergeLoadsInFlight;
     merge.eps = op.getEps().convertToDouble();
     FailureOr<RowLayout> layoutOr =
         layoutFor(op, merge.width, {b.getF32Type(), merge.output}, 0);

@@ -165,20 +165,6 @@ SmallVector<Value> loadRow(KernelEmitter &e, Value base, Value row,
   return chunks;
 }
 
-/// Stores the chunk vectors of a row where `valid` (i1) holds.
-void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
-              Type element, Value valid) {
-  Value rowStart = e.mulI(row, e.constI64(e.layout.width));
-  for (int64_t c = 0; c < e.layout.chunks; ++c) {
-    Value inRow = arith::AndIOp::create(e.b, e.loc, valid, e.chunkActive[c]);
-    e.ifThen(inRow, [&] {
-      Value index = e.addI(
-          rowStart, e.mulI(e.vectorIndex[c], e.constI64(e.layout.vectorWidth)));
-      e.storeVector(chunks[c], base, index, element);
-    });
-  }
-}
-
 /// Byte index of chunk c's residuals in a residual buffer ([rows, D/2] i8):
 /// a chunk of `vectorWidth` (even) elements has `vectorWidth / 2` bytes.
 Value residualIndex(KernelEmitter &e, Value row, int64_t c) {
@@ -195,27 +181,31 @@ SmallVector<int64_t> everyOther(int64_t width, int64_t first) {
   return mask;
 }
 
-/// Stores the FP32 row `chunks` in the 16-bit `element` and, chunk by chunk
-/// (so that a chunk's registers are free once it is stored), the residuals
-/// of that rounding, where `valid` holds.
-void storeRowWithResidual(KernelEmitter &e, ArrayRef<Value> chunks, Value base,
-                          Value residualBase, Value row, Type element,
-                          Value valid) {
+/// Stores the chunk vectors of a row where `valid` (i1) holds. With a
+/// `residualBase`, also the residuals of the chunks' rounding to the 16-bit
+/// `element`, chunk by chunk (so that a chunk's registers are free once it
+/// is stored).
+void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
+              Type element, Value valid, Value residualBase = {}) {
   int64_t width = e.layout.vectorWidth;
-  int64_t bits = attnres::residual::fractionBits(element);
   Value rowStart = e.mulI(row, e.constI64(e.layout.width));
   for (int64_t c = 0; c < e.layout.chunks; ++c) {
     Value inRow = arith::AndIOp::create(e.b, e.loc, valid, e.chunkActive[c]);
     e.ifThen(inRow, [&] {
+      Value index =
+          e.addI(rowStart, e.mulI(e.vectorIndex[c], e.constI64(width)));
+      if (!residualBase) {
+        e.storeVector(chunks[c], base, index, element);
+        return;
+      }
       auto vectorType = cast<VectorType>(chunks[c].getType());
       Value narrow = LLVM::FPTruncOp::create(
           e.b, e.loc, vectorType.clone(element), chunks[c]);
-      Value index =
-          e.addI(rowStart, e.mulI(e.vectorIndex[c], e.constI64(width)));
       e.storeVectorRaw(narrow, base, index);
       Value rounded = LLVM::FPExtOp::create(e.b, e.loc, vectorType, narrow);
       Value nibbles =
-          attnres::residual::encode(e.b, e.loc, chunks[c], rounded, bits);
+          attnres::residual::encode(e.b, e.loc, chunks[c], rounded,
+                                    attnres::residual::fractionBits(element));
       Value even = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
                                              everyOther(width, 0));
       Value odd = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
@@ -745,16 +735,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
       }
       // The residual goes with the row o_pre is stored in: o itself
       // without an output norm.
-      if (residualOut >= 0 && !oPre)
-        storeRowWithResidual(e, oRow, k.arg(out), k.arg(residualOut), outRow,
-                             spec.output, valid);
-      else
-        storeRow(e, oRow, k.arg(out), outRow, spec.output, valid);
-      if (oPre && residualOut >= 0)
-        storeRowWithResidual(e, oPreRow, k.arg(oPreOut), k.arg(residualOut),
-                             outRow, spec.output, valid);
-      else if (oPre)
-        storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid);
+      Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
+      storeRow(e, oRow, k.arg(out), outRow, spec.output, valid,
+               oPre ? Value() : residual);
+      if (oPre)
+        storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid,
+                 residual);
     }
     e.ifThen(writesLse,
              [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
@@ -770,7 +756,6 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
 //===----------------------------------------------------------------------===//
 // merge
 //===----------------------------------------------------------------------===//
-
 
 KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                                                        Location loc,
@@ -985,16 +970,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
     for (int64_t c = 0; c < C; ++c)
       oRow.push_back(e.mul(e.mul(merged[c], rhoV), h[c]));
   }
-  if (residualOut >= 0 && oPreOut < 0)
-    storeRowWithResidual(e, oRow, k.arg(out), k.arg(residualOut), row,
-                         spec.output, valid);
-  else
-    storeRow(e, oRow, k.arg(out), row, spec.output, valid);
-  if (oPreOut >= 0 && residualOut >= 0)
-    storeRowWithResidual(e, merged, k.arg(oPreOut), k.arg(residualOut), row,
-                         spec.output, valid);
-  else if (oPreOut >= 0)
-    storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid);
+  Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
+  storeRow(e, oRow, k.arg(out), row, spec.output, valid,
+           oPreOut >= 0 ? Value() : residual);
+  if (oPreOut >= 0)
+    storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid, residual);
   // Lane 0 of a row's first tile stores its lse.
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                         e.lane, e.constI64(0));

@@ -37,20 +37,13 @@ Value intConstant(OpBuilder &b, Location loc, Type type, int64_t value) {
   return constant(b, loc, type, b.getIntegerAttr(element, value));
 }
 
-/// The exponent field of the FP32 `value` (i32, other bits cleared), and
-/// whether it belongs to a normal number (neither zero/subnormal nor
-/// infinity/NaN): field - 2^23 below 254 * 2^23, unsigned, in two ops.
-std::pair<Value, Value> exponentField(OpBuilder &b, Location loc, Value value) {
+/// The exponent field of the FP32 `value` (i32, other bits cleared): 2^e as
+/// bits, 0 for zero and subnormals, all ones for infinity and NaN.
+Value exponentField(OpBuilder &b, Location loc, Value value) {
   Type i32 = withElement(value.getType(), b.getI32Type());
   Value bits = arith::BitcastOp::create(b, loc, i32, value);
-  Value field = arith::AndIOp::create(b, loc, bits,
-                                      intConstant(b, loc, i32, kExponentMask));
-  Value shifted = arith::SubIOp::create(b, loc, field,
-                                        intConstant(b, loc, i32, 0x00800000));
-  Value normal =
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, shifted,
-                            intConstant(b, loc, i32, 0x7F000000));
-  return {field, normal};
+  return arith::AndIOp::create(b, loc, bits,
+                               intConstant(b, loc, i32, kExponentMask));
 }
 } // namespace
 
@@ -62,7 +55,14 @@ Value residual::encode(OpBuilder &b, Location loc, Value exact, Value rounded,
                        int64_t fractionBits) {
   Type type = exact.getType();
   Type i32 = withElement(type, b.getI32Type());
-  auto [field, normal] = exponentField(b, loc, rounded);
+  Value field = exponentField(b, loc, rounded);
+  // Normal (neither zero/subnormal nor infinity/NaN): field - 2^23 below
+  // 254 * 2^23, unsigned, in two ops.
+  Value normal = arith::CmpIOp::create(
+      b, loc, arith::CmpIPredicate::ult,
+      arith::SubIOp::create(b, loc, field,
+                            intConstant(b, loc, i32, 0x00800000)),
+      intConstant(b, loc, i32, 0x7F000000));
   // steps = (exact - x) / 2^(e - p) * 14, the division by 2^e a product with
   // 2^-e, whose exponent field is 254 - that of 2^e: exact, and no divide
   // sequence per element on the GPU. For |x| >= 2^127 that is 0 (so n = 0).
@@ -111,9 +111,7 @@ Value residual::decode(OpBuilder &b, Location loc, Value rounded,
   // The step ulp / 14 from the exponent field: 0 for a zero or subnormal x
   // (field 0), which leaves x as it is. Only a non-finite x needs a select
   // (0 * inf is NaN).
-  Value field = arith::AndIOp::create(
-      b, loc, arith::BitcastOp::create(b, loc, i32, rounded),
-      intConstant(b, loc, i32, kExponentMask));
+  Value field = exponentField(b, loc, rounded);
   Value finite = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, field,
                                        intConstant(b, loc, i32, kExponentMask));
   Value step = arith::MulFOp::create(
