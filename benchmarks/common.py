@@ -11,7 +11,14 @@ A floor in milliseconds is those bytes over the copy bandwidth of the same
 run (a large device-to-device copy, bytes read + written).
 """
 
+import pathlib
 import statistics
+import sys
+
+# The package's own rules (attnres._checks needs no PyTorch and no library).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent /
+                       "python"))
+from attnres import _checks  # noqa: E402
 
 try:  # the shapes and floors need no PyTorch (bundles are compiled without)
     import torch
@@ -49,8 +56,8 @@ def key_for(L, D, variant):
     """The kernel key (compiler spec) the PyTorch op asks for on a bf16 call
     with R = D, a key norm and a 1-D query (attnres._checks.Call.spec)."""
     save = variant.split("+")[0]
-    if save == "o_pre" and D % 2 == 0:
-        save = "o_pre_residual"  # what save="o_pre" keeps for bf16
+    if _checks.keeps_residual("torch.bfloat16", D, save):
+        save = "o_pre_residual"
     items = [f"L={L}", f"D={D}", f"R={D}", "M=1", "dtype=bf16",
              "multi_query", "key_norm"]
     if variant.endswith("+onorm"):

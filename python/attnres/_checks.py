@@ -70,6 +70,15 @@ class Call:
         return "train:" + ",".join(items)
 
 
+def keeps_residual(dtype, width, save):
+    """Whether save="o_pre" also keeps the 4-bit residual of o_pre's
+    rounding (two a byte), so that the gradients are as accurate as with an
+    FP32 o_pre (docs/Python.md): for 16-bit values (`dtype` a torch dtype or
+    its name) and an even width."""
+    return save == "o_pre" and VALUE_TYPES.get(str(dtype)) in ("bf16", "f16") \
+        and width % 2 == 0
+
+
 def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
                   scale, save, *, cuda_available=True):
     """Checks the arguments of attnres.attnres; returns a :class:`Call` or
@@ -181,12 +190,8 @@ def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
     tokens = 1
     for extent in lead:
         tokens *= extent
-    # save="o_pre" of a 16-bit output also keeps the 4-bit residual of its
-    # rounding (two a byte), so that the gradients are as accurate as with
-    # an FP32 o_pre (docs/Python.md).
-    residual = save == "o_pre" and VALUE_TYPES[value_dtype] != "f32" and \
-        D % 2 == 0
-    return Call(residual=residual, L=L, D=D, R=R, M=M, N=tokens, lead=tuple(lead), packed=packed,
+    return Call(residual=keeps_residual(value_dtype, D, save), L=L, D=D, R=R,
+                M=M, N=tokens, lead=tuple(lead), packed=packed,
                 multi_query=len(q_shape) == 2,
                 value_type=VALUE_TYPES[value_dtype],
                 param_type=VALUE_TYPES[param_dtype],

@@ -296,14 +296,6 @@ def forward_op(sources: list[torch.Tensor], query: torch.Tensor,
                         save)
 
 
-def _keeps_residual(source, save):
-    """Whether save="o_pre" keeps o_pre's residual for these sources (the
-    rule of _checks.check_attnres, on fake tensors too)."""
-    return save == "o_pre" and source.dtype in (torch.bfloat16,
-                                                torch.float16) and \
-        source.shape[-1] % 2 == 0
-
-
 @forward_op.register_fake
 def _(sources, query, key_norm, output_norm, eps, scale, save):
     M, N, D = query.shape[0], sources[0].shape[-2], sources[0].shape[-1]
@@ -312,7 +304,8 @@ def _(sources, query, key_norm, output_norm, eps, scale, save):
     writes_o_pre = save == "o_pre" and output_norm is not None
     o_pre = sources[0].new_empty((M, N, D) if writes_o_pre else (0,))
     residual = sources[0].new_empty(
-        (M, N, D // 2) if _keeps_residual(sources[0], save) else (0,),
+        (M, N, D // 2) if _checks.keeps_residual(sources[0].dtype, D, save)
+        else (0,),
         dtype=torch.int8)
     return o, lse, o_pre, residual
 

@@ -123,15 +123,21 @@ def o_pre_residual(exact, dtype):
     return torch.where(packed > 127, packed - 256, packed).to(torch.int8)
 
 
+def residual_steps(residual):
+    """The signed residuals n ([..., D] int16, each in [-8, 7]) packed in
+    `residual` ([..., D/2] int8): element 2j from the low four bits."""
+    wide = residual.to(torch.int16)
+    low = ((wide & 0xF) ^ 8) - 8
+    high = wide >> 4
+    return torch.stack([low, high], dim=-1).flatten(-2)
+
+
 def decode_o_pre(rounded, residual):
     """The float32 o_pre that 16-bit `rounded` ([..., D]) and its residual
     ([..., D/2] int8) stand for."""
     step = torch.tensor(1.0 / (14.0 * 2 ** _fraction_bits(rounded.dtype)),
                         dtype=torch.float32)
     x = rounded.float()
-    wide = residual.to(torch.int16)
-    low = ((wide & 0xF) ^ 8) - 8
-    high = wide >> 4
-    n = torch.stack([low, high], dim=-1).flatten(-2).float()
+    n = residual_steps(residual).float()
     power, normal = _power_of_two(x)
     return torch.where(normal, x + n * (power * step.to(x.device)), x)

@@ -14,12 +14,6 @@ import pytest
 
 import attnres
 
-needs_ptxas = pytest.mark.skipif(
-    not shutil.which("ptxas") and not os.path.exists(
-        "/usr/local/cuda/bin/ptxas"),
-    reason="NVIDIA bundles need ptxas (CUDA toolkit)")
-
-
 @pytest.fixture(scope="module")
 def good_bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bundles") / "good"
@@ -27,14 +21,13 @@ def good_bundle(tmp_path_factory):
     return folder
 
 
-def copy_with(good_bundle, tmp_path, binary_name=None):
+def copy_with(good_bundle, tmp_path, binary_name):
     """A copy of the good bundle, its manifest naming `binary_name`."""
     folder = tmp_path / "bundle"
     shutil.copytree(good_bundle, folder)
-    if binary_name is not None:
-        manifest = json.loads((folder / "manifest.json").read_text())
-        manifest["binaries"][0]["file"] = binary_name
-        (folder / "manifest.json").write_text(json.dumps(manifest))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["binaries"][0]["file"] = binary_name
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
 
 

@@ -41,7 +41,7 @@ def cpu_ops():
                                   scale=scale)
         keep = save == "o_pre" and output_norm is not None
         residual = o_pre_residual(o_pre.float(), v.dtype).contiguous() \
-            if ops._keeps_residual(v, save) else \
+            if _checks.keeps_residual(v.dtype, v.shape[-1], save) else \
             v.new_empty((0,), dtype=torch.int8)
         return (o.contiguous(), lse.contiguous(),
                 o_pre.contiguous() if keep else v.new_empty((0,)), residual)

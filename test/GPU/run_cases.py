@@ -37,7 +37,8 @@ import torch
 # The residual of a 16-bit o_pre, as the dialect defines it (the reference
 # module needs nothing but PyTorch).
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
-from attnres.reference import decode_o_pre, o_pre_residual  # noqa: E402
+from attnres.reference import (decode_o_pre, o_pre_residual,  # noqa: E402
+                               residual_steps)
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 RTOL = {"f32": 1e-5, "bf16": 1e-2, "f16": 1e-2,
@@ -105,9 +106,7 @@ def poisoned(shape, dtype, device):
 def check_residual(report, name, rounded, residual, exact64):
     """The o_pre that the kernel's 16-bit values and residual decode to,
     against the float64 o_pre; the residual is never -8 (unwritten)."""
-    wide = residual.to(torch.int16)
-    nibbles = torch.stack([((wide & 0xF) ^ 8) - 8, wide >> 4])
-    if (nibbles == -8).any():
+    if (residual_steps(residual) == -8).any():
         report.failures.append(f"{name}: unwritten residual bytes")
         return
     decoded = decode_o_pre(rounded, residual)
