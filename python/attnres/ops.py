@@ -409,7 +409,7 @@ def _forward_setup(ctx, inputs, output):
     sources, query, key_norm, output_norm, eps, scale, save = inputs
     o, lse, o_pre, residual = output
     saved = _kept(save, output_norm, o, o_pre)
-    if saved is None or not residual.numel():
+    if not residual.numel():  # no residual (save="lse", f32, odd D)
         residual = None
     ctx.count = len(sources)
     ctx.has = (key_norm is not None, output_norm is not None,
