@@ -55,14 +55,6 @@ constexpr int64_t kTokensPerBlock = 1;
 bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
 bool isAmd(StringRef target) { return target.starts_with("gfx"); }
 
-/// The number of an NVIDIA chip (100 for sm_100f), 0 when there is none.
-unsigned nvidiaChipNumber(StringRef chip) {
-  unsigned number = 0;
-  if (chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, number))
-    return 0;
-  return number;
-}
-
 /// The PTX version a chip needs, as the "+ptxNN" feature (empty: LLVM's
 /// default, enough before sm_90). LLVM's defaults are too old for sm_90 and
 /// later, and a too-old version is a fatal error in its backend, so every
@@ -202,8 +194,12 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
   PassManager kernels(context);
   std::unique_ptr<Pass> lowering = createConvertAttnResToGPU();
   std::string optionError;
+  // The chip's facts go first, so that the caller's kernel options can
+  // turn asynchronous copies off; the subgroup size is not theirs to pick.
+  std::string chipOptions =
+      hasAsyncCopies(target) ? "async-copies=1 " : "async-copies=0 ";
   if (failed(lowering->initializeOptions(
-          options.kernelOptions +
+          chipOptions + options.kernelOptions +
               " subgroup-size=" + std::to_string(subgroupSize),
           [&](const Twine &message) {
             optionError = message.str();

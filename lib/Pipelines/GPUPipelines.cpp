@@ -16,6 +16,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
 
@@ -56,10 +57,23 @@ void mlir::attnres::buildGPUModuleToNVVMBinary(
                          options.toolkit);
 }
 
+unsigned mlir::attnres::nvidiaChipNumber(StringRef chip) {
+  unsigned number = 0;
+  if (!chip.starts_with("sm_") ||
+      chip.drop_front(3).take_while(llvm::isDigit).getAsInteger(10, number))
+    return 0;
+  return number;
+}
+
+bool mlir::attnres::hasAsyncCopies(StringRef chip) {
+  return nvidiaChipNumber(chip) >= 80;
+}
+
 void mlir::attnres::buildLowerToNVVMPipeline(
     OpPassManager &pm, const NVVMPipelineOptions &options) {
   ConvertAttnResToGPUOptions kernels;
   kernels.subgroupSize = 32;
+  kernels.asyncCopies = hasAsyncCopies(options.chip);
   pm.addPass(createConvertAttnResToGPU(kernels));
   buildGPUModuleToNVVMBinary(pm, options);
 }

@@ -90,6 +90,23 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            /*default=*/"-1",
            "The same for the backward kernel: 1 or 0; -1 chooses (on for one "
            "query)">,
+    Option<"asyncCopies", "async-copies", "bool", /*default=*/"false",
+           "The target has NVIDIA's asynchronous copies from global to "
+           "workgroup memory (cp.async: sm_80 and later), which the staged "
+           "source walks use">,
+    Option<"forwardStagedBatches", "forward-staged-batches", "int64_t",
+           /*default=*/"0",
+           "Batches of source rows the forward copies ahead into workgroup "
+           "memory with asynchronous copies (needs async-copies), which hold "
+           "no registers while in flight; 0: rows are loaded into registers "
+           "(measured slower for the forward). Rows read in vectors of under "
+           "4 bytes (16-bit values with an odd D) are always loaded into "
+           "registers">,
+    Option<"backwardStagedBatches", "backward-staged-batches", "int64_t",
+           /*default=*/"-1",
+           "The same for the backward kernel; -1 chooses (with async-copies "
+           "and one query: up to 3 batches of one source, as many as fit in "
+           "48 KiB of workgroup memory; else 0)">,
     Option<"backwardMinBlocks", "backward-min-blocks", "int64_t",
            /*default=*/"0",
            "Blocks of the backward kernel that must fit on a multiprocessor "
@@ -116,6 +133,7 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     "::mlir::LLVM::LLVMDialect",
     "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
+    "::mlir::NVVM::NVVMDialect",
     "::mlir::scf::SCFDialect",
     "::mlir::vector::VectorDialect"
   ];

@@ -57,6 +57,14 @@ struct ROCDLPipelineOptions : public PassPipelineOptions<ROCDLPipelineOptions> {
       llvm::cl::init(ATTNRES_DEFAULT_ROCM_TOOLKIT)};
 };
 
+/// The number of an NVIDIA chip (90 for sm_90a, 100 for sm_100f), 0 when
+/// `chip` names none.
+unsigned nvidiaChipNumber(llvm::StringRef chip);
+
+/// Whether an NVIDIA chip has asynchronous copies from global to shared
+/// memory (cp.async, sm_80 and later), which the staged kernels use.
+bool hasAsyncCopies(llvm::StringRef chip);
+
 /// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary.
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const NVVMPipelineOptions &options);

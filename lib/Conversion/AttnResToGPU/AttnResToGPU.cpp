@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -124,6 +125,19 @@ struct ConvertAttnResToGPUPass
                         "be >= 0";
       return signalPassFailure();
     }
+    if (forwardStagedBatches < 0 || forwardStagedBatches > 8 ||
+        backwardStagedBatches < -1 || backwardStagedBatches > 8) {
+      emitError(loc) << "convert-attnres-to-gpu: forward-staged-batches must "
+                        "be in [0, 8] and backward-staged-batches in [-1, 8]";
+      return signalPassFailure();
+    }
+    if ((forwardStagedBatches > 0 || backwardStagedBatches > 0) &&
+        !asyncCopies) {
+      emitError(loc) << "convert-attnres-to-gpu: staged batches need "
+                        "asynchronous copies (async-copies=1: NVIDIA sm_80 "
+                        "and later)";
+      return signalPassFailure();
+    }
 
     b.setInsertionPointToEnd(module.getBody());
     auto kernels = gpu::GPUModuleOp::create(b, loc, "attnres_kernels");
@@ -156,7 +170,7 @@ struct ConvertAttnResToGPUPass
         ++index;
       });
     }
-    if (!ok)
+    if (!ok || kernelTooLarge)
       return signalPassFailure();
     if (ops.empty()) {
       emitError(loc) << "convert-attnres-to-gpu: the module has no attnres "
@@ -222,11 +236,13 @@ struct ConvertAttnResToGPUPass
 
   /// The batch of sources a thread loads before one row sum (two by
   /// default: with four vectors a lane, eight loads in flight).
-  SourceSchedule scheduleFor(int64_t batch, bool prefetch, int64_t numSources) {
+  SourceSchedule scheduleFor(int64_t batch, bool prefetch, int64_t numSources,
+                             int64_t stagedBatches) {
     SourceSchedule schedule;
     schedule.batch = std::min<int64_t>(batch > 0 ? batch : 2, numSources);
-    schedule.prefetch = prefetch;
+    schedule.prefetch = prefetch && stagedBatches == 0;
     schedule.unrollLimit = unrollSources;
+    schedule.stagedBatches = stagedBatches;
     return schedule;
   }
 
@@ -235,11 +251,51 @@ struct ConvertAttnResToGPUPass
     // The kernel builders leave the insertion point right after the kernel.
     auto func = cast<gpu::GPUFuncOp>(&*std::prev(b.getInsertionPoint()));
     func->setAttr("attnres.kernel", describe(b, info));
+    if (info.workgroupBytes > kMaxWorkgroupBytes) {
+      func.emitError() << "convert-attnres-to-gpu: kernel " << info.name
+                       << " needs " << info.workgroupBytes
+                       << " bytes of workgroup memory, more than the "
+                       << kMaxWorkgroupBytes
+                       << " a block may declare (fewer staged batches)";
+      kernelTooLarge = true;
+    }
     lastKernel = func;
     return b.getStringAttr(info.name);
   }
 
   gpu::GPUFuncOp lastKernel;
+  bool kernelTooLarge = false;
+
+  /// Workgroup memory a kernel may declare statically: 48 KiB on NVIDIA
+  /// (more needs dynamic shared memory), 64 KiB on AMD.
+  static constexpr int64_t kMaxWorkgroupBytes = 48 * 1024;
+
+  /// The forward's staged batches: as asked, where rows are read in
+  /// vectors a copy can move (4 bytes or more).
+  int64_t forwardStaging(const RowLayout &layout, Type value) const {
+    return layout.vectorWidth * bytesOf(value) >= 4 ? forwardStagedBatches : 0;
+  }
+
+  /// The backward's staged batches (none where rows are read in vectors of
+  /// under 4 bytes, which a copy cannot move): as asked, else (async copies,
+  /// one query) the most batches up to 3 whose ring fits next to the row sums
+  /// (measured on the H200: 0.80-0.84 of the floor -> 0.84-0.89 at the
+  /// training shapes, docs/Performance.md), at least 2.
+  int64_t backwardStaging(const RowLayout &layout, Type value, int64_t batch,
+                          int64_t numQueries) const {
+    int64_t vectorBytes = layout.vectorWidth * bytesOf(value);
+    if (vectorBytes < 4)
+      return 0;
+    if (backwardStagedBatches >= 0)
+      return backwardStagedBatches;
+    if (!asyncCopies || numQueries != 1)
+      return 0;
+    int64_t slotBytes = layout.chunks * layout.blockThreads() * vectorBytes;
+    // A kilobyte for the row sums.
+    int64_t fits = (kMaxWorkgroupBytes - 1024) / (batch * slotBytes);
+    int64_t staged = std::min<int64_t>(3, fits);
+    return staged >= 2 ? staged : 0;
+  }
 
   /// Tiles a merge row of `width` columns splits into: the largest count
   /// whose tiles are at least merge-tile-columns wide (512 by default) and a
@@ -269,9 +325,11 @@ struct ConvertAttnResToGPUPass
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
     SourceSchedule schedule =
-        scheduleFor(forwardSourceBatch, forwardPrefetch > 0, spec.numSources);
+        scheduleFor(forwardSourceBatch, forwardPrefetch > 0, spec.numSources,
+                    forwardStaging(layout, spec.value));
     SourceSchedule partialSchedule =
-        scheduleFor(forwardSourceBatch, forwardPrefetch != 0, spec.numSources);
+        scheduleFor(forwardSourceBatch, forwardPrefetch != 0, spec.numSources,
+                    forwardStaging(layout, spec.value));
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "forward", spec);
     facts.append("output_type", b.getStringAttr(typeName(spec.output)));
@@ -334,8 +392,17 @@ struct ConvertAttnResToGPUPass
     // 0.52 of the floor at L = 10, N = 32768, D = 4096).
     bool prefetchRows =
         backwardPrefetch >= 0 ? backwardPrefetch > 0 : spec.numQueries == 1;
+    // Staged, a batch of one source (as fast as two, and a longer ring).
+    int64_t batch = backwardSourceBatch;
+    if (batch == 0 &&
+        backwardStaging(layout, spec.value, 1, spec.numQueries) > 0)
+      batch = 1;
     SourceSchedule schedule =
-        scheduleFor(backwardSourceBatch, prefetchRows, spec.numSources);
+        scheduleFor(batch, prefetchRows, spec.numSources,
+                    backwardStaging(layout, spec.value,
+                                    std::min<int64_t>(batch > 0 ? batch : 2,
+                                                      spec.numSources),
+                                    spec.numQueries));
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "backward", spec);
     facts.append("grad_type", b.getStringAttr(typeName(spec.grad)));

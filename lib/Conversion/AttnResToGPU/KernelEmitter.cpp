@@ -241,6 +241,7 @@ void KernelEmitter::ifThen(Value condition, function_ref<void()> body) {
 void KernelEmitter::setUpThreads(Value workgroupBuffer) {
   workgroup = workgroupBuffer;
   Value tid = toI64(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));
+  thread = tid;
   blockX = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::x));
   blockY = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::y));
   Value threadsPerRow = constI64(layout.threadsPerRow);
@@ -274,6 +275,16 @@ void KernelEmitter::setUpThreads(Value workgroupBuffer) {
     elementIndex.push_back(
         addI(splat(mulI(clamped, constI64(width)), width), laneOffsets));
   }
+}
+
+Value KernelEmitter::workgroupPointer(Value offset) {
+  Value base =
+      memref::ExtractAlignedPointerAsIndexOp::create(b, loc, workgroup);
+  Value address = LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(b.getContext(), 3), toI64(base));
+  return LLVM::GEPOp::create(b, loc,
+                             LLVM::LLVMPointerType::get(b.getContext(), 3), f32,
+                             address, ValueRange{offset});
 }
 
 void KernelEmitter::planReductions(int64_t settled, int64_t loop) {

@@ -64,6 +64,14 @@ struct SourceSchedule {
   bool prefetch = true;
   /// Up to this many sources, the batch loop is unrolled at compile time.
   int64_t unrollLimit = 0;
+  /// Batches whose rows are copied ahead into workgroup memory with
+  /// asynchronous copies (NVIDIA cp.async, sm_80 and later), which hold no
+  /// registers while in flight; 0: rows are loaded into registers (and
+  /// `prefetch` applies).
+  int64_t stagedBatches = 0;
+  /// Float offset of the staging ring in the workgroup buffer (set by the
+  /// kernel, after its row sums' region).
+  int64_t stagingOffset = 0;
 };
 
 /// Emits the body of one gpu.func.
@@ -137,6 +145,10 @@ public:
   // Thread geometry, valid once `setUpThreads` has run.
   void setUpThreads(Value workgroupBuffer);
   Value workgroupBuffer() const { return workgroup; }
+  /// The workgroup buffer from float `offset` on, as a pointer into the
+  /// shared address space (what asynchronous copies write to).
+  Value workgroupPointer(Value offset);
+  Value thread; // i64, thread within the block
   Value lane;   // i64, lane within the row group
   Value group;  // i64, row group within the block
   Value blockX; // i64

@@ -29,6 +29,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -91,6 +92,10 @@ public:
         gpu::GPUFuncOp::create(b, loc, info.name, b.getFunctionType(types, {}),
                                TypeRange{workgroupType});
     func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+    // Row sums are read back, and staged rows copied and read, 16 bytes at
+    // a time.
+    func.setWorkgroupAttributionAttr(0, LLVM::LLVMDialect::getAlignAttrName(),
+                                     b.getI64IntegerAttr(16));
     func.setKnownBlockSizeAttr(
         b.getDenseI32ArrayAttr({static_cast<int32_t>(blockThreads), 1, 1}));
     b.setInsertionPointToStart(&func.getBody().front());
@@ -406,7 +411,7 @@ public:
   /// All L sources: unrolled at compile time up to the schedule's limit,
   /// else a loop.
   SmallVector<Value> all(ValueRange state, BatchBody body) {
-    if (numSources > schedule.unrollLimit)
+    if (numSources > schedule.unrollLimit || schedule.stagedBatches > 0)
       return range(e.constI64(0), e.constI64(numSources), state, body);
     int64_t batches = llvm::divideCeil(numSources, batch);
     auto pointersOf = [&](int64_t t) {
@@ -452,6 +457,14 @@ public:
   /// earlier, so that they are in flight while the caller does other work.
   SmallVector<Value> start(Value begin, Value end) {
     SmallVector<Value> started;
+    if (schedule.stagedBatches > 0) {
+      // The first stagedBatches batches go out now; the walk carries the
+      // table entries of the next one to copy.
+      for (int64_t z = 0; z < schedule.stagedBatches; ++z)
+        copyBatch(begin, end, e.constI64(z),
+                  pointersOf(begin, end, e.constI64(z)));
+      return pointersOf(begin, end, e.constI64(schedule.stagedBatches));
+    }
     SmallVector<Value> firstPointers = pointersOf(begin, end, e.constI64(0));
     if (schedule.prefetch) {
       SmallVector<SmallVector<Value>> firstRows = loadRows(firstPointers);
@@ -483,6 +496,43 @@ public:
     else
       llvm::append_range(init, started);
     int64_t C = e.layout.chunks;
+    if (schedule.stagedBatches > 0) {
+      // Batch t is in its ring slots once all but the stagedBatches - 1
+      // newest copy groups are done; its rows are read into registers and
+      // batch t + stagedBatches is copied into the same slots before the
+      // batch is reduced, so stagedBatches batches stay in flight. The
+      // slots are this thread's alone: its reads of batch t are issued
+      // before its copies over them.
+      int64_t Z = schedule.stagedBatches;
+      auto loop = scf::ForOp::create(
+          b, loc, e.constI64(0), batches, e.constI64(1), init,
+          [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPoint(nested.getInsertionBlock(),
+                                nested.getInsertionPoint());
+            NVVM::CpAsyncWaitGroupOp::create(b, loc, Z - 1);
+            Value ring = arith::RemUIOp::create(b, loc, t, e.constI64(Z));
+            SmallVector<SmallVector<Value>> rows = readStaged(ring);
+            SmallVector<Value> pointers(carried.begin() + pointersAt,
+                                        carried.begin() + pointersAt + batch);
+            copyBatch(begin, end, e.addI(t, e.constI64(Z)), pointers);
+            SmallVector<Value> nextPointers =
+                pointersOf(begin, end, e.addI(t, e.constI64(Z + 1)));
+            Value first = firstOf(t);
+            SmallVector<SourceSlot> slots;
+            for (int64_t i = 0; i < batch; ++i) {
+              Value index = e.addI(first, e.constI64(i));
+              slots.push_back(
+                  {index, e.lessThan(index, end), extend(rows[i]), rows[i]});
+            }
+            Value half = arith::AndIOp::create(b, loc, t, e.constI64(1));
+            SmallVector<Value> next =
+                body(slots, carried.take_front(pointersAt), half, false);
+            llvm::append_range(next, nextPointers);
+            scf::YieldOp::create(b, loc, next);
+          });
+      return SmallVector<Value>(loop.getResults().take_front(pointersAt));
+    }
     auto loop = scf::ForOp::create(
         b, loc, e.constI64(0), batches, e.constI64(1), init,
         [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
@@ -522,7 +572,93 @@ public:
     return SmallVector<Value>(loop.getResults().take_front(pointersAt));
   }
 
+  /// Floats of workgroup memory the staging ring of `schedule` takes in a
+  /// block of `layout` streaming `element` rows.
+  static int64_t stagingFloats(const SourceSchedule &schedule,
+                               const RowLayout &layout, Type element,
+                               int64_t numSources) {
+    if (schedule.stagedBatches == 0)
+      return 0;
+    return schedule.stagedBatches * batchFor(schedule, numSources) *
+           layout.chunks * layout.blockThreads() *
+           vectorFloats(layout, element);
+  }
+
 private:
+  /// Floats a chunk vector of `element` takes (a copy moves 4, 8 or 16
+  /// bytes).
+  static int64_t vectorFloats(const RowLayout &layout, Type element) {
+    return std::max<int64_t>(1, layout.vectorWidth *
+                                    element.getIntOrFloatBitWidth() / 32);
+  }
+
+  /// Float offset of chunk c of slot i of ring position `ring`: a thread's
+  /// vectors of a chunk lie next to its neighbours' (conflict-free reads).
+  Value stagedOffset(Value ring, int64_t i, int64_t c) {
+    int64_t floats = vectorFloats(e.layout, element);
+    int64_t threads = e.layout.blockThreads(), C = e.layout.chunks;
+    Value slot = e.addI(e.mulI(ring, e.constI64(batch)), e.constI64(i));
+    Value vector =
+        e.addI(e.mulI(e.addI(e.mulI(slot, e.constI64(C)), e.constI64(c)),
+                      e.constI64(threads)),
+               e.thread);
+    return e.addI(e.constI64(schedule.stagingOffset),
+                  e.mulI(vector, e.constI64(floats)));
+  }
+
+  /// Copies the rows of batch t of [begin, end) (those in the range) into
+  /// ring position t mod stagedBatches, as one copy group.
+  void copyBatch(Value begin, Value end, Value t, ArrayRef<Value> pointers) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value ring =
+        arith::RemUIOp::create(b, loc, t, e.constI64(schedule.stagedBatches));
+    int64_t bytes = vectorFloats(e.layout, element) * 4;
+    Value first = e.addI(begin, e.mulI(t, e.constI64(batch)));
+    for (int64_t i = 0; i < batch; ++i) {
+      e.ifThen(e.lessThan(e.addI(first, e.constI64(i)), end), [&] {
+        for (int64_t c = 0; c < e.layout.chunks; ++c) {
+          Value index =
+              e.addI(rowStart, e.mulI(e.vectorIndex[c],
+                                      e.constI64(e.layout.vectorWidth)));
+          Value source = LLVM::GEPOp::create(
+              b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), element,
+              pointers[i], ValueRange{index});
+          NVVM::CpAsyncOp::create(b, loc,
+                                  e.workgroupPointer(stagedOffset(ring, i, c)),
+                                  source, bytes,
+                                  bytes == 16 ? NVVM::LoadCacheModifierKind::CG
+                                              : NVVM::LoadCacheModifierKind::CA,
+                                  Value());
+        }
+      });
+    }
+    NVVM::CpAsyncCommitGroupOp::create(b, loc);
+  }
+
+  /// The raw chunk vectors of the batch at ring position `ring`.
+  SmallVector<SmallVector<Value>> readStaged(Value ring) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    int64_t floats = vectorFloats(e.layout, element);
+    auto words = VectorType::get({floats}, b.getF32Type());
+    auto raw = VectorType::get({e.layout.vectorWidth}, element);
+    SmallVector<SmallVector<Value>> rows;
+    for (int64_t i = 0; i < batch; ++i) {
+      SmallVector<Value> chunks;
+      for (int64_t c = 0; c < e.layout.chunks; ++c) {
+        Value at = arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                              stagedOffset(ring, i, c));
+        Value loaded = vector::LoadOp::create(
+            b, loc, words, e.workgroupBuffer(), ValueRange{at},
+            /*nontemporal=*/false, llvm::MaybeAlign(floats * 4));
+        chunks.push_back(vector::BitCastOp::create(b, loc, raw, loaded));
+      }
+      rows.push_back(chunks);
+    }
+    return rows;
+  }
+
   /// The table entries of batch t of [begin, end), clamped into the range.
   SmallVector<Value> pointersOf(Value begin, Value end, Value t) {
     SmallVector<Value> pointers;
@@ -564,6 +700,18 @@ private:
   int64_t batch;
   Value rowStart;
 };
+
+/// The workgroup floats of a kernel whose row sums `e` planned and whose
+/// source walk follows `schedule`: the row sums, then the staging ring
+/// (16-byte aligned), whose offset `schedule` is given.
+int64_t withStaging(SourceSchedule &schedule, const KernelEmitter &e,
+                    const RowLayout &layout, Type element, int64_t numSources) {
+  schedule.stagingOffset = llvm::alignTo(e.reductionFloats(), 4);
+  int64_t staging =
+      SourceWalker::stagingFloats(schedule, layout, element, numSources);
+  return std::max<int64_t>(1, staging ? schedule.stagingOffset + staging
+                                      : e.reductionFloats());
+}
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -600,7 +748,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   KernelEmitter e(b, loc, layout);
   int64_t S = SourceWalker::batchFor(schedule, L);
   e.planReductions(/*settled=*/M, /*loop=*/S * (1 + M));
-  k.begin(layout.blockThreads(), std::max<int64_t>(1, e.reductionFloats()));
+  k.begin(layout.blockThreads(),
+          withStaging(schedule, e, layout, spec.value, L));
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens);
   Value row =
@@ -1040,7 +1189,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   // every source's key sum of squares and its dot products with the M
   // queries and the M output gradients.
   e.planReductions(/*settled=*/2 * M, /*loop=*/S * (1 + 2 * M));
-  k.begin(layout.blockThreads(), std::max<int64_t>(1, e.reductionFloats()));
+  k.begin(layout.blockThreads(),
+          withStaging(schedule, e, layout, spec.value, L));
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens), B = k.arg(blocks), P = k.arg(partitions);
   // The key coordinates of each chunk; the walks need them only when the

@@ -5,6 +5,13 @@
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=merge-loads-in-flight=-1 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=merge-tile-columns=-512 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // NEGATIVE: convert-attnres-to-gpu: forward-source-batch, backward-source-batch, unroll-sources, merge-tile-columns and merge-loads-in-flight must be >= 0
+// With asynchronous copies (NVIDIA sm_80+), the backward stages its source
+// rows through workgroup memory; the forward does not (measured slower).
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=async-copies=1 | FileCheck %s --check-prefix=STAGED
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=backward-staged-batches=2 2>&1 | FileCheck %s --check-prefix=NO-ASYNC
+// NO-ASYNC: convert-attnres-to-gpu: staged batches need asynchronous copies (async-copies=1: NVIDIA sm_80 and later)
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu="async-copies=1 backward-staged-batches=9" 2>&1 | FileCheck %s --check-prefix=STAGED-RANGE
+// STAGED-RANGE: convert-attnres-to-gpu: forward-staged-batches must be in [0, 8] and backward-staged-batches in [-1, 8]
 
 // A forward becomes three kernels (unsplit, partial, merge). D = 1024 bf16
 // is 128 vectors of 8: by default two vectors a lane, a block of 64 threads
@@ -24,7 +31,7 @@
 // CHECK-SAME: source_batch = 2
 // CHECK-SAME: threads_per_row = 64
 // CHECK-SAME: vector_width = 8
-// CHECK: gpu.func @layer_0_forward(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i64) workgroup(%{{.*}} : memref<18xf32, #gpu.address_space<workgroup>>) kernel
+// CHECK: gpu.func @layer_0_forward(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i64) workgroup(%{{.*}} : memref<18xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: {kind = "table", name = "sources", shape = "L x [N, D]", type = "bf16"}
 // CHECK-SAME: block = 64
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}
@@ -64,6 +71,21 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // barrier). The backward's grid is blocks of tokens x partitions of the
 // sources; it writes FP32 partial rows that finalize sums, its subgroups
 // splitting the partial rows of a tile of 32 columns (16 rows of dq here).
+// Staged (STAGED): a ring of 3 batches of one source, one 16-byte vector a
+// thread each (3 x 128 x 16 bytes = 1536 floats); the first batches are
+// copied before the walk, then each trip waits for the oldest copy group,
+// reads its rows and copies the batch 3 ahead into the same slots.
+// STAGED-NOT: nvvm.cp.async
+// STAGED-LABEL: gpu.func @grad_0_backward
+// STAGED-SAME: workgroup(%{{.*}} : memref<1536xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
+// STAGED: nvvm.cp.async.shared.global %{{.*}}, %{{.*}}, 16, cache = cg
+// STAGED: nvvm.cp.async.commit.group
+// STAGED: scf.for
+// STAGED: nvvm.cp.async.wait.group 2
+// STAGED: vector.load %{{.*}} : memref<1536xf32, #gpu.address_space<workgroup>>, vector<4xf32>
+// STAGED: nvvm.cp.async.shared.global
+// STAGED: nvvm.cp.async.commit.group
+// STAGED-LABEL: gpu.func @grad_0_finalize
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: backward = "grad_0_backward"
 // CHECK-SAME: finalize = "grad_0_finalize"
@@ -76,7 +98,7 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "B"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "P"}
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.func @grad_0_finalize
-// CHECK-SAME: workgroup(%{{.*}} : memref<256xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: workgroup(%{{.*}} : memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK-SAME: name = "dq"
 // CHECK-SAME: name = "dg"
 // CHECK-SAME: block = 256
@@ -107,14 +129,14 @@ func.func @grad(%v: tensor<3x?x64xbf16>, %q: tensor<16xbf16>, %g: tensor<16xbf16
 // CHECK-SAME: op = "partition_reduce_sum"
 // CHECK-SAME: num_partitions = 64
 // CHECK: gpu.func @merges_0_merge
-// CHECK-SAME: workgroup(%{{.*}} : memref<1xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: workgroup(%{{.*}} : memref<1xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK-SAME: name = "sink"
 // CHECK-NOT: scf.for
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.return
 // CHECK: gpu.func @merges_1_sum
 // CHECK: gpu.func @merges_2_merge
-// CHECK-SAME: workgroup(%{{.*}} : memref<1024xf32, #gpu.address_space<workgroup>>)
+// CHECK-SAME: workgroup(%{{.*}} : memref<1024xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK: scf.for
 // CHECK: memref.store
 // CHECK: gpu.barrier
