@@ -107,11 +107,18 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "The same for the backward kernel; -1 chooses (with async-copies "
            "and one query: up to 3 batches of one source, as many as fit in "
            "48 KiB of workgroup memory; else 0)">,
+    Option<"forwardMinBlocks", "forward-min-blocks", "int64_t",
+           /*default=*/"-1",
+           "Blocks of the (unsplit) forward kernel that must fit on a "
+           "multiprocessor at once (NVIDIA: ptxas limits registers "
+           "accordingly); 0: no limit; -1 chooses 512 threads a "
+           "multiprocessor (128 registers a thread) with an output norm and "
+           "one query, else no limit">,
     Option<"backwardMinBlocks", "backward-min-blocks", "int64_t",
-           /*default=*/"0",
-           "Blocks of the backward kernel that must fit on a multiprocessor "
-           "at once (NVIDIA: ptxas limits registers accordingly); 0: no "
-           "limit">,
+           /*default=*/"-1",
+           "The same for the backward kernel; -1 chooses 512 threads a "
+           "multiprocessor where a thread holds at most two vectors of each "
+           "of its rows and there is one query, else no limit">,
     Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
            "Unroll the forward's walk over the sources at compile time up to "
            "this many sources (a loop beyond)">,

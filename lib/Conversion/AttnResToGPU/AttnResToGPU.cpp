@@ -117,6 +117,12 @@ struct ConvertAttnResToGPUPass
                         "power of two no larger than max-block-threads";
       return signalPassFailure();
     }
+    if (forwardMinBlocks < -1 || backwardMinBlocks < -1 ||
+        forwardMinBlocks > 32 || backwardMinBlocks > 32) {
+      emitError(loc) << "convert-attnres-to-gpu: forward-min-blocks and "
+                        "backward-min-blocks must be in [-1, 32]";
+      return signalPassFailure();
+    }
     if (forwardSourceBatch < 0 || backwardSourceBatch < 0 ||
         unrollSources < 0 || mergeTileColumns < 0 || mergeLoadsInFlight < 0) {
       emitError(loc) << "convert-attnres-to-gpu: forward-source-batch, "
@@ -270,6 +276,21 @@ struct ConvertAttnResToGPUPass
   /// (more needs dynamic shared memory), 64 KiB on AMD.
   static constexpr int64_t kMaxWorkgroupBytes = 48 * 1024;
 
+  /// A register budget for ptxas on the kernel just recorded: `asked`
+  /// blocks must fit on a multiprocessor at once; -1 chooses, when
+  /// `automatic`, 512 threads a multiprocessor (128 registers a thread).
+  /// NVIDIA only; AMD's backend sizes its waves itself.
+  void setMinBlocks(int64_t asked, bool automatic, const RowLayout &layout) {
+    if (subgroupSize != 32)
+      return;
+    int64_t blocks = asked;
+    if (asked < 0)
+      blocks = automatic ? 512 / layout.blockThreads() : 0;
+    if (blocks > 0)
+      lastKernel->setAttr("nvvm.minctasm",
+                          OpBuilder(lastKernel).getI32IntegerAttr(blocks));
+  }
+
   /// The forward's staged batches: as asked, where rows are read in
   /// vectors a copy can move (4 bytes or more).
   int64_t forwardStaging(const RowLayout &layout, Type value) const {
@@ -343,6 +364,10 @@ struct ConvertAttnResToGPUPass
                  record(b, emitForwardKernel(b, loc, prefix + "_forward", spec,
                                              layout, schedule,
                                              /*partial=*/false)));
+    // The forward holds 128 registers a thread (four blocks of 128 threads
+    // a multiprocessor) except with an output norm, where ptxas took 130.
+    setMinBlocks(forwardMinBlocks, spec.outputNorm && spec.numQueries == 1,
+                 layout);
     facts.append(
         "forward_partial",
         record(b, emitForwardKernel(b, loc, prefix + "_forward_partial", spec,
@@ -416,11 +441,11 @@ struct ConvertAttnResToGPUPass
     facts.append("backward",
                  record(b, emitBackwardKernel(b, loc, prefix + "_backward",
                                               spec, layout, schedule)));
-    // A register budget for ptxas: this many blocks must fit on a
-    // multiprocessor (NVIDIA; AMD's backend sizes waves itself).
-    if (backwardMinBlocks > 0 && subgroupSize == 32)
-      lastKernel->setAttr("nvvm.minctasm",
-                          b.getI32IntegerAttr(backwardMinBlocks));
+    // A thread holding at most two vectors of each of its rows fits in 128
+    // registers (ptxas otherwise takes up to 172 with an output norm at
+    // D = 4096: one block of 256 threads a multiprocessor instead of two).
+    setMinBlocks(backwardMinBlocks, layout.chunks <= 2 && spec.numQueries == 1,
+                 layout);
     facts.append("finalize", record(b, emitFinalizeKernel(
                                            b, loc, prefix + "_finalize", spec,
                                            reductionThreads, subgroupSize)));

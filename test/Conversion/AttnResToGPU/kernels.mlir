@@ -7,6 +7,14 @@
 // NEGATIVE: convert-attnres-to-gpu: forward-source-batch, backward-source-batch, unroll-sources, merge-tile-columns and merge-loads-in-flight must be >= 0
 // With asynchronous copies (NVIDIA sm_80+), the backward stages its source
 // rows through workgroup memory; the forward does not (measured slower).
+// A thread of the backward holds one vector of each of its rows: 128
+// registers suffice, and ptxas is told so (four blocks of 128 threads a
+// multiprocessor); not on AMD, whose backend sizes its waves itself.
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=64 | FileCheck %s --check-prefix=AMD-BUDGET
+// AMD-BUDGET-NOT: nvvm.minctasm
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=backward-min-blocks=33 2>&1 | FileCheck %s --check-prefix=MIN-BLOCKS
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=forward-min-blocks=-2 2>&1 | FileCheck %s --check-prefix=MIN-BLOCKS
+// MIN-BLOCKS: convert-attnres-to-gpu: forward-min-blocks and backward-min-blocks must be in [-1, 32]
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=async-copies=1 | FileCheck %s --check-prefix=STAGED
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=backward-staged-batches=2 2>&1 | FileCheck %s --check-prefix=NO-ASYNC
 // NO-ASYNC: convert-attnres-to-gpu: staged batches need asynchronous copies (async-copies=1: NVIDIA sm_80 and later)
@@ -96,6 +104,7 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-SAME: name = "num_blocks"
 // CHECK-SAME: name = "num_partitions"
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "B"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "P"}
+// CHECK-SAME: nvvm.minctasm = 4
 // CHECK-NOT: gpu.barrier
 // CHECK: gpu.func @grad_0_finalize
 // CHECK-SAME: workgroup(%{{.*}} : memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
