@@ -1,44 +1,32 @@
-//===- Json.h - the small JSON reader of the attnres runtime ----*- C++ -*-===//
+//===- Json.h - reading manifest.json in the attnres runtime ----*- C++ -*-===//
 //
-// The runtime reads manifest.json without LLVM or MLIR: this is a strict
-// reader of the JSON the compiler writes (objects, arrays, strings with the
-// usual escapes, numbers, true, false, null).
+// The runtime reads manifest.json without LLVM or MLIR, with nlohmann/json
+// (Debian's nlohmann-json3-dev, header-only): strict RFC 8259 (numbers as
+// JSON spells them, \u escapes with surrogates in pairs, no raw control
+// characters, well-formed UTF-8), plus a nesting limit and finite numbers.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef ATTNRES_RUNTIME_JSON_H
 #define ATTNRES_RUNTIME_JSON_H
 
-#include <map>
-#include <memory>
+#include <nlohmann/json.hpp>
+
 #include <string>
-#include <vector>
 
 namespace attnres::json {
 
-struct Value {
-  enum class Kind {
-    Null,
-    Bool,
-    Number,
-    String,
-    Array,
-    Object
-  } kind = Kind::Null;
-  bool boolean = false;
-  double number = 0.0;
-  std::string string;
-  std::vector<Value> array;
-  std::map<std::string, Value> object;
+using Value = nlohmann::json;
 
-  const Value *get(const std::string &key) const {
-    auto it = object.find(key);
-    return it == object.end() ? nullptr : &it->second;
-  }
-};
-
-/// Parses `text`; on failure returns false and describes the problem.
+/// Parses `text`; on failure returns false and describes the problem in
+/// printable ASCII (the parser's own message quotes the bytes it read).
 bool parse(const std::string &text, Value &value, std::string &error);
+
+/// `object[key]`, or null when `object` is not an object or lacks `key`.
+const Value *member(const Value &object, const char *key);
+
+/// `value` as a string ("" when it is not one).
+const std::string &text(const Value *value);
 
 /// Writes `value` back as compact JSON.
 std::string print(const Value &value);

@@ -11,6 +11,8 @@
 
 #include "Json.h"
 
+#include "attnres/Bundle/ManifestSchema.h"
+
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -26,7 +28,10 @@
 #include <string>
 #include <vector>
 
+using attnres::json::member;
+using attnres::json::text;
 using attnres::json::Value;
+namespace manifest = attnres::manifest;
 
 namespace {
 
@@ -196,21 +201,17 @@ struct Op {
   std::string description;
   std::map<std::string, std::string> kernels; // role -> kernel name
 
-  int64_t integer(const char *key, int64_t fallback = 0) const {
-    const Value *value = facts.get(key);
-    return value && value->kind == Value::Kind::Number
-               ? static_cast<int64_t>(value->number)
-               : fallback;
-  }
+  /// A fact parseManifest checked to be a whole number in range (those of
+  /// manifest::kOpFacts), else `fallback`.
+  int64_t integer(const char *key, int64_t fallback = 0) const;
   bool flag(const char *key) const {
-    const Value *value = facts.get(key);
-    return value && value->kind == Value::Kind::Bool && value->boolean;
+    const Value *value = member(facts, key);
+    return value && value->is_boolean() && value->get<bool>();
   }
   std::string text(const char *key) const {
-    const Value *value = facts.get(key);
-    return value && value->kind == Value::Kind::String ? value->string : "";
+    return attnres::json::text(member(facts, key));
   }
-  bool has(const char *key) const { return facts.get(key) != nullptr; }
+  bool has(const char *key) const { return member(facts, key) != nullptr; }
 };
 
 int64_t elementBytes(const std::string &type) {
@@ -330,109 +331,142 @@ Failure bundleError(const std::string &message) {
   return {ATTNRES_ERROR_BUNDLE, "malformed bundle manifest: " + message};
 }
 
-/// `value` as a whole number in [min, max] (JSON numbers are doubles: a
-/// fraction, an exponent past int64 or a string is refused, never cast).
+/// `value` as a whole number in [min, max]: a fraction, a number past the
+/// range (in any spelling: 1e18, 18446744073709551616) or a string is
+/// refused, never cast.
 bool wholeNumber(const Value *value, int64_t min, int64_t max, int64_t &out) {
-  if (!value || value->kind != Value::Kind::Number ||
-      !std::isfinite(value->number) ||
-      value->number != std::floor(value->number) ||
-      value->number < static_cast<double>(min) ||
-      value->number > static_cast<double>(max))
+  if (!value || !value->is_number())
     return false;
-  out = static_cast<int64_t>(value->number);
+  if (value->is_number_unsigned()) {
+    uint64_t number = value->get<uint64_t>();
+    if (number > static_cast<uint64_t>(max) ||
+        static_cast<int64_t>(number) < min)
+      return false;
+    out = static_cast<int64_t>(number);
+    return true;
+  }
+  if (value->is_number_integer()) {
+    int64_t number = value->get<int64_t>();
+    if (number < min || number > max)
+      return false;
+    out = number;
+    return true;
+  }
+  double number = value->get<double>();
+  // (2^63 and beyond do not fit, whatever `max`.)
+  if (!std::isfinite(number) || number != std::floor(number) ||
+      std::fabs(number) >= 9.2e18 || number < static_cast<double>(min) ||
+      number > static_cast<double>(max))
+    return false;
+  out = static_cast<int64_t>(number);
   return true;
 }
 
-/// The op facts the runtime computes sizes and grids from, with their
-/// ranges (the compiler's own limits).
-struct FactRange {
-  const char *key;
-  int64_t min, max;
-};
-constexpr FactRange kOpFacts[] = {
-    {"num_sources", 1, 4096},    {"width", 1, 65536},
-    {"rank", 1, 65536},          {"num_queries", 1, 16},
-    {"rows_per_block", 1, 1024}, {"num_partitions", 1, 4096}};
+int64_t Op::integer(const char *key, int64_t fallback) const {
+  int64_t value;
+  return wholeNumber(member(facts, key), INT64_MIN, INT64_MAX, value)
+             ? value
+             : fallback;
+}
+
+bool wholeNumber(const Value *value, const manifest::NumberField &field,
+                 int64_t &out) {
+  return wholeNumber(value, field.min, field.max, out);
+}
+
+std::string rangeText(const manifest::NumberField &field) {
+  auto bound = [](int64_t value) {
+    for (int power = 20; power < 63; ++power)
+      if (value == (int64_t(1) << power))
+        return "2^" + std::to_string(power);
+    return std::to_string(value);
+  };
+  return "[" + bound(field.min) + ", " + bound(field.max) + "]";
+}
 
 /// Reads the manifest into `runtime` (no driver involved).
-Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
+Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
   std::string error;
-  if (!attnres::json::parse(text, runtime.manifest, error))
+  if (!attnres::json::parse(contents, runtime.manifest, error))
     return bundleError(error);
-  const Value &manifest = runtime.manifest;
-  const Value *version = manifest.get("format_version");
-  if (!version || version->kind != Value::Kind::Number || version->number != 1)
-    return bundleError("format_version 1 expected");
-  const Value *target = manifest.get("target");
-  const Value *vendor = target ? target->get("vendor") : nullptr;
-  if (!vendor || vendor->kind != Value::Kind::String ||
-      (vendor->string != "nvidia" && vendor->string != "amd"))
+  const Value &root = runtime.manifest;
+  if (const Value *version = member(root, manifest::kFormatVersionKey);
+      !version || !version->is_number() || *version != manifest::kFormatVersion)
+    return bundleError(std::string(manifest::kFormatVersionKey) + " " +
+                       std::to_string(manifest::kFormatVersion) + " expected");
+  const Value *target = member(root, manifest::kTarget);
+  const std::string &vendor =
+      text(target ? member(*target, manifest::kVendor) : nullptr);
+  if (vendor != "nvidia" && vendor != "amd")
     return bundleError("target.vendor must be nvidia or amd");
-  runtime.vendor = vendor->string;
+  runtime.vendor = vendor;
 
-  const Value *kernels = manifest.get("kernels");
-  if (!kernels || kernels->kind != Value::Kind::Array)
+  const Value *kernels = member(root, manifest::kKernels);
+  if (!kernels || !kernels->is_array())
     return bundleError("no kernels array");
-  for (const Value &entry : kernels->array) {
+  for (const Value &entry : *kernels) {
     Kernel kernel;
-    const Value *name = entry.get("name"), *role = entry.get("role");
-    const Value *arguments = entry.get("arguments"), *grid = entry.get("grid");
-    const Value *block = entry.get("block");
+    const Value *name = member(entry, "name"), *role = member(entry, "role");
+    const Value *arguments = member(entry, "arguments"),
+                *grid = member(entry, "grid");
+    const Value *block = member(entry, manifest::kKernelBlock.key);
     if (!name || !role || !arguments || !grid || !block ||
-        arguments->kind != Value::Kind::Array ||
-        grid->kind != Value::Kind::Array || grid->array.size() != 3)
+        !arguments->is_array() || !grid->is_array() || grid->size() != 3)
       return bundleError("a kernel lacks name, role, arguments, grid or block");
-    kernel.name = name->string;
-    kernel.role = role->string;
-    if (!wholeNumber(block, 1, 1024, kernel.block))
+    kernel.name = text(name);
+    kernel.role = text(role);
+    if (!wholeNumber(block, manifest::kKernelBlock, kernel.block))
       return bundleError("kernel " + kernel.name +
-                         ": block must be a whole number in [1, 1024]");
-    if (const Value *width = entry.get("vector_width");
-        width && !wholeNumber(width, 1, 64, kernel.vectorWidth))
+                         ": block must be a whole number in " +
+                         rangeText(manifest::kKernelBlock));
+    if (const Value *width = member(entry, manifest::kKernelVectorWidth.key);
+        width &&
+        !wholeNumber(width, manifest::kKernelVectorWidth, kernel.vectorWidth))
       return bundleError("kernel " + kernel.name +
-                         ": vector_width must be a whole number in [1, 64]");
-    for (const Value &argument : arguments->array) {
+                         ": vector_width must be a whole number in " +
+                         rangeText(manifest::kKernelVectorWidth));
+    for (const Value &argument : *arguments) {
       Argument parsed;
       for (auto [key, field] :
            {std::pair{"name", &parsed.name}, std::pair{"kind", &parsed.kind},
             std::pair{"type", &parsed.type}, std::pair{"shape", &parsed.shape}})
-        if (const Value *value = argument.get(key))
-          *field = value->string;
+        *field = text(member(argument, key));
       if (parsed.name.empty() || parsed.kind.empty())
         return bundleError("kernel " + kernel.name +
                            " has an argument without name or kind");
       kernel.arguments.push_back(parsed);
     }
     for (int dim = 0; dim < 3; ++dim) {
-      const Value &g = grid->array[dim];
-      const Value *symbol = g.get("symbol");
+      const Value &g = (*grid)[dim];
+      const Value *symbol = member(g, "symbol");
       GridDim &rule = kernel.grid[dim];
-      if (!symbol || symbol->kind != Value::Kind::String ||
-          !wholeNumber(g.get("scale"), 1, 1 << 20, rule.scale) ||
-          !wholeNumber(g.get("divisor"), 1, 1 << 20, rule.divisor))
+      if (!symbol || !symbol->is_string() ||
+          !wholeNumber(member(g, manifest::kGridScale.key),
+                       manifest::kGridScale, rule.scale) ||
+          !wholeNumber(member(g, manifest::kGridDivisor.key),
+                       manifest::kGridDivisor, rule.divisor))
         return bundleError("kernel " + kernel.name +
                            " has a bad grid rule (a symbol, and scale and "
-                           "divisor whole numbers in [1, 2^20])");
-      rule.symbol = symbol->string;
+                           "divisor whole numbers in " +
+                           rangeText(manifest::kGridScale) + ")");
+      rule.symbol = text(symbol);
     }
     runtime.kernels[kernel.name] = kernel;
   }
 
-  const Value *ops = manifest.get("ops");
-  if (!ops || ops->kind != Value::Kind::Array)
+  const Value *ops = member(root, manifest::kOps);
+  if (!ops || !ops->is_array())
     return bundleError("no ops array");
-  for (const Value &entry : ops->array) {
+  for (const Value &entry : *ops) {
     Op op;
     op.facts = entry;
     op.kind = op.text("op");
-    for (const FactRange &fact : kOpFacts) {
+    for (const manifest::NumberField &fact : manifest::kOpFacts) {
       int64_t value;
-      if (entry.get(fact.key) &&
-          !wholeNumber(entry.get(fact.key), fact.min, fact.max, value))
+      if (member(entry, fact.key) &&
+          !wholeNumber(member(entry, fact.key), fact, value))
         return bundleError("op fact " + std::string(fact.key) +
-                           " must be a whole number in [" +
-                           std::to_string(fact.min) + ", " +
-                           std::to_string(fact.max) + "]");
+                           " must be a whole number in " + rangeText(fact));
     }
     op.description = attnres::json::print(entry);
     for (const char *role : {"forward", "forward_partial", "merge", "backward",
@@ -448,18 +482,19 @@ Failure parseManifest(const std::string &text, AttnresRuntime &runtime) {
     runtime.ops.push_back(op);
   }
 
-  const Value *rules = manifest.get("rules");
-  const Value *launch = rules ? rules->get("launch") : nullptr;
-  for (auto [key, field] :
-       {std::pair{"blocks_per_multiprocessor",
-                  &runtime.rules.blocksPerMultiprocessor},
-        std::pair{"sources_per_partition", &runtime.rules.sourcesPerPartition},
-        std::pair{"partition_bytes", &runtime.rules.partitionBytes},
-        std::pair{"tokens_per_block", &runtime.rules.tokensPerBlock}}) {
-    const Value *value = launch ? launch->get(key) : nullptr;
-    if (!wholeNumber(value, 1, int64_t(1) << 40, *field))
-      return bundleError(std::string("rules.launch.") + key +
-                         " must be a whole number in [1, 2^40]");
+  const Value *rules = member(root, manifest::kRules);
+  const Value *launch = rules ? member(*rules, manifest::kLaunch) : nullptr;
+  int64_t *fields[] = {&runtime.rules.blocksPerMultiprocessor,
+                       &runtime.rules.sourcesPerPartition,
+                       &runtime.rules.partitionBytes,
+                       &runtime.rules.tokensPerBlock};
+  static_assert(std::size(fields) == std::size(manifest::kLaunchRules));
+  for (size_t i = 0; i < std::size(fields); ++i) {
+    const manifest::NumberField &rule = manifest::kLaunchRules[i];
+    const Value *value = launch ? member(*launch, rule.key) : nullptr;
+    if (!wholeNumber(value, rule, *fields[i]))
+      return bundleError(std::string("rules.launch.") + rule.key +
+                         " must be a whole number in " + rangeText(rule));
   }
   return ok();
 }
@@ -525,15 +560,15 @@ Failure loadBundle(const std::string &directory, AttnresRuntime &runtime,
   if (Failure failure = parseManifest(manifest, runtime);
       failure.status != ATTNRES_OK)
     return failure;
-  const Value *binaries = runtime.manifest.get("binaries");
-  if (!binaries || binaries->kind != Value::Kind::Array ||
-      binaries->array.size() != 1 || !binaries->array[0].get("file") ||
-      binaries->array[0].get("file")->kind != Value::Kind::String)
+  const Value *binaries = member(runtime.manifest, manifest::kBinaries);
+  const Value *file = binaries && binaries->is_array() && binaries->size() == 1
+                          ? member((*binaries)[0], manifest::kFile)
+                          : nullptr;
+  if (!file || !file->is_string())
     return bundleError("exactly one binary expected");
   std::string binary;
   if (Failure failure =
-          readBundleFile(directory, binaries->array[0].get("file")->string,
-                         kMaxBinaryBytes, binary);
+          readBundleFile(directory, text(file), kMaxBinaryBytes, binary);
       failure.status != ATTNRES_OK)
     return failure;
   if (binary.empty())

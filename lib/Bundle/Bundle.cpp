@@ -1,6 +1,7 @@
 //===- Bundle.cpp - kernel bundles: binaries and a manifest ---------------===//
 
 #include "attnres/Bundle/Bundle.h"
+#include "attnres/Bundle/ManifestSchema.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "attnres/Conversion/Passes.h"
@@ -27,6 +28,7 @@
 #include <map>
 
 using namespace mlir;
+namespace schema = ::attnres::manifest;
 using namespace mlir::attnres;
 
 #ifndef ATTNRES_VERSION
@@ -151,6 +153,53 @@ llvm::json::Value toJson(Attribute attribute) {
   return text;
 }
 
+/// Why the runtime would refuse these op facts or kernel descriptions
+/// (attnres/Bundle/ManifestSchema.h), or "" when it reads them.
+std::string outsideSchema(const llvm::json::Array &ops,
+                          const llvm::json::Array &kernels) {
+  auto check = [](const llvm::json::Object &object,
+                  const schema::NumberField &field,
+                  const Twine &what) -> std::string {
+    std::optional<int64_t> number = object.getInteger(field.key);
+    if (!object.get(field.key) ||
+        (number && *number >= field.min && *number <= field.max))
+      return "";
+    std::string shown;
+    llvm::raw_string_ostream os(shown);
+    os << *object.get(field.key);
+    return (what + " has " + field.key + " = " + shown +
+            "; bundles hold values in [" + Twine(field.min) + ", " +
+            Twine(field.max) + "]")
+        .str();
+  };
+  for (const llvm::json::Value &op : ops)
+    if (const llvm::json::Object *facts = op.getAsObject())
+      for (const auto &field : schema::kOpFacts)
+        if (std::string problem = check(*facts, field, "an attnres op");
+            !problem.empty())
+          return problem;
+  for (const llvm::json::Value &kernel : kernels) {
+    const llvm::json::Object *description = kernel.getAsObject();
+    if (!description)
+      continue;
+    std::string name =
+        description->getString("name").value_or("a kernel").str();
+    for (const auto &field : {schema::kKernelBlock, schema::kKernelVectorWidth})
+      if (std::string problem = check(*description, field, "kernel " + name);
+          !problem.empty())
+        return problem;
+    if (const llvm::json::Array *grid = description->getArray("grid"))
+      for (const llvm::json::Value &dim : *grid)
+        if (const llvm::json::Object *rule = dim.getAsObject())
+          for (const auto &field : {schema::kGridScale, schema::kGridDivisor})
+            if (std::string problem =
+                    check(*rule, field, "a grid rule of kernel " + name);
+                !problem.empty())
+              return problem;
+  }
+  return "";
+}
+
 std::string extensionFor(StringRef target, StringRef format) {
   if (format == "isa")
     return isNvidia(target) ? "ptx" : "s";
@@ -225,6 +274,10 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
     });
   });
 
+  if (std::string problem = outsideSchema(ops, kernelDescriptions);
+      !problem.empty())
+    return emitError(loc) << problem;
+
   // 2. Binaries.
   PassManager binaries(context);
   std::string features;
@@ -266,26 +319,27 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                              .str();
       bundle.files.push_back({name, gpuObject.getObject().getValue().str()});
       binaryFiles.push_back(llvm::json::Object{
-          {"file", name}, {"module", binary.getSymName().str()}});
+          {schema::kFile, name}, {"module", binary.getSymName().str()}});
     }
   });
   if (bundle.files.empty())
     return emitError(loc) << "no GPU binary was produced";
 
   llvm::json::Object manifest{
-      {"format_version", 1},
+      {schema::kFormatVersionKey, schema::kFormatVersion},
       {"compiler", compilerVersion()},
-      {"target",
-       llvm::json::Object{{"chip", options.target},
-                          {"vendor", isNvidia(target) ? "nvidia" : "amd"},
-                          {"format", options.format},
-                          {"subgroup_size", subgroupSize}}},
+      {schema::kTarget,
+       llvm::json::Object{
+           {"chip", options.target},
+           {schema::kVendor, isNvidia(target) ? "nvidia" : "amd"},
+           {"format", options.format},
+           {"subgroup_size", subgroupSize}}},
       {"options",
        llvm::json::Object{{"opt_level", options.optLevel},
                           {"features", features},
                           {"kernel_options", options.kernelOptions}}},
-      {"binaries", std::move(binaryFiles)},
-      {"rules",
+      {schema::kBinaries, std::move(binaryFiles)},
+      {schema::kRules,
        llvm::json::Object{
            {"sources",
             "Sources and source gradients are passed as a device table of L "
@@ -315,17 +369,18 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                 "num_partial_rows = P * B * rows_per_block.",
                 kBlocksPerMultiprocessor, kSourcesPerPartition, kTokensPerBlock)
                 .str()},
-           // The same rules as numbers, which the runtime evaluates.
-           {"launch",
+           // The same rules as numbers, which the runtime evaluates (in
+           // the order of ManifestSchema.h's kLaunchRules).
+           {schema::kLaunch,
             llvm::json::Object{
-                {"blocks_per_multiprocessor", kBlocksPerMultiprocessor},
-                {"sources_per_partition", kSourcesPerPartition},
-                {"partition_bytes", kPartitionBytes},
-                {"tokens_per_block", kTokensPerBlock}}},
+                {schema::kLaunchRules[0].key, kBlocksPerMultiprocessor},
+                {schema::kLaunchRules[1].key, kSourcesPerPartition},
+                {schema::kLaunchRules[2].key, kPartitionBytes},
+                {schema::kLaunchRules[3].key, kTokensPerBlock}}},
            {"grid", "Each grid dimension is ceil(symbol * scale / divisor), "
                     "symbol one of N (tokens), P, B, rows, 1."}}},
-      {"ops", std::move(ops)},
-      {"kernels", std::move(kernelDescriptions)}};
+      {schema::kOps, std::move(ops)},
+      {schema::kKernels, std::move(kernelDescriptions)}};
   bundle.manifest =
       llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))).str();
   return bundle;

@@ -128,7 +128,7 @@ def test_bad_bundles(tmp_path):
        f'"block": {block}, "vector_width": {width}}}]}}', message)
       for block, width, scale, divisor, message in [
           (0, 8, 1, 1, "kernel k: block must be a whole number in [1, 1024]"),
-          ("1e400", 8, 1, 1, "number out of range"),
+          ("1e400", 8, 1, 1, "number overflow parsing"),
           (64.5, 8, 1, 1, "kernel k: block must be a whole number"),
           (64, 0, 1, 1, "kernel k: vector_width must be a whole number in "
                         "[1, 64]"),
@@ -159,29 +159,46 @@ def test_malformed_manifests(tmp_path, manifest, message):
 
 @pytest.mark.parametrize("manifest, message", [
     # Numbers as JSON spells them, finite.
-    (b'{"format_version": -inf}', "malformed number"),
-    (b'{"format_version": -nan}', "malformed number"),
-    (b'{"format_version": 1e400}', "number out of range"),
+    (b'{"format_version": -inf}', "invalid number"),
+    (b'{"format_version": -nan}', "invalid number"),
+    (b'{"format_version": 1e400}', "number overflow parsing '1e400'"),
     (b'{"format_version": 0x1}', "malformed bundle manifest"),
     (b'{"format_version": 01}', "malformed bundle manifest"),
-    (b'{"format_version": 1.}', "malformed number"),
+    (b'{"format_version": 1.}', "invalid number"),
     # Strings: escapes with four hex digits, surrogates in pairs, no raw
     # control characters, well-formed UTF-8.
-    (b'{"a": "\\uZZZZ"}', "\\u needs four hexadecimal digits"),
-    (b'{"a": "\\u12G4"}', "\\u needs four hexadecimal digits"),
-    (b'{"a": "\\ud800"}', "lone high surrogate"),
-    (b'{"a": "\\udc00"}', "lone low surrogate"),
-    (b'{"a": "x\x01"}', "control character in a string"),
-    (b'{"a": "\xff"}', "malformed UTF-8 in a string"),
-    (b'{"a": "\xc0\xaf"}', "malformed UTF-8 in a string"),   # overlong
-    (b'{"a": "\xed\xa0\x80"}', "malformed UTF-8 in a string"),  # surrogate
-    (b'{"a": "\xf4\x90\x80\x80"}', "malformed UTF-8 in a string"),
+    (b'{"a": "\\uZZZZ"}', "'\\u' must be followed by 4 hex digits"),
+    (b'{"a": "\\u12G4"}', "'\\u' must be followed by 4 hex digits"),
+    (b'{"a": "\\ud800"}',
+     "surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"),
+    (b'{"a": "\\udc00"}', "surrogate U+DC00..U+DFFF must follow U+D800"),
+    (b'{"a": "x\x01"}', "control character U+0001 (SOH) must be escaped"),
+    # The parser quotes what it read: bytes that are not printable ASCII
+    # come back as \xNN, so that the message is text.
+    (b'{"a": "\xff"}', "ill-formed UTF-8 byte; last read: '\"\\xff'"),
+    (b'{"a": "\xc0\xaf"}', "ill-formed UTF-8 byte"),   # overlong
+    (b'{"a": "\xed\xa0\x80"}', "ill-formed UTF-8 byte"),  # surrogate
+    (b'{"a": "\xf4\x90\x80\x80"}', "ill-formed UTF-8 byte"),
+    # Nesting has a limit, numbers past int64 are refused where whole
+    # numbers are expected.
+    (b'[' * 65 + b']' * 65, "nesting deeper than 64"),
+    (b'{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
+     b'"ops": [{"op": "sum", "width": 18446744073709551616}]}',
+     "op fact width must be a whole number in [1, 65536]"),
 ])
 def test_malformed_json(tmp_path, manifest, message):
     (tmp_path / "manifest.json").write_bytes(manifest)
     with pytest.raises(attnres.BundleError) as raised:
         attnres.inspect(tmp_path)
     assert message in str(raised.value)
+
+
+def test_nesting_up_to_the_limit_parses(tmp_path):
+    # 64 levels are JSON the runtime reads: the manifest then fails on its
+    # content, not its syntax.
+    (tmp_path / "manifest.json").write_bytes(b"[" * 64 + b"]" * 64)
+    with pytest.raises(attnres.BundleError, match="format_version 1"):
+        attnres.inspect(tmp_path)
 
 
 def test_well_formed_json_strings_parse(tmp_path):

@@ -1,0 +1,65 @@
+//===- ManifestSchema.h - what a bundle's manifest.json holds ---*- C++ -*-===//
+//
+// The one description of the manifest that both its writer (the compiler,
+// lib/Bundle) and its reader (the runtime, which has no LLVM) use: the
+// format version, the names of the fields the runtime computes with, and
+// the range of each number. The writer refuses to write a manifest outside
+// these ranges; the reader refuses to read one.
+//
+// Plain C++17, no dependencies.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTNRES_BUNDLE_MANIFESTSCHEMA_H
+#define ATTNRES_BUNDLE_MANIFESTSCHEMA_H
+
+#include <cstdint>
+
+namespace attnres::manifest {
+
+inline constexpr int64_t kFormatVersion = 1;
+
+/// Top-level fields.
+inline constexpr const char kFormatVersionKey[] = "format_version";
+inline constexpr const char kTarget[] = "target";
+inline constexpr const char kVendor[] = "vendor"; // in target
+inline constexpr const char kBinaries[] = "binaries";
+inline constexpr const char kFile[] = "file"; // in a binary
+inline constexpr const char kRules[] = "rules";
+inline constexpr const char kLaunch[] = "launch"; // in rules
+inline constexpr const char kOps[] = "ops";
+inline constexpr const char kKernels[] = "kernels";
+
+/// A whole number the runtime reads, and its range.
+struct NumberField {
+  const char *key;
+  int64_t min, max;
+};
+
+/// Kernel descriptions.
+inline constexpr NumberField kKernelBlock = {"block", 1, 1024};
+inline constexpr NumberField kKernelVectorWidth = {"vector_width", 1, 64};
+/// Each of the three grid dimensions: ceil(symbol * scale / divisor).
+inline constexpr NumberField kGridScale = {"scale", 1, int64_t(1) << 20};
+inline constexpr NumberField kGridDivisor = {"divisor", 1, int64_t(1) << 20};
+
+/// The op facts sizes and grids are computed from (the compiler's own
+/// limits on L, D, R, M).
+inline constexpr NumberField kOpFacts[] = {
+    {"num_sources", 1, 4096},    {"width", 1, 65536},
+    {"rank", 1, 65536},          {"num_queries", 1, 16},
+    {"rows_per_block", 1, 1024}, {"num_partitions", 1, 4096}};
+
+/// rules.launch: the launch rules as numbers.
+inline constexpr NumberField kLaunchRules[] = {
+    {"blocks_per_multiprocessor", 1, int64_t(1) << 40},
+    {"sources_per_partition", 1, int64_t(1) << 40},
+    {"partition_bytes", 1, int64_t(1) << 40},
+    {"tokens_per_block", 1, int64_t(1) << 40}};
+
+/// Manifests are a few kilobytes; nesting deeper than this is not one.
+inline constexpr int kMaxDepth = 64;
+
+} // namespace attnres::manifest
+
+#endif // ATTNRES_BUNDLE_MANIFESTSCHEMA_H
