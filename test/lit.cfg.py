@@ -30,6 +30,16 @@ tools = ["attnres-opt", "attnres-numerics", "attnres-compile",
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
+# A sanitizer build (ATTNRES_SANITIZE): errors end the test; the ASan runtime
+# is preloaded where an uninstrumented program (python3, FileCheck) loads the
+# project's instrumented libraries. Leak checks stay off: the interpreter and
+# MLIR's registries keep memory until exit by design.
+if config.asan_runtime:
+    config.available_features.add("sanitizers")
+    config.environment["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=0"
+    config.environment["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+    config.environment["LD_PRELOAD"] = config.asan_runtime
+
 # GPU toolchains: NVIDIA binaries need ptxas (CUDA toolkit), AMD binaries the
 # device libraries of rocm-device-libs. Tests that need them say REQUIRES.
 ptxas = os.path.join(config.cuda_toolkit, "bin", "ptxas")

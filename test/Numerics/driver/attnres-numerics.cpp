@@ -881,7 +881,10 @@ Outcome runBackward(Runner &runner, const Case &c) {
     for (int64_t i = 0; i < residual.count; ++i) {
       int low = encodeResidual(exactSaved[2 * i], savedValues[2 * i]);
       int high = encodeResidual(exactSaved[2 * i + 1], savedValues[2 * i + 1]);
-      residual.set(i, static_cast<int8_t>((low & 0xF) | (high << 4)));
+      // Two's-complement nibbles (shifting a negative int is undefined).
+      unsigned byte = (static_cast<unsigned>(low) & 0xFu) |
+                      ((static_cast<unsigned>(high) & 0xFu) << 4);
+      residual.set(i, static_cast<int8_t>(byte));
     }
     for (int64_t i = 0; i < saved.count; ++i)
       savedValues[i] = decodeResidual(savedValues[i], residualAt(residual, i));
