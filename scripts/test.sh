@@ -2,8 +2,9 @@
 # Runs every test: the lit suite of the build tree (scripts/build.sh), then
 # the same suite again in a second tree built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (clang, ATTNRES_SANITIZE=ON; any report fails
-# its test). This is the second half of the README's test command and what
-# .ci/run runs.
+# its test), then each libFuzzer target of that tree for 50 seconds from its
+# seed corpus with a fixed seed (test/Fuzz/run.sh). This is the second half
+# of the README's test command and what .ci/run runs.
 #
 #   scripts/test.sh               both suites
 #   scripts/test.sh --no-sanitize the plain suite only (a quick local run)
@@ -27,3 +28,4 @@ if [ ! -f "$sanitized/build.ninja" ]; then
 fi
 ninja -C "$sanitized" -j "$jobs"
 "$lit" -sv "$sanitized/test"
+"$root/test/Fuzz/run.sh" 50

@@ -10,7 +10,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "ATTNRES"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "driver"]
+config.excludes = ["CMakeLists.txt", "README.md", "lit.cfg.py", "lit.site.cfg.py", "Inputs", "driver", "corpus"]
 
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.attnres_obj_root, "test")
@@ -27,6 +27,8 @@ tool_dirs = [config.attnres_tools_dir, config.llvm_tools_dir]
 tools = ["attnres-opt", "attnres-numerics", "attnres-compile",
          "attnres-capi-test", "attnres-runtime-test",
          "attnres-runtime-cpp-test"]
+if config.asan_runtime:
+    tools += ["attnres-fuzz-mlir", "attnres-fuzz-spec", "attnres-fuzz-bundle"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 

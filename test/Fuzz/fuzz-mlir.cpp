@@ -1,0 +1,68 @@
+//===- fuzz-mlir.cpp - libFuzzer: MLIR text through every pipeline --------===//
+//
+// An input is MLIR text. It is parsed with the attnres dialects registered
+// and verified; a module that verifies goes through the transforms
+// (split-sources, split-reduction, tile), the CPU pipeline, and the NVVM and
+// ROCDL pipelines up to their ISA text (no assembler: PTX and AMDGPU
+// assembly). Diagnostics are the expected answer to bad input; a crash, an
+// abort or a sanitizer report is a bug.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attnres/InitAll.h"
+#include "attnres/Pipelines/Pipelines.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassRegistry.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+using namespace mlir;
+
+namespace {
+MLIRContext &context() {
+  static MLIRContext *shared = [] {
+    DialectRegistry registry;
+    attnres::registerAllDialects(registry);
+    attnres::registerAllPasses();
+    auto *context = new MLIRContext(registry);
+    context->loadAllAvailableDialects();
+    context->printOpOnDiagnostic(false);
+    return context;
+  }();
+  return *shared;
+}
+
+/// Runs `pipeline` (textual) on a copy of `module`; failures are diagnostics.
+void runPipeline(ModuleOp module, const char *pipeline) {
+  OwningOpRef<ModuleOp> copy = module.clone();
+  PassManager pm(&context());
+  if (failed(parsePassPipeline(pipeline, pm)))
+    __builtin_trap(); // the pipelines below are ours: they must parse
+  (void)pm.run(*copy);
+}
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  MLIRContext &ctx = context();
+  ScopedDiagnosticHandler quiet(&ctx, [](Diagnostic &) { return success(); });
+  std::string text(reinterpret_cast<const char *>(data), size);
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &ctx);
+  if (!module || failed(verify(*module)))
+    return 0;
+  runPipeline(*module, "builtin.module(attnres-split-sources{partitions=2},"
+                       "attnres-split-reduction{blocks=3},attnres-tile)");
+  runPipeline(*module, "builtin.module(attnres-lower-to-llvm-cpu-pipeline)");
+  runPipeline(*module,
+              "builtin.module(attnres-lower-to-nvvm-pipeline{format=isa})");
+  runPipeline(*module,
+              "builtin.module(attnres-lower-to-rocdl-pipeline{format=isa})");
+  return 0;
+}
