@@ -4,6 +4,7 @@
 #
 #   test/Fuzz/run.sh SECONDS [TARGET...]     (targets: mlir spec bundle)
 #
+# ATTNRES_FUZZ_SEED picks another seed (1 by default: CI's runs repeat).
 # New inputs go to a scratch folder, not into the repository's corpus; a
 # crash leaves its input in the current folder (crash-*), to be added to
 # test/Fuzz/corpus/<target>/ as a regression once fixed. Exits non-zero when
@@ -22,7 +23,8 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 for target in $targets; do
   mkdir -p "$scratch/$target"
-  "$bin/attnres-fuzz-$target" -seed=1 -max_total_time="$seconds" \
+  "$bin/attnres-fuzz-$target" -seed="${ATTNRES_FUZZ_SEED:-1}" \
+    -max_total_time="$seconds" \
     -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
     "$scratch/$target" "$here/corpus/$target" 2>&1 |
     grep -E "^(Done|stat::number_of_executed_units|stat::new_units_added)|ERROR|runtime error|SUMMARY|crash-" |
