@@ -242,6 +242,20 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
   int64_t subgroupSize = isNvidia(target) ? 32 : 64;
   PassManager kernels(context);
   std::unique_ptr<Pass> lowering = createConvertAttnResToGPU();
+  // Every option of the lowering takes a whole number or true/false. LLVM's
+  // option parser prints a bad value's reason to stderr, not to the error
+  // it returns: such values are refused here, by name.
+  for (StringRef item : llvm::split(options.kernelOptions, ' ')) {
+    auto [key, value] = item.split('=');
+    int64_t number;
+    if (value.empty() || value == "true" || value == "false" ||
+        !value.getAsInteger(10, number))
+      continue;
+    return emitError(loc) << "bad kernel options '" << options.kernelOptions
+                          << "': " << key
+                          << " takes a whole number (or true / false), got '"
+                          << value << "'";
+  }
   std::string optionError;
   // The chip's facts go first, so that the caller's kernel options can
   // turn asynchronous copies off; the subgroup size is not theirs to pick.
@@ -255,7 +269,11 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
             return failure();
           })))
     return emitError(loc) << "bad kernel options '" << options.kernelOptions
-                          << "': " << optionError;
+                          << "': "
+                          << (optionError.empty()
+                                  ? "see the options of convert-attnres-to-gpu "
+                                    "(attnres-opt --help)"
+                                  : optionError);
   kernels.addPass(std::move(lowering));
   if (failed(kernels.run(module)))
     return failure();
