@@ -496,43 +496,13 @@ public:
     else
       llvm::append_range(init, started);
     int64_t C = e.layout.chunks;
-    if (schedule.stagedBatches > 0) {
-      // Batch t is in its ring slots once all but the stagedBatches - 1
-      // newest copy groups are done; its rows are read into registers and
-      // batch t + stagedBatches is copied into the same slots before the
-      // batch is reduced, so stagedBatches batches stay in flight. The
-      // slots are this thread's alone: its reads of batch t are issued
-      // before its copies over them.
-      int64_t Z = schedule.stagedBatches;
-      auto loop = scf::ForOp::create(
-          b, loc, e.constI64(0), batches, e.constI64(1), init,
-          [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPoint(nested.getInsertionBlock(),
-                                nested.getInsertionPoint());
-            NVVM::CpAsyncWaitGroupOp::create(b, loc, Z - 1);
-            Value ring = arith::RemUIOp::create(b, loc, t, e.constI64(Z));
-            SmallVector<SmallVector<Value>> rows = readStaged(ring);
-            SmallVector<Value> pointers(carried.begin() + pointersAt,
-                                        carried.begin() + pointersAt + batch);
-            copyBatch(begin, end, e.addI(t, e.constI64(Z)), pointers);
-            SmallVector<Value> nextPointers =
-                pointersOf(begin, end, e.addI(t, e.constI64(Z + 1)));
-            Value first = firstOf(t);
-            SmallVector<SourceSlot> slots;
-            for (int64_t i = 0; i < batch; ++i) {
-              Value index = e.addI(first, e.constI64(i));
-              slots.push_back(
-                  {index, e.lessThan(index, end), extend(rows[i]), rows[i]});
-            }
-            Value half = arith::AndIOp::create(b, loc, t, e.constI64(1));
-            SmallVector<Value> next =
-                body(slots, carried.take_front(pointersAt), half, false);
-            llvm::append_range(next, nextPointers);
-            scf::YieldOp::create(b, loc, next);
-          });
-      return SmallVector<Value>(loop.getResults().take_front(pointersAt));
-    }
+    // Staged: batch t is in its ring slots once all but the stagedBatches - 1
+    // newest copy groups are done; its rows are read into registers and
+    // batch t + stagedBatches is copied into the same slots before the batch
+    // is reduced, so stagedBatches batches stay in flight. The slots are
+    // this thread's alone: its reads of batch t are issued before its copies
+    // over them.
+    int64_t Z = schedule.stagedBatches;
     auto loop = scf::ForOp::create(
         b, loc, e.constI64(0), batches, e.constI64(1), init,
         [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
@@ -543,7 +513,12 @@ public:
                                       carried.begin() + pointersAt + batch);
           SmallVector<SmallVector<Value>> rows, nextRows;
           SmallVector<Value> nextPointers;
-          if (schedule.prefetch) {
+          if (Z > 0) {
+            NVVM::CpAsyncWaitGroupOp::create(b, loc, Z - 1);
+            rows = readStaged(arith::RemUIOp::create(b, loc, t, e.constI64(Z)));
+            copyBatch(begin, end, e.addI(t, e.constI64(Z)), pointers);
+            nextPointers = pointersOf(begin, end, e.addI(t, e.constI64(Z + 1)));
+          } else if (schedule.prefetch) {
             for (int64_t i = 0; i < batch; ++i)
               rows.push_back(
                   SmallVector<Value>(carried.begin() + rowsAt + i * C,
