@@ -728,8 +728,10 @@ int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
   int64_t G = op.integer("rows_per_block", 1);
   const LaunchRules &rules = runtime.rules;
   int64_t blocks = std::max<int64_t>(1, ceilDiv(tokens, G));
-  int64_t wanted =
-      ceilDiv(residentBlocks(runtime, op, "forward_partial"), blocks);
+  // Rounded down: a partition more than the device holds at once starts a
+  // second wave of blocks, which costs more than the parallelism it adds
+  // (docs/Performance.md, decode).
+  int64_t wanted = residentBlocks(runtime, op, "forward_partial") / blocks;
   int64_t bytes = elementBytes(op.text("value_type"));
   int64_t partitions = std::min({wanted, L / rules.sourcesPerPartition,
                                  L * D * bytes / rules.partitionBytes});
@@ -747,8 +749,9 @@ int64_t backwardBlocks(const AttnresRuntime &runtime, const Op &op,
 int64_t backwardPartitions(const AttnresRuntime &runtime, const Op &op,
                            int64_t blocks) {
   int64_t L = op.integer("num_sources");
-  int64_t wanted = ceilDiv(residentBlocks(runtime, op, "backward"),
-                           std::max<int64_t>(1, blocks));
+  // Rounded down, as for the forward.
+  int64_t wanted =
+      residentBlocks(runtime, op, "backward") / std::max<int64_t>(1, blocks);
   return std::clamp<int64_t>(
       std::min(wanted, L / runtime.rules.sourcesPerPartition), 1,
       std::max<int64_t>(L, 1));

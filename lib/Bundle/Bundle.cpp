@@ -368,7 +368,7 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
             "w times its element size; the runtime checks."},
            {"forward",
             llvm::formatv(
-                "Partitions P = max(1, min(ceil({0} * SMs / ceil(N / "
+                "Partitions P = max(1, min(floor({0} * SMs / ceil(N / "
                 "rows_per_block)), floor(L / {1}), floor(L * D * value bytes "
                 "/ {2}))). P = 1: launch `forward`. P > 1: `forward_partial` "
                 "(grid y = P) into FP32 workspaces partial_o [P, M, N, D] and "
@@ -380,7 +380,7 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
             llvm::formatv(
                 "Token blocks B = max(1, min({0} * SMs, ceil(N / "
                 "(rows_per_block * {2})))) and source partitions P = max(1, "
-                "min(ceil({0} * SMs / B), floor(L / {1}))). `backward` (grid "
+                "min(floor({0} * SMs / B), floor(L / {1}))). `backward` (grid "
                 "B x P) writes the source gradients and FP32 workspaces "
                 "partial_da [P * B * rows_per_block, M, R] and partial_dh [P * "
                 "B * rows_per_block, M or 1, D]; then `finalize` with "

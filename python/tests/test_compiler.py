@@ -54,10 +54,10 @@ def test_inspect_follows_the_manifest_rules(train_bundle, monkeypatch):
     forward, backward = runtime.op("forward"), runtime.op("backward")
     L, D, M = 64, 1024, 2
     for tokens in (1, 7, 100, 5000):
-        # docs/Bundle.md: P = max(1, min(ceil(2 SMs / ceil(N / G)), L / 4,
+        # docs/Bundle.md: P = max(1, min(floor(2 SMs / ceil(N / G)), L / 4,
         # L D bytes / 32 KiB)), with FP32 partial o and lse, 256-aligned.
         G = forward["rows_per_block"]
-        P = max(1, min(math.ceil(264 / math.ceil(tokens / G)), L // 4,
+        P = max(1, min(264 // math.ceil(tokens / G), L // 4,
                        L * D * 2 // 32768))
         assert runtime.forward_partitions(forward, tokens) == P
         align = lambda n: (n + 255) // 256 * 256  # noqa: E731
@@ -70,7 +70,7 @@ def test_inspect_follows_the_manifest_rules(train_bundle, monkeypatch):
         G = backward["rows_per_block"]
         B = max(1, min(264, math.ceil(tokens / G)))
         assert runtime.backward_blocks(backward, tokens) == B
-        BP = max(1, min(math.ceil(264 / B), L // 4))
+        BP = max(1, min(264 // B, L // 4))
         assert runtime.backward_partitions(backward, B) == BP
         rows = BP * B * G
         assert runtime.backward_workspace_size(backward, tokens) == \

@@ -68,7 +68,7 @@ func.func @one_source(%v: tensor<8x32xf32>, %q: tensor<8xf32>) -> tensor<8xf32> 
 // -----
 
 // auto: 2 tokens of 64 bf16 sources of width 4096 (decoding) leave an H200
-// idle; the rule gives min(ceil(264 / 2), 64 / 4, 64 * 4096 * 2 / 32768) = 16
+// idle; the rule gives min(floor(264 / 2), 64 / 4, 64 * 4096 * 2 / 32768) = 16
 // partitions of 4 sources.
 // CHECK-LABEL: func.func @decode
 // AUTO-LABEL: func.func @decode

@@ -94,7 +94,9 @@ struct SplitSourcesPass
     int64_t numSources = op.getNumSourceValues();
     int64_t elementBytes =
         sourceType.getElementType().getIntOrFloatBitWidth() / 8;
-    int64_t wanted = llvm::divideCeil(2 * numMultiprocessors, rows);
+    // Rounded down: a partition more than the blocks the device holds at
+    // once starts a second wave, which costs more than it adds.
+    int64_t wanted = 2 * numMultiprocessors / rows;
     int64_t bySources = numSources / 4;
     int64_t byBytes =
         numSources * op.getWidth() * elementBytes / minPartitionBytes;

@@ -21,7 +21,9 @@ def AttnResSplitSources : Pass<"attnres-split-sources"> {
     `partitions` is a number (clamped to `L`; 1 leaves the op alone) or
     `auto`. With `auto`, few rows (tokens times queries) leave the GPU idle,
     so the pass splits until there are about two blocks per multiprocessor:
-    `P = ceil(2 * num-multiprocessors / rows)`, but no more than `L / 4`
+    `P = floor(2 * num-multiprocessors / rows)` (rounded down: one more
+    partition than the device holds at once would start a second wave of
+    blocks), but no more than `L / 4`
     partitions (each partial forward still reads at least four sources) and
     no more than one partition per `min-partition-bytes` of source data per
     row (`L * D * element size`), so that the merge stays cheap next to the
