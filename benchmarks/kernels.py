@@ -16,6 +16,7 @@ package) for libAttnResRuntime.so.
 """
 
 import argparse
+import itertools
 import json
 import math
 import pathlib
@@ -51,6 +52,10 @@ class Problem:
                     std).to(bf16)
         self.sources = [randn(L, N, D) for _ in range(self.copies)]
         self.query = randn(1, D, std=2.0 / math.sqrt(D))
+        # For bundles compiled with a key norm (entry "key_norm").
+        self.key_norm = randn(D, std=0.2) + 1.0
+        self.dg = [torch.empty(D, dtype=bf16, device="cuda")
+                   for _ in range(self.copies)]
         self.grad = [randn(1, N, D) for _ in range(self.copies)]
         self.o = [torch.empty(1, N, D, dtype=bf16, device="cuda")
                   for _ in range(self.copies)]
@@ -73,12 +78,15 @@ class Problem:
         return (torch.arange(packed.shape[0], dtype=torch.int64,
                              device="cuda") * step + packed.data_ptr())
 
-    def reference(self, tokens=2048):
+    def reference(self, tokens=2048, key_norm=False):
         """float32 o, lse and dv of the first `tokens` tokens of copy 0, and
         dq over all tokens (from the kernel's own stored o and lse, as the
-        backward reads them)."""
+        backward reads them). With `key_norm`, the query stands for q * g
+        (the weight scales the normalized keys, so dv and dq see q * g)."""
         v = self.sources[0][:, :tokens].float()
         q = self.query.float()
+        if key_norm:
+            q = q * self.key_norm.float()
         D = self.D
         rho = torch.rsqrt(v.square().mean(-1) + 1e-6)              # [L, n]
         z = rho * torch.einsum("lnd,d->ln", v, q[0])
@@ -103,19 +111,23 @@ class Problem:
             de = (dd * self.o[0][0, start:start + 4096].float()).sum(-1)
             dss = pp * (torch.einsum("nd,lnd->ln", dd, vv) - de)
             dq += torch.einsum("ln,lnd->d", dss * rr, vv)
+        if key_norm:  # d/dq of rho <v * g, q>
+            dq = dq * self.key_norm.float()
         return dict(o=o, lse=lse, dv=dv, dq=dq, tokens=tokens)
 
 
 def run_entry(entry, folder, problem, bandwidth, check, references,
-              once=False):
+              once=False, partitions=(0, 0)):
+    """`partitions`: the forward's and the backward's source partitions, 0
+    for the runtime's choice."""
     runtime = load(folder / entry["bundle"])
     forward_op, backward_op = runtime.op("forward"), runtime.op("backward")
     L, N, D = problem.L, problem.N, problem.D
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
-    P = runtime.forward_partitions(forward_op, N)
+    P = partitions[0] or runtime.forward_partitions(forward_op, N)
     fsize = runtime.forward_workspace_size(forward_op, N, P)
     B = runtime.backward_blocks(backward_op, N)
-    BP = runtime.backward_partitions(backward_op, B)
+    BP = partitions[1] or runtime.backward_partitions(backward_op, B)
     bsize = runtime.backward_workspace_size(backward_op, N, B, BP)
     fwork = [torch.empty(max(fsize, 1), dtype=torch.uint8, device="cuda")
              for _ in range(problem.copies)]
@@ -124,11 +136,13 @@ def run_entry(entry, folder, problem, bandwidth, check, references,
 
     residual = [r.data_ptr() if forward_op.get("writes_o_pre_residual")
                 else 0 for r in problem.residual]
+    key_norm = entry.get("key_norm", False)
+    g = problem.key_norm.data_ptr() if key_norm else 0
 
     def forward(i):
         runtime.forward(forward_op, num_tokens=N,
                         sources=problem.tables[i].data_ptr(),
-                        query=problem.query.data_ptr(),
+                        query=problem.query.data_ptr(), key_norm=g,
                         o=problem.o[i].data_ptr(),
                         o_pre_residual=residual[i],
                         lse=problem.lse[i].data_ptr(), partitions=P,
@@ -144,7 +158,9 @@ def run_entry(entry, folder, problem, bandwidth, check, references,
                          saved=problem.o[i].data_ptr(),
                          saved_residual=residual[i],
                          grad_sources=problem.grad_tables[i].data_ptr(),
-                         dq=problem.dq[i].data_ptr(), blocks=B,
+                         dq=problem.dq[i].data_ptr(), key_norm=g,
+                         dg=problem.dg[i].data_ptr() if key_norm else 0,
+                         blocks=B,
                          partitions=BP, workspace=bwork[i].data_ptr(),
                          workspace_size=bsize, stream=stream())
 
@@ -166,9 +182,9 @@ def run_entry(entry, folder, problem, bandwidth, check, references,
     if check:
         # The first entry of a shape fixes the reference (its backward reads
         # that entry's stored o; later entries differ from it by rounding).
-        if not references:
-            references.append(problem.reference())
-        ref = references[0]
+        if key_norm not in references:
+            references[key_norm] = problem.reference(key_norm=key_norm)
+        ref = references[key_norm]
         n = ref["tokens"]
         errors["o"] = common.relative_error(problem.o[0][0, :n], ref["o"])
         errors["lse"] = common.relative_error(problem.lse[0][0, :n],
@@ -206,7 +222,15 @@ def main():
                         help="only this shape, as L,N,D")
     parser.add_argument("--once", action="store_true",
                         help="run each entry once, untimed (for ncu)")
+    parser.add_argument("--partitions", default="0",
+                        help="comma-separated source partition counts to "
+                        "time each entry with, F or F/B for the forward's "
+                        "and the backward's (0: the runtime's choice)")
     args = parser.parse_args()
+    partition_sweep = []
+    for item in args.partitions.split(","):
+        forward, _, backward = item.partition("/")
+        partition_sweep.append((int(forward), int(backward or forward)))
 
     index = json.loads((args.bundles / "index.json").read_text())
     bandwidth = 1.0 if args.once else common.copy_bandwidth()
@@ -225,11 +249,12 @@ def main():
         by_shape.setdefault(tuple(entry["shape"]), []).append(entry)
     for shape, entries in by_shape.items():
         problem = Problem(*shape)
-        references = []
-        for entry in entries:
+        references = {}
+        for entry, partitions in itertools.product(entries, partition_sweep):
             try:
                 r = run_entry(entry, args.bundles, problem, bandwidth,
-                              not args.no_check, references, args.once)
+                              not args.no_check, references, args.once,
+                              partitions)
             except Exception as error:  # one bad entry must not stop a sweep
                 r = dict(L=shape[0], N=shape[1], D=shape[2],
                          options=entry["options"], ok=False,

@@ -74,7 +74,8 @@ def spills(compiler, spec, options, scratch):
 
 def build(compiler, out, scratch, entry):
     spec = f"train:L={entry['shape'][0]},D={entry['shape'][2]},dtype=bf16," \
-           f"packed,save={entry['save']}"
+           f"packed,save={entry['save']}" + \
+        (",key_norm" if entry.get("key_norm") else "")
     if entry["options"]:
         spilled = spills(compiler, spec, entry["options"], scratch)
         if spilled is None or spilled > 0:
@@ -106,6 +107,9 @@ def main():
                         choices=["o_pre", "o_pre_residual"],
                         help="what the forward saves (o_pre_residual: what "
                              "attnres.attnres keeps for bf16)")
+    parser.add_argument("--key-norm", action="store_true",
+                        help="with a key norm weight (as attnres.attnres "
+                             "always compiles)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args()
 
@@ -120,10 +124,10 @@ def main():
         variants += [o.strip() for o in args.options.split(";") if o.strip()]
         for i, options in enumerate(variants):
             name = f"L{L}_D{D}_{i}"
-            bundles[name] = dict(shape=[L, N, D], options=options,
-                                 bundle=name, save=args.save)
-            entries.append(dict(shape=[L, N, D], options=options,
-                                bundle=name, save=args.save))
+            entry = dict(shape=[L, N, D], options=options, bundle=name,
+                         save=args.save, key_norm=args.key_norm)
+            bundles[name] = entry
+            entries.append(dict(entry))
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = args.out / ".scratch"
     scratch.mkdir(exist_ok=True)
