@@ -112,8 +112,8 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "Blocks of the (unsplit) forward kernel that must fit on a "
            "multiprocessor at once (NVIDIA: ptxas limits registers "
            "accordingly); 0: no limit; -1 chooses 512 threads a "
-           "multiprocessor (128 registers a thread) with an output norm and "
-           "one query, else no limit">,
+           "multiprocessor (128 registers a thread) with one query and an "
+           "output norm or blocks of 256 threads or more, else no limit">,
     Option<"backwardMinBlocks", "backward-min-blocks", "int64_t",
            /*default=*/"-1",
            "The same for the backward kernel; -1 chooses 512 threads a "

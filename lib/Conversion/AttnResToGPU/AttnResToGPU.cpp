@@ -366,8 +366,14 @@ struct ConvertAttnResToGPUPass
                                              layout, schedule,
                                              /*partial=*/false)));
     // The forward holds 128 registers a thread (four blocks of 128 threads
-    // a multiprocessor) except with an output norm, where ptxas took 130.
-    setMinBlocks(forwardMinBlocks, spec.outputNorm && spec.numQueries == 1,
+    // a multiprocessor) except with an output norm, where ptxas took 130,
+    // and in blocks of 256 threads or more, where ptxas took 130 at
+    // (L, D) = (64, 8192) without a key norm: one block a multiprocessor
+    // instead of two, 0.62 of the floor against 0.90. (Asking four blocks
+    // of 128 threads where ptxas already lands at 128 makes it spill.)
+    setMinBlocks(forwardMinBlocks,
+                 spec.numQueries == 1 &&
+                     (spec.outputNorm || layout.blockThreads() >= 256),
                  layout);
     facts.append(
         "forward_partial",

@@ -28,7 +28,9 @@
 // two subgroups) for their key norms and dot products, one barrier per
 // batch. The workgroup buffer: 2 floats per value, 1 settled value (the
 // output norm) and two halves of 2 x (1 + M) = 4 loop values: 18 floats.
-// The host function is gone: launching is the runtime's.
+// The host function is gone: launching is the runtime's. The key is the
+// whole row (R = D), so the query is read as vectors too, before the walk
+// (and is a vector-aligned row buffer, "[M, D]", for the runtime).
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: attnres.ops = [{
 // CHECK-SAME: forward = "layer_0_forward"
@@ -41,9 +43,13 @@
 // CHECK-SAME: vector_width = 8
 // CHECK: gpu.func @layer_0_forward(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i64) workgroup(%{{.*}} : memref<18xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
 // CHECK-SAME: {kind = "table", name = "sources", shape = "L x [N, D]", type = "bf16"}
+// CHECK-SAME: {kind = "buffer", name = "query", shape = "[M, D]", type = "bf16"}
 // CHECK-SAME: block = 64
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}
 // CHECK-SAME: known_block_size = array<i32: 64, 1, 1>
+// CHECK-NOT: -> bf16
+// CHECK: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NOT: -> bf16
 // CHECK: scf.for
 // CHECK-COUNT-4: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK: gpu.shuffle  xor
@@ -76,7 +82,8 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 
 // Small rows share a block: D = 64 bf16 is 8 vectors, so 8 lanes per row
 // and 16 rows per block of 128; row sums stay within the subgroup (no
-// barrier). The backward's grid is blocks of tokens x partitions of the
+// barrier). A key of 16 of the 64 coordinates (R < D) is read element by
+// element ("[M, R]": no vector alignment asked). The backward's grid is blocks of tokens x partitions of the
 // sources; it writes FP32 partial rows that finalize sums, its subgroups
 // splitting the partial rows of a tile of 32 columns (16 rows of dq here).
 // Staged (STAGED): a ring of 3 batches of one source, one 16-byte vector a
@@ -99,6 +106,8 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-SAME: finalize = "grad_0_finalize"
 // CHECK-SAME: rows_per_block = 16
 // CHECK: gpu.func @grad_0_backward
+// CHECK-SAME: {kind = "buffer", name = "query", shape = "[M, R]", type = "bf16"}
+// CHECK-SAME: {kind = "buffer", name = "key_norm", shape = "[R]", type = "bf16"}
 // CHECK-SAME: name = "grad_sources"
 // CHECK-SAME: name = "partial_da"
 // CHECK-SAME: name = "num_blocks"
@@ -158,5 +167,23 @@ func.func @merges(%p: tensor<4x?x64xf32>, %l: tensor<4x?xf32>, %s: tensor<?xf32>
   %sum = attnres.partition_reduce sum %x : tensor<7x16xf32> -> tensor<16xf32>
   %o64, %lse64 = attnres.partition_reduce softmax %p64 : tensor<64x?x64xf32>
       lse(%l64 : tensor<64x?xf32>) -> tensor<?x64xf32>, tensor<?xf32>
+  return
+}
+
+// -----
+
+// A row of 8192 bf16 takes 256 lanes of four vectors: ptxas is asked for two
+// such blocks a multiprocessor (128 registers a thread; left alone it took
+// 130 at L = 64, one block). The partial forward gets no budget.
+// CHECK-LABEL: gpu.module @attnres_kernels
+// CHECK: gpu.func @wide_0_forward
+// CHECK-SAME: block = 256
+// CHECK-SAME: nvvm.minctasm = 2
+// CHECK: gpu.func @wide_0_forward_partial
+// CHECK-NOT: nvvm.minctasm
+// CHECK: gpu.func @wide_0_merge
+func.func @wide(%v: tensor<2x?x8192xbf16>, %q: tensor<8192xbf16>) {
+  %o, %lse = attnres.forward packed(%v : tensor<2x?x8192xbf16>)
+      query(%q : tensor<8192xbf16>) -> tensor<?x8192xbf16>, tensor<?xf32>
   return
 }
