@@ -7,11 +7,11 @@
 #include "attnres/Conversion/Passes.h"
 #include "attnres/Pipelines/Pipelines.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
-#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
@@ -557,122 +557,137 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   bool outputNorm = items.count("output_norm");
   bool perQuery = text("output_norm", "") == "per_query";
   std::string save = text("save", "o_pre");
-  // eps and scale as exact hexadecimal f64 literals.
-  std::string eps, scale;
-  for (auto [key, fallback, out] : {std::make_tuple("eps", 1e-6, &eps),
-                                    std::make_tuple("scale", 1.0, &scale)}) {
-    double value = fallback;
+  double eps = 1e-6, scale = 1.0;
+  for (auto [key, out] : {std::make_pair("eps", &eps),
+                          std::make_pair("scale", &scale)}) {
     auto it = items.find(key);
-    if (it != items.end() && StringRef(it->second).getAsDouble(value)) {
+    if (it != items.end() && StringRef(it->second).getAsDouble(*out)) {
       error = std::string("spec item ") + key + " must be a number, got '" +
               it->second + "'";
       return failure();
     }
-    llvm::raw_string_ostream os(*out);
-    os << "0x"
-       << llvm::format_hex_no_prefix(llvm::bit_cast<uint64_t>(value), 16,
-                                     /*Upper=*/true);
   }
 
-  std::string lead = multi ? std::to_string(M) + "x" : "";
-  std::string row = "tensor<" + tokens + "x" + std::to_string(D) + "x";
-  std::string sourceType = row + dtype + ">";
-  std::string packedType = "tensor<" + std::to_string(L) + "x" + tokens + "x" +
-                           std::to_string(D) + "x" + dtype + ">";
-  std::string perQueryType = "tensor<" + lead + tokens + "x" +
-                             std::to_string(D) + "x" + outputType + ">";
-  std::string gradType =
-      "tensor<" + lead + tokens + "x" + std::to_string(D) + "x" + dtype + ">";
-  std::string lseType = "tensor<" + lead + tokens + "xf32>";
-  std::string queryType =
-      "tensor<" + lead + std::to_string(R) + "x" + param + ">";
-  std::string keyNormType = "tensor<" + std::to_string(R) + "x" + param + ">";
-  std::string outputNormType = "tensor<" +
-                               (perQuery ? std::to_string(M) + "x" : "") +
-                               std::to_string(D) + "x" + param + ">";
+  // The module, built with the ops' builders: the spec's values never pass
+  // through MLIR text.
+  context->loadDialect<func::FuncDialect, AttnResDialect>();
+  OpBuilder b(context);
+  Location loc = b.getUnknownLoc();
+  auto elementType = [&](StringRef name) -> Type {
+    if (name == "bf16")
+      return b.getBF16Type();
+    if (name == "f16")
+      return b.getF16Type();
+    return b.getF32Type();
+  };
+  Type value = elementType(dtype), parameter = elementType(param);
+  Type output = elementType(outputType);
+  int64_t T = ShapedType::kDynamic;
+  if (tokens != "?")
+    StringRef(tokens).getAsInteger(10, T);
+  SmallVector<int64_t> lead;
+  if (multi)
+    lead.push_back(M);
+  auto tensor = [](ArrayRef<int64_t> leading, ArrayRef<int64_t> shape,
+                   Type element) {
+    SmallVector<int64_t> dims(leading);
+    llvm::append_range(dims, shape);
+    return RankedTensorType::get(dims, element);
+  };
+  Type sourceType = tensor({}, {T, D}, value);
+  Type packedType = tensor({}, {L, T, D}, value);
+  Type perQueryType = tensor(lead, {T, D}, output);
+  Type gradType = tensor(lead, {T, D}, value);
+  Type lseType = tensor(lead, {T}, b.getF32Type());
+  Type queryType = tensor(lead, {R}, parameter);
+  Type keyNormType = tensor({}, {R}, parameter);
+  Type outputNormType =
+      perQuery ? tensor({}, {M, D}, parameter) : tensor({}, {D}, parameter);
+  // The residual of the saved o_pre: [M?, T..., D/2] i8 (an odd D or an f32
+  // output is refused by the verifier).
+  Type residualType = tensor(lead, {T, D / 2}, b.getI8Type());
 
-  std::string args, sources;
-  if (packed) {
-    args = "%v: " + packedType;
-    sources = "packed(%v : " + packedType + ")";
-  } else {
-    std::string names;
-    for (int64_t l = 0; l < L; ++l) {
-      args += (l ? ", " : "") + ("%v" + std::to_string(l)) + ": " + sourceType;
-      names += (l ? ", " : "") + ("%v" + std::to_string(l));
-    }
-    sources = "sources(" + names + " : " + sourceType + ")";
-  }
-  args += ", %q: " + queryType;
-  std::string operands = sources + " query(%q : " + queryType + ")";
-  if (keyNorm) {
-    args += ", %g: " + keyNormType;
-    operands += " key_norm(%g : " + keyNormType + ")";
-  }
-  if (outputNorm) {
-    args += ", %h: " + outputNormType;
-    operands += " output_norm(%h : " + outputNormType + ")";
-  }
-  std::string attrs = " {eps = " + eps + " : f64, scale = " + scale + " : f64}";
-  std::string body;
   bool forward = kind != "backward", backward = kind != "forward";
   bool residual = save == "o_pre_residual";
   bool savesOutput = save != "lse";
   bool savesOPre = savesOutput && outputNorm;
-  // The residual of the saved o_pre: [M?, T..., D/2] i8 (an odd D or an f32
-  // output is refused by the verifier).
-  std::string residualType =
-      "tensor<" + lead + tokens + "x" + std::to_string(D / 2) + "xi8>";
+  SaveMode saveMode = save == "lse"           ? SaveMode::Lse
+                      : save == "o_pre"       ? SaveMode::OPre
+                                              : SaveMode::OPreResidual;
+
+  SmallVector<Type> arguments(packed ? 1 : L, packed ? packedType : sourceType);
+  arguments.push_back(queryType);
+  if (keyNorm)
+    arguments.push_back(keyNormType);
+  if (outputNorm)
+    arguments.push_back(outputNormType);
+  if (backward) {
+    arguments.push_back(gradType);
+    if (!forward) {
+      arguments.push_back(lseType);
+      if (savesOutput)
+        arguments.push_back(perQueryType);
+      if (residual)
+        arguments.push_back(residualType);
+    }
+  }
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  b.setInsertionPointToEnd(module->getBody());
+  auto function = func::FuncOp::create(
+      b, loc, "attnres", b.getFunctionType(arguments, TypeRange()));
+  Block *entry = function.addEntryBlock();
+  b.setInsertionPointToEnd(entry);
+  ValueRange args = entry->getArguments();
+  ValueRange sources = args.take_front(packed ? 1 : L);
+  args = args.drop_front(sources.size());
+  auto next = [&](bool present) -> Value {
+    if (!present)
+      return Value();
+    Value front = args.front();
+    args = args.drop_front();
+    return front;
+  };
+  Value query = next(true), keyNormWeight = next(keyNorm),
+        outputNormWeight = next(outputNorm);
+  Value lse, saved, savedResidual;
   if (forward) {
-    body += "  %o, %lse" + std::string(savesOPre ? ", %o_pre" : "") +
-            (residual ? ", %residual" : "") + " = attnres.forward " + operands +
-            (save == "o_pre" ? "" : " save(" + save + ")") + attrs + " -> " +
-            perQueryType + ", " + lseType +
-            (savesOPre ? ", " + perQueryType : "") +
-            (residual ? ", " + residualType : "") + "\n";
+    auto op = ForwardOp::create(
+        b, loc, perQueryType, lseType, savesOPre ? perQueryType : Type(),
+        residual ? residualType : Type(), sources, packed, query, keyNormWeight,
+        outputNormWeight, APFloat(eps), APFloat(scale), saveMode);
+    lse = op.getLse();
+    if (savesOutput)
+      saved = savesOPre ? op.getOPre() : op.getOutput();
+    savedResidual = op.getOPreResidual();
   }
   if (backward) {
-    args += ", %do: " + gradType;
-    if (!forward)
-      args += ", %lse_in: " + lseType +
-              (savesOutput ? ", %saved_in: " + perQueryType : "") +
-              (residual ? ", %residual_in: " + residualType : "");
-    std::string lse = forward ? "%lse" : "%lse_in";
-    std::string saved;
-    if (savesOutput)
-      saved = forward ? (savesOPre ? "%o_pre" : "%o") : "%saved_in";
-    std::string results;
-    std::string sourceGrad = packed ? packedType : sourceType;
-    for (int64_t l = 0; l < (packed ? 1 : L); ++l)
-      results += (l ? ", " : "") + sourceGrad;
-    results += ", " + queryType;
-    if (keyNorm)
-      results += ", " + keyNormType;
-    if (outputNorm)
-      results += ", " + outputNormType;
-    body +=
-        "  %grads:" +
-        std::to_string((packed ? 1 : L) + 1 + keyNorm + outputNorm) +
-        " = attnres.backward " + operands + " grad(%do : " + gradType +
-        ") lse(" + lse + " : " + lseType + ")" +
-        (saved.empty() ? "" : " saved(" + saved + " : " + perQueryType + ")") +
-        (residual ? " residual(" +
-                        std::string(forward ? "%residual" : "%residual_in") +
-                        " : " + residualType + ")"
-                  : "") +
-        attrs + " -> " + results + "\n";
+    Value grad = next(true);
+    if (!forward) {
+      lse = next(true);
+      saved = next(savesOutput);
+      savedResidual = next(residual);
+    }
+    SmallVector<Type> sourceGrads(packed ? 1 : L,
+                                  packed ? packedType : sourceType);
+    BackwardOp::create(b, loc, sourceGrads, queryType,
+                       keyNorm ? keyNormType : Type(),
+                       outputNorm ? outputNormType : Type(), sources, packed,
+                       query, keyNormWeight, outputNormWeight, grad, lse, saved,
+                       savedResidual, APFloat(eps), APFloat(scale));
   }
-  std::string source =
-      "func.func @attnres(" + args + ") {\n" + body + "  return\n}\n";
+  func::ReturnOp::create(b, loc);
 
-  // Diagnostics of the parser and verifier become the error.
+  // The verifier's diagnostics become the error.
   std::string diagnostics;
   ScopedDiagnosticHandler handler(context, [&](Diagnostic &diag) {
     diagnostics += diag.str() + "\n";
     return success();
   });
-  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(source, context);
-  if (!module) {
+  bool printedOps = context->shouldPrintOpOnDiagnostic();
+  context->printOpOnDiagnostic(false);
+  LogicalResult verified = verify(*module);
+  context->printOpOnDiagnostic(printedOps);
+  if (failed(verified)) {
     error = "spec '" + spec.str() + "' is not a valid attnres op: " +
             StringRef(diagnostics).trim().str();
     return failure();
