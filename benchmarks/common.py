@@ -88,6 +88,26 @@ def copy_bandwidth(size=4 << 30, repeats=20):
     return 2 * size / (ms * 1e-3)
 
 
+def time_steady(fn, repeats=20, warmup=3):
+    """Median milliseconds of `fn` called back to back, as a training loop
+    calls it: an event between consecutive calls and one synchronization at
+    the end, so the host enqueues ahead of the GPU wherever it is faster
+    (the way triton.testing.do_bench times). Where the host is slower than
+    the GPU, the queue drains and the host's time is what shows."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [torch.cuda.Event(enable_timing=True)
+              for _ in range(repeats + 1)]
+    events[0].record()
+    for i in range(repeats):
+        fn()
+        events[i + 1].record()
+    events[-1].synchronize()
+    return statistics.median(events[i].elapsed_time(events[i + 1])
+                             for i in range(repeats))
+
+
 def time_events(fn, repeats=20, warmup=3):
     """Median milliseconds of `fn` between CUDA events."""
     for _ in range(warmup):
