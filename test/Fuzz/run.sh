@@ -5,7 +5,10 @@
 #   test/Fuzz/run.sh SECONDS [TARGET...]     (targets: mlir spec bundle)
 #
 # ATTNRES_FUZZ_SEED picks another seed (1 by default: CI's runs repeat).
-# New inputs go to a scratch folder, not into the repository's corpus; a
+# The seeds of attnres-fuzz-mlir are the example modules and the round-trip
+# test's ops, one file each (test/Dialect/AttnRes/roundtrip.mlir); mlir.dict
+# gives its mutations the ops' words, so that more of them parse, verify and
+# reach the pipelines. New inputs go to a scratch folder, not into the repository's corpus; a
 # crash leaves its input in the current folder (crash-*), to be added to
 # test/Fuzz/corpus/<target>/ as a regression once fixed. Exits non-zero when
 # a target finds a crash.
@@ -23,7 +26,10 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 for target in $targets; do
   mkdir -p "$scratch/$target"
-  "$bin/attnres-fuzz-$target" -seed="${ATTNRES_FUZZ_SEED:-1}" \
+  # A target's dictionary (the words of its input language), where it has one.
+  dict=()
+  [ -f "$here/$target.dict" ] && dict=(-dict="$here/$target.dict")
+  "$bin/attnres-fuzz-$target" -seed="${ATTNRES_FUZZ_SEED:-1}" "${dict[@]}" \
     -max_total_time="$seconds" \
     -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
     "$scratch/$target" "$here/corpus/$target" 2>&1 |
