@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools clang-22 lld-22
   nlohmann-json3-dev libclang-rt-22-dev
-  cmake ninja-build rocm-device-libs python3-numpy python3-pytest python3-pip
+  cmake ninja-build pkgconf rocm-device-libs python3-numpy python3-pytest python3-pip
   python3-torch python3-venv
 )
 
