@@ -30,6 +30,14 @@ tools = ["attnres-opt", "attnres-numerics", "attnres-compile",
 if config.asan_runtime:
     tools += ["attnres-fuzz-mlir", "attnres-fuzz-spec", "attnres-fuzz-bundle"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
+# Upstream's own mlir-opt (Debian's mlir-opt-22), which loads the project's
+# dialect and passes as plugins (docs/Embedding.md).
+llvm_config.add_tool_substitutions(
+    [ToolSubst("upstream-mlir-opt", command="mlir-opt")],
+    [config.llvm_tools_dir])
+config.substitutions.append(
+    ("%attnres_plugin",
+     os.path.join(config.attnres_obj_root, "lib", "AttnResPlugin.so")))
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # A sanitizer build (ATTNRES_SANITIZE): errors end the test; the ASan runtime
