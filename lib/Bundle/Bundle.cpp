@@ -558,8 +558,8 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   bool perQuery = text("output_norm", "") == "per_query";
   std::string save = text("save", "o_pre");
   double eps = 1e-6, scale = 1.0;
-  for (auto [key, out] : {std::make_pair("eps", &eps),
-                          std::make_pair("scale", &scale)}) {
+  for (auto [key, out] :
+       {std::make_pair("eps", &eps), std::make_pair("scale", &scale)}) {
     auto it = items.find(key);
     if (it != items.end() && StringRef(it->second).getAsDouble(*out)) {
       error = std::string("spec item ") + key + " must be a number, got '" +
@@ -611,9 +611,9 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   bool residual = save == "o_pre_residual";
   bool savesOutput = save != "lse";
   bool savesOPre = savesOutput && outputNorm;
-  SaveMode saveMode = save == "lse"           ? SaveMode::Lse
-                      : save == "o_pre"       ? SaveMode::OPre
-                                              : SaveMode::OPreResidual;
+  SaveMode saveMode = save == "lse"     ? SaveMode::Lse
+                      : save == "o_pre" ? SaveMode::OPre
+                                        : SaveMode::OPreResidual;
 
   SmallVector<Type> arguments(packed ? 1 : L, packed ? packedType : sourceType);
   arguments.push_back(queryType);

@@ -17,8 +17,39 @@
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <dlfcn.h>
 
 using namespace mlir;
+
+std::string attnres::defaultCudaToolkit() {
+  return ATTNRES_DEFAULT_CUDA_TOOLKIT;
+}
+
+std::string attnres::defaultRocmToolkit() {
+  // The file this function was loaded from: a tool in <prefix>/bin, or a
+  // shared library (the C API, the mlir-opt plugin) in <prefix>/lib.
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void *>(&attnres::defaultRocmToolkit), &info) &&
+      info.dli_fname) {
+    llvm::SmallString<256> folder(info.dli_fname);
+    llvm::sys::path::remove_filename(folder);
+    // Installed: <prefix>/lib/attnres/rocm-toolkit. Build tree:
+    // <build>/rocm-toolkit, next to bin/ and lib/.
+    for (const char *relative :
+         {"attnres/rocm-toolkit", "../lib/attnres/rocm-toolkit",
+          "../rocm-toolkit"}) {
+      llvm::SmallString<256> candidate(folder);
+      llvm::sys::path::append(candidate, relative);
+      if (llvm::sys::fs::is_directory(candidate))
+        return std::string(candidate);
+    }
+  }
+  // None: the ROCDL target's own search (ROCM_PATH, /opt/rocm).
+  return "";
+}
 
 /// Attaches the target, lowers the device code of every gpu.module with
 /// `toVendor` (convert-gpu-to-nvvm or -rocdl) and serializes it: the part

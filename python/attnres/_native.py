@@ -7,8 +7,10 @@ compiling: a machine without LLVM works from prebuilt bundles.
 
 The libraries are looked up in, in order: the folder named by
 ATTNRES_LIBRARY_DIR, the package's own ``lib/`` folder (filled by
-``pip install`` from a built tree), and the build folder of the source tree
-the package sits in (``<repo>/build/lib``).
+``pip install`` from a built tree), the library folder of an installed
+attnres whose ``lib/attnres/python/`` the package sits in (``cmake
+--install``, docs/Embedding.md), and the build folder of the source tree the
+package sits in (``<repo>/build/lib``).
 """
 
 import ctypes
@@ -30,6 +32,8 @@ def library_dirs():
         dirs.append(pathlib.Path(os.environ["ATTNRES_LIBRARY_DIR"]))
     here = pathlib.Path(__file__).resolve().parent
     dirs.append(here / "lib")
+    if here.parent.name == "python" and here.parent.parent.name == "attnres":
+        dirs.append(here.parent.parent.parent)  # <prefix>/lib
     dirs.append(here.parent.parent / "build" / "lib")
     return dirs
 

@@ -13,6 +13,15 @@ class OpPassManager;
 
 namespace mlir::attnres {
 
+/// The default `toolkit` of the NVVM pipeline: the CUDA toolkit the project
+/// was configured with (ATTNRES_CUDA_TOOLKIT, /usr/local/cuda by default).
+std::string defaultCudaToolkit();
+/// The default `toolkit` of the ROCDL pipeline, found from the program or
+/// library this code is part of: `lib/attnres/rocm-toolkit` of an installed
+/// prefix or the build tree's `rocm-toolkit` folder; empty (the ROCDL
+/// target's own search) when neither is there.
+std::string defaultRocmToolkit();
+
 /// Options of attnres-lower-to-nvvm-pipeline (named after upstream's
 /// GPUToNVVMPipelineOptions).
 struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
@@ -32,7 +41,7 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
                                     llvm::cl::init(3)};
   PassOptions::Option<std::string> toolkit{
       *this, "toolkit", llvm::cl::desc("CUDA toolkit (libdevice, ptxas)"),
-      llvm::cl::init(ATTNRES_DEFAULT_CUDA_TOOLKIT)};
+      llvm::cl::init(defaultCudaToolkit())};
 };
 
 /// Options of attnres-lower-to-rocdl-pipeline.
@@ -54,7 +63,7 @@ struct ROCDLPipelineOptions : public PassPipelineOptions<ROCDLPipelineOptions> {
       *this, "toolkit",
       llvm::cl::desc("ROCm-style toolkit folder: llvm/bin/ld.lld and "
                      "amdgcn/bitcode"),
-      llvm::cl::init(ATTNRES_DEFAULT_ROCM_TOOLKIT)};
+      llvm::cl::init(defaultRocmToolkit())};
 };
 
 /// The number of an NVIDIA chip (90 for sm_90a, 100 for sm_100f), 0 when
