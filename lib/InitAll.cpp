@@ -109,13 +109,21 @@ void mlir::attnres::registerAllDialects(DialectRegistry &registry) {
   mlir::registerAllToLLVMIRTranslations(registry);
 }
 
-void mlir::attnres::registerAllPasses() {
+void mlir::attnres::registerAttnResPasses() {
   static bool registered = [] {
-    mlir::registerAllPasses();
     attnres::registerAttnResConversionPasses();
     attnres::registerAttnResTransformsPasses();
     attnres::registerPipelines();
     return true;
   }();
   (void)registered;
+}
+
+void mlir::attnres::registerAllPasses() {
+  static bool registered = [] {
+    mlir::registerAllPasses();
+    return true;
+  }();
+  (void)registered;
+  registerAttnResPasses();
 }

@@ -25,6 +25,10 @@ void registerAllDialects(DialectRegistry &registry);
 /// the global pass registry (idempotent).
 void registerAllPasses();
 
+/// Registers the attnres passes and pipelines alone: for a tool that has
+/// registered the upstream ones itself (the mlir-opt plugin).
+void registerAttnResPasses();
+
 } // namespace mlir::attnres
 
 #endif // ATTNRES_INITALL_H

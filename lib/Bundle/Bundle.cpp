@@ -31,10 +31,6 @@ using namespace mlir;
 namespace schema = ::attnres::manifest;
 using namespace mlir::attnres;
 
-#ifndef ATTNRES_VERSION
-#define ATTNRES_VERSION "0.1.0"
-#endif
-
 std::string mlir::attnres::compilerVersion() {
   return std::string("attnres ") + ATTNRES_VERSION + " (LLVM " +
          LLVM_VERSION_STRING + ")";
@@ -683,11 +679,7 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
     diagnostics += diag.str() + "\n";
     return success();
   });
-  bool printedOps = context->shouldPrintOpOnDiagnostic();
-  context->printOpOnDiagnostic(false);
-  LogicalResult verified = verify(*module);
-  context->printOpOnDiagnostic(printedOps);
-  if (failed(verified)) {
+  if (failed(verify(*module))) {
     error = "spec '" + spec.str() + "' is not a valid attnres op: " +
             StringRef(diagnostics).trim().str();
     return failure();

@@ -12,10 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "attnres/Conversion/Passes.h"
-#include "attnres/Dialect/AttnRes/Transforms/Passes.h"
 #include "attnres/InitAll.h"
-#include "attnres/Pipelines/Pipelines.h"
 
 #include "mlir/Tools/Plugins/DialectPlugin.h"
 #include "mlir/Tools/Plugins/PassPlugin.h"
@@ -32,9 +29,6 @@ mlirGetDialectPluginInfo() {
 }
 
 extern "C" LLVM_ATTRIBUTE_WEAK PassPluginLibraryInfo mlirGetPassPluginInfo() {
-  return {MLIR_PLUGIN_API_VERSION, "AttnResPasses", LLVM_VERSION_STRING, [] {
-            attnres::registerAttnResConversionPasses();
-            attnres::registerAttnResTransformsPasses();
-            attnres::registerPipelines();
-          }};
+  return {MLIR_PLUGIN_API_VERSION, "AttnResPasses", LLVM_VERSION_STRING,
+          [] { attnres::registerAttnResPasses(); }};
 }
