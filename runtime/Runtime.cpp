@@ -768,7 +768,9 @@ size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {
 /// The partial rows of a backward: one per row group of every block of
 /// every source partition.
 int64_t backwardPartialRows(const Op &op, int64_t blocks, int64_t partitions) {
-  return partitions * blocks * op.integer("rows_per_block", 1);
+  // Bundles of before partial_rows_per_block wrote one row per row group.
+  return partitions * blocks *
+         op.integer("partial_rows_per_block", op.integer("rows_per_block", 1));
 }
 
 size_t backwardWorkspace(const Op &op, int64_t blocks, int64_t partitions) {

@@ -378,9 +378,10 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                 "(rows_per_block * {2})))) and source partitions P = max(1, "
                 "min(floor({0} * SMs / B), floor(L / {1}))). `backward` (grid "
                 "B x P) writes the source gradients and FP32 workspaces "
-                "partial_da [P * B * rows_per_block, M, R] and partial_dh [P * "
-                "B * rows_per_block, M or 1, D]; then `finalize` with "
-                "num_partial_rows = P * B * rows_per_block.",
+                "partial_da [P * B * partial_rows_per_block, M, R] and "
+                "partial_dh [P * B * partial_rows_per_block, M or 1, D]; then "
+                "`finalize` with num_partial_rows = P * B * "
+                "partial_rows_per_block.",
                 kBlocksPerMultiprocessor, kSourcesPerPartition, kTokensPerBlock)
                 .str()},
            // The same rules as numbers, which the runtime evaluates (in

@@ -300,7 +300,9 @@ def prepare_backward(bundle, c, x, saved_inputs, blocks, partitions, device):
         grad_rows = [grad_packed[l] for l in range(L)]
     else:
         grad_rows = [poisoned((N, D), T, device) for _ in range(L)]
-    G = op["rows_per_block"]
+    # docs/Bundle.md: one partial row a block where its row groups add
+    # theirs first; a manifest without the fact wrote one a row group.
+    G = op.get("partial_rows_per_block", op["rows_per_block"])
     partial_rows = partitions * blocks * G
     weight_rows = M if c["per_query"] else 1
     out = dict(dq=poisoned(tuple(x["q"].shape), Tp, device))

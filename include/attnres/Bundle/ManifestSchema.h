@@ -45,10 +45,13 @@ inline constexpr NumberField kGridDivisor = {"divisor", 1, int64_t(1) << 20};
 
 /// The op facts sizes and grids are computed from (the compiler's own
 /// limits on L, D, R, M).
-inline constexpr NumberField kOpFacts[] = {
-    {"num_sources", 1, 4096},    {"width", 1, 65536},
-    {"rank", 1, 65536},          {"num_queries", 1, 16},
-    {"rows_per_block", 1, 1024}, {"num_partitions", 1, 4096}};
+inline constexpr NumberField kOpFacts[] = {{"num_sources", 1, 4096},
+                                           {"width", 1, 65536},
+                                           {"rank", 1, 65536},
+                                           {"num_queries", 1, 16},
+                                           {"rows_per_block", 1, 1024},
+                                           {"num_partitions", 1, 4096},
+                                           {"partial_rows_per_block", 1, 1024}};
 
 /// rules.launch: the launch rules as numbers.
 inline constexpr NumberField kLaunchRules[] = {

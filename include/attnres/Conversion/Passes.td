@@ -67,7 +67,10 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     Option<"maxBlockThreads", "max-block-threads", "int64_t",
            /*default=*/"1024", "Largest block">,
     Option<"reductionThreads", "reduction-threads", "int64_t",
-           /*default=*/"256", "Block size of the finalize and sum kernels">,
+           /*default=*/"0",
+           "Block size of the finalize and sum kernels; 0 chooses (sum: 256; "
+           "finalize: 8 to 16 subgroups, so that its grid holds about 2048 "
+           "subgroups)">,
     Option<"forwardThreadsPerRow", "forward-threads-per-row", "int64_t",
            /*default=*/"0",
            "Lanes that share a row in the forward kernels: a power of two up "

@@ -112,9 +112,16 @@ struct ConvertAttnResToGPUPass
     OpBuilder b(module.getContext());
     Location loc = module.getLoc();
     if (subgroupSize < 1 || !llvm::isPowerOf2_64(subgroupSize) ||
-        maxBlockThreads < subgroupSize || reductionThreads < 1) {
+        maxBlockThreads < subgroupSize) {
       emitError(loc) << "convert-attnres-to-gpu: subgroup-size must be a "
                         "power of two no larger than max-block-threads";
+      return signalPassFailure();
+    }
+    if (reductionThreads < 0 || reductionThreads > maxBlockThreads) {
+      emitError(loc) << "convert-attnres-to-gpu: reduction-threads must be 0 "
+                        "(chosen) or at most max-block-threads ("
+                     << int64_t(maxBlockThreads) << "), got "
+                     << int64_t(reductionThreads);
       return signalPassFailure();
     }
     if (forwardMinBlocks < -1 || backwardMinBlocks < -1 ||
@@ -442,6 +449,11 @@ struct ConvertAttnResToGPUPass
       facts.append("saved_type", b.getStringAttr(typeName(spec.saved)));
     facts.append("reads_saved_residual", b.getBoolAttr(spec.readResidual));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
+    // Whether the backward adds its row groups' partial rows before writing
+    // them (bundles without this fact wrote one per row group).
+    facts.append(
+        "partial_rows_per_block",
+        b.getI64IntegerAttr(backwardPartialRowsPerBlock(spec, layout)));
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
     facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
     facts.append("source_batch", b.getI64IntegerAttr(schedule.batch));
@@ -453,9 +465,10 @@ struct ConvertAttnResToGPUPass
     // D = 4096: one block of 256 threads a multiprocessor instead of two).
     setMinBlocks(backwardMinBlocks, layout.chunks <= 2 && spec.numQueries == 1,
                  layout);
-    facts.append("finalize", record(b, emitFinalizeKernel(
-                                           b, loc, prefix + "_finalize", spec,
-                                           reductionThreads, subgroupSize)));
+    facts.append("finalize",
+                 record(b, emitFinalizeKernel(b, loc, prefix + "_finalize",
+                                              spec, reductionThreads,
+                                              subgroupSize, maxBlockThreads)));
     return facts.getDictionary(b.getContext());
   }
 
@@ -469,10 +482,11 @@ struct ConvertAttnResToGPUPass
                  b.getStringAttr(typeName(outputType.getElementType())));
     if (op.getKind() == ReduceKind::Sum) {
       facts.append("op", b.getStringAttr("partition_reduce_sum"));
-      facts.append("sum", record(b, emitSumKernel(b, loc, prefix + "_sum",
-                                                  op.getNumPartitions(),
-                                                  outputType.getElementType(),
-                                                  reductionThreads)));
+      facts.append(
+          "sum", record(b, emitSumKernel(
+                               b, loc, prefix + "_sum", op.getNumPartitions(),
+                               outputType.getElementType(),
+                               reductionThreads > 0 ? reductionThreads : 256)));
       return facts.getDictionary(b.getContext());
     }
     MergeSpec merge;

@@ -1168,6 +1168,83 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
 // backward
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// Chunk vectors of the query / weight gradients a backward thread carries.
+int64_t partialValues(const AttnResSpec &spec, const RowLayout &layout) {
+  int64_t weightRows = spec.perQueryOutputNorm ? spec.numQueries : 1;
+  return (spec.numQueries + (spec.outputNorm ? weightRows : 0)) * layout.chunks;
+}
+
+/// Workgroup floats `combineRowGroups` needs for `values` chunk vectors a
+/// thread.
+int64_t combineFloats(const RowLayout &layout, int64_t values) {
+  return (layout.rowsPerBlock - 1) * values * layout.threadsPerRow *
+         layout.vectorWidth;
+}
+} // namespace
+
+int64_t mlir::attnres::gpu_kernels::backwardPartialRowsPerBlock(
+    const AttnResSpec &spec, const RowLayout &layout) {
+  // Row groups add their partial rows in the block where that takes at most
+  // 32 KiB of workgroup memory (many queries with a per-query output norm
+  // and small rows would need more than a block may declare).
+  constexpr int64_t kCombineBytes = 32 * 1024;
+  if (layout.rowsPerBlock > 1 &&
+      combineFloats(layout, partialValues(spec, layout)) * 4 <= kCombineBytes)
+    return 1;
+  return layout.rowsPerBlock;
+}
+
+namespace {
+/// The chunk vectors `values` of every row group of the block added in group
+/// order (group 0's, then group 1's, ...) through workgroup memory; the
+/// totals are valid in every group. Lets a block write one partial row of
+/// the query / weight gradients instead of one per row group: at
+/// (L, N, D) = (4, 4096, 1024) (four groups of 32 lanes) the finalize read
+/// 1056 partial rows of 4 KiB, 4.3 MB written and read again for an 84 MB
+/// floor, and took 12 us of the backward's 37.
+SmallVector<Value> combineRowGroups(KernelEmitter &e, ArrayRef<Value> values,
+                                    Value workgroup) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  const RowLayout &layout = e.layout;
+  int64_t lanes = layout.threadsPerRow, width = layout.vectorWidth;
+  int64_t count = values.size();
+  auto slot = [&](Value group, int64_t q) {
+    // Group g > 0 keeps value q of lane l at ((g - 1) * count + q) * lanes + l
+    // vectors.
+    Value vectorAt = e.addI(
+        e.mulI(e.addI(e.mulI(e.addI(group, e.constI64(-1)), e.constI64(count)),
+                      e.constI64(q)),
+               e.constI64(lanes)),
+        e.lane);
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(),
+                                      e.mulI(vectorAt, e.constI64(width)));
+  };
+  llvm::MaybeAlign align(std::min<int64_t>(16, width * 4));
+  // The walk's last row sums and staged rows may still be read.
+  gpu::BarrierOp::create(b, loc);
+  Value notFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                         e.group, e.constI64(0));
+  e.ifThen(notFirst, [&] {
+    for (int64_t q = 0; q < count; ++q)
+      vector::StoreOp::create(b, loc, values[q], workgroup,
+                              ValueRange{slot(e.group, q)},
+                              /*nontemporal=*/false, align);
+  });
+  gpu::BarrierOp::create(b, loc);
+  SmallVector<Value> totals(values);
+  for (int64_t g = 1; g < layout.rowsPerBlock; ++g)
+    for (int64_t q = 0; q < count; ++q) {
+      Value part = vector::LoadOp::create(
+          b, loc, values[q].getType(), workgroup,
+          ValueRange{slot(e.constI64(g), q)}, /*nontemporal=*/false, align);
+      totals[q] = e.add(totals[q], part);
+    }
+  return totals;
+}
+} // namespace
+
 KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
     RowLayout layout, SourceSchedule schedule) {
@@ -1191,13 +1268,13 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                                         : -1;
   unsigned gradSources = k.table("grad_sources", spec.value, "L x [N, D]");
   unsigned partialDa =
-      k.buffer("partial_da", f32, "[P * B * rows_per_block, M, R]");
-  int partialDh =
-      spec.outputNorm
-          ? k.buffer("partial_dh", f32,
-                     spec.perQueryOutputNorm ? "[P * B * rows_per_block, M, D]"
-                                             : "[P * B * rows_per_block, 1, D]")
-          : -1;
+      k.buffer("partial_da", f32, "[P * B * partial_rows_per_block, M, R]");
+  int partialDh = spec.outputNorm
+                      ? k.buffer("partial_dh", f32,
+                                 spec.perQueryOutputNorm
+                                     ? "[P * B * partial_rows_per_block, M, D]"
+                                     : "[P * B * partial_rows_per_block, 1, D]")
+                      : -1;
   unsigned tokens = k.scalar("num_tokens");
   unsigned blocks = k.scalar("num_blocks");
   unsigned partitions = k.scalar("num_partitions");
@@ -1208,8 +1285,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   // every source's key sum of squares and its dot products with the M
   // queries and the M output gradients.
   e.planReductions(/*settled=*/2 * M, /*loop=*/S * (1 + 2 * M));
+  int64_t values = partialValues(spec, layout);
+  bool combine =
+      backwardPartialRowsPerBlock(spec, layout) == 1 && layout.rowsPerBlock > 1;
   k.begin(layout.blockThreads(),
-          withStaging(schedule, e, layout, spec.value, L));
+          std::max(withStaging(schedule, e, layout, spec.value, L),
+                   combine ? combineFloats(layout, values) : 0));
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens), B = k.arg(blocks), P = k.arg(partitions);
   // The key coordinates of each chunk; the walks need them only when the
@@ -1413,27 +1494,35 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
         scf::YieldOp::create(b, loc, next);
       });
 
-  // The block's partial rows: this row group's share of da (key
-  // coordinates) and of dh (partition 0's; zero from the others).
-  Value partialRow =
-      e.addI(e.mulI(e.addI(e.mulI(e.blockY, B), e.blockX), G), e.group);
-  Value always = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+  // The block's partial rows: its share of da (key coordinates) and of dh
+  // (partition 0's; zero from the others), its row groups added first into
+  // one row where backwardPartialRowsPerBlock says so, else one row each.
+  SmallVector<Value> partials;
+  for (int64_t i = 0; i < values; ++i)
+    partials.push_back(rows.getResult(daAt + i));
+  assert(dhAt == daAt + M * C && "dh follows da in the carried values");
+  Value writer, partialRow = e.addI(e.mulI(e.blockY, B), e.blockX);
+  if (combine) {
+    partials = combineRowGroups(e, partials, k.workgroup());
+    writer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, e.group,
+                                   e.constI64(0));
+  } else {
+    writer = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+    partialRow = e.addI(e.mulI(partialRow, G), e.group);
+  }
   for (int64_t m = 0; m < M; ++m) {
     if (R == D) {
-      SmallVector<Value> da;
-      for (int64_t c = 0; c < C; ++c)
-        da.push_back(rows.getResult(daAt + m * C + c));
-      storeRow(e, da, k.arg(partialDa),
+      storeRow(e, ArrayRef<Value>(partials).slice(m * C, C), k.arg(partialDa),
                e.addI(e.mulI(partialRow, e.constI64(M)), e.constI64(m)), f32,
-               always);
+               writer);
       continue;
     }
     for (int64_t c = 0; c < C; ++c) {
-      Value da = rows.getResult(daAt + m * C + c);
+      Value da = partials[m * C + c];
       for (int64_t j = 0; j < width; ++j) {
         Value isKey = vector::ExtractOp::create(b, loc, keyMasks[c],
                                                 ArrayRef<int64_t>{j});
-        e.ifThen(isKey, [&] {
+        e.ifThen(arith::AndIOp::create(b, loc, isKey, writer), [&] {
           Value d = vector::ExtractOp::create(b, loc, e.elementIndex[c],
                                               ArrayRef<int64_t>{j});
           Value r = arith::SubIOp::create(b, loc, d, e.constI64(D - R));
@@ -1455,10 +1544,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
     for (int64_t w = 0; w < weightRows; ++w) {
       SmallVector<Value> dh;
       for (int64_t c = 0; c < C; ++c)
-        dh.push_back(e.select(keep, rows.getResult(dhAt + w * C + c), zero));
+        dh.push_back(e.select(keep, partials[M * C + w * C + c], zero));
       Value outRow =
           e.addI(e.mulI(partialRow, e.constI64(weightRows)), e.constI64(w));
-      storeRow(e, dh, k.arg(partialDh), outRow, f32, always);
+      storeRow(e, dh, k.arg(partialDh), outRow, f32, writer);
     }
   }
   KernelInfo info = k.finish();
@@ -1578,7 +1667,7 @@ SmallVector<Value> sumColumns(KernelEmitter &e, Value base, Value K,
 
 KernelInfo mlir::attnres::gpu_kernels::emitFinalizeKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
-    int64_t threads, int64_t subgroupSize) {
+    int64_t threads, int64_t subgroupSize, int64_t maxThreads) {
   KernelBuilder k(b, loc, name, "finalize");
   int64_t M = spec.numQueries, R = spec.rank, D = spec.width;
   int64_t weightRows = spec.perQueryOutputNorm ? M : 1;
@@ -1603,10 +1692,21 @@ KernelInfo mlir::attnres::gpu_kernels::emitFinalizeKernel(
   RowLayout flat;
   flat.subgroupSize = subgroupSize;
   KernelEmitter e(b, loc, flat);
-  int64_t subgroups = std::max<int64_t>(1, threads / subgroupSize);
   int64_t daTiles = llvm::divideCeil(R, subgroupSize);
   int64_t dhColumns = dh >= 0 ? weightRows * D : 0;
   int64_t dhTiles = llvm::divideCeil(dhColumns, subgroupSize);
+  // The sum waits on latency, so what matters is how few rows each
+  // subgroup walks: about 2048 subgroups over the grid, 8 to 16 a block.
+  // H200, against 8 for all: 16 took the backward from 36.8 to 34.8 us at
+  // (L, N, D) = (4, 4096, 1024) and from 175.3 to 173.4 us at
+  // (8, 8192, 2048); at (32, 16, 8192) (256 tiles) 16 took 15.0 us against
+  // 14.4 (benchmarks/kernels.py, reduction-threads=256/512).
+  int64_t subgroups =
+      threads > 0
+          ? std::max<int64_t>(1, threads / subgroupSize)
+          : std::min(std::clamp<int64_t>(
+                         llvm::divideCeil(2048, daTiles + dhTiles), 8, 16),
+                     std::max<int64_t>(1, maxThreads / subgroupSize));
   k.begin(subgroups * subgroupSize,
           subgroups * std::max<int64_t>(M, 1) * subgroupSize);
   Value K = k.arg(partialRows);

@@ -99,11 +99,16 @@ KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
 KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,
                               const AttnResSpec &spec, RowLayout layout,
                               SourceSchedule schedule);
-/// Sums the backward's partial rows: blocks of `threads` lanes, each block a
-/// tile of `subgroupSize` columns whose rows its subgroups split.
+/// Partial rows of the query / weight gradients a backward block writes: 1
+/// where its row groups add theirs in the block first, else one a group.
+int64_t backwardPartialRowsPerBlock(const AttnResSpec &spec,
+                                    const RowLayout &layout);
+/// Sums the backward's partial rows: blocks of `threads` lanes (0: chosen
+/// from the column tiles, at most `maxThreads`), each block a tile of
+/// `subgroupSize` columns whose rows its subgroups split.
 KernelInfo emitFinalizeKernel(OpBuilder &b, Location loc, StringRef name,
                               const AttnResSpec &spec, int64_t threads,
-                              int64_t subgroupSize);
+                              int64_t subgroupSize, int64_t maxThreads);
 KernelInfo emitSumKernel(OpBuilder &b, Location loc, StringRef name,
                          int64_t partitions, Type output, int64_t threads);
 

@@ -2,6 +2,9 @@
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=64 | FileCheck %s --check-prefix=AMD
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=48 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: convert-attnres-to-gpu: subgroup-size must be a power of two
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=reduction-threads=2048 2>&1 | FileCheck %s --check-prefix=REDUCTION
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=reduction-threads=-1 2>&1 | FileCheck %s --check-prefix=REDUCTION
+// REDUCTION: convert-attnres-to-gpu: reduction-threads must be 0 (chosen) or at most max-block-threads (1024), got {{2048|-1}}
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=merge-loads-in-flight=-1 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=merge-tile-columns=-512 2>&1 | FileCheck %s --check-prefix=NEGATIVE
 // NEGATIVE: convert-attnres-to-gpu: forward-source-batch, backward-source-batch, unroll-sources, merge-tile-columns and merge-loads-in-flight must be >= 0
@@ -84,8 +87,12 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // and 16 rows per block of 128; row sums stay within the subgroup (no
 // barrier). A key of 16 of the 64 coordinates (R < D) is read element by
 // element ("[M, R]": no vector alignment asked). The backward's grid is blocks of tokens x partitions of the
-// sources; it writes FP32 partial rows that finalize sums, its subgroups
-// splitting the partial rows of a tile of 32 columns (16 rows of dq here).
+// sources; its 16 row groups add their FP32 partial rows of dq in group
+// order through workgroup memory (15 x 8 lanes x 8 floats = 960: the only
+// barriers of the kernel, after the walk) and group 0 writes the block's one
+// partial row, which finalize sums: its 16 subgroups (few column tiles, so
+// the most a block gets) splitting the partial rows of a tile of 32
+// columns.
 // Staged (STAGED): a ring of 3 batches of one source, one 16-byte vector a
 // thread each (3 x 128 x 16 bytes = 1536 floats); the first batches are
 // copied before the walk, then each trip waits for the oldest copy group,
@@ -104,8 +111,10 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: backward = "grad_0_backward"
 // CHECK-SAME: finalize = "grad_0_finalize"
+// CHECK-SAME: partial_rows_per_block = 1
 // CHECK-SAME: rows_per_block = 16
 // CHECK: gpu.func @grad_0_backward
+// CHECK-SAME: workgroup(%{{.*}} : memref<960xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK-SAME: {kind = "buffer", name = "query", shape = "[M, R]", type = "bf16"}
 // CHECK-SAME: {kind = "buffer", name = "key_norm", shape = "[R]", type = "bf16"}
 // CHECK-SAME: name = "grad_sources"
@@ -115,11 +124,17 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "B"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "P"}
 // CHECK-SAME: nvvm.minctasm = 4
 // CHECK-NOT: gpu.barrier
+// CHECK: scf.yield %{{.*}}#0 : vector<8xf32>
+// CHECK: gpu.barrier
+// CHECK: vector.store %{{.*}} : memref<960xf32, #gpu.address_space<workgroup>>, vector<8xf32>
+// CHECK: gpu.barrier
+// CHECK-COUNT-15: vector.load %{{.*}} : memref<960xf32, #gpu.address_space<workgroup>>, vector<8xf32>
+// CHECK-NOT: gpu.barrier
 // CHECK: gpu.func @grad_0_finalize
-// CHECK-SAME: workgroup(%{{.*}} : memref<256xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
+// CHECK-SAME: workgroup(%{{.*}} : memref<512xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK-SAME: name = "dq"
 // CHECK-SAME: name = "dg"
-// CHECK-SAME: block = 256
+// CHECK-SAME: block = 512
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "1"}
 // CHECK: scf.for
 // CHECK: memref.store
