@@ -177,6 +177,9 @@ Failure openDriver(bool hip, Driver &driver) {
 
 struct Argument {
   std::string name, kind, type, shape;
+  /// Bytes the address must be a multiple of; 0 where the manifest does not
+  /// say (bundles from before 2026-12-01): then derived from the shape.
+  int64_t alignment = 0;
 };
 
 struct GridDim {
@@ -384,6 +387,23 @@ std::string rangeText(const manifest::NumberField &field) {
   return "[" + bound(field.min) + ", " + bound(field.max) + "]";
 }
 
+/// The alignment of an argument of a manifest that does not state it (from
+/// before 2026-12-01), from what those compilers did: row buffers ("[.., D]")
+/// read and written with vectors, a residual row ("[.., D/2]" bytes) with
+/// half vectors, tables with 8-byte loads, the rest element by element.
+int64_t legacyAlignment(const Kernel &kernel, const Argument &argument) {
+  auto endsWith = [&](const std::string &suffix) {
+    return argument.shape.size() >= suffix.size() &&
+           argument.shape.compare(argument.shape.size() - suffix.size(),
+                                  suffix.size(), suffix) == 0;
+  };
+  int64_t vectorBytes = kernel.vectorWidth * elementBytes(argument.type);
+  return argument.kind == "table" ? 8
+         : endsWith("D]")         ? vectorBytes
+         : endsWith("D/2]")       ? std::max<int64_t>(1, vectorBytes / 2)
+                                  : elementBytes(argument.type);
+}
+
 /// Reads the manifest into `runtime` (no driver involved).
 Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
   std::string error;
@@ -434,6 +454,15 @@ Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
       if (parsed.name.empty() || parsed.kind.empty())
         return bundleError("kernel " + kernel.name +
                            " has an argument without name or kind");
+      if (const Value *alignment =
+              member(argument, manifest::kArgumentAlignment.key);
+          alignment && (!wholeNumber(alignment, manifest::kArgumentAlignment,
+                                     parsed.alignment) ||
+                        (parsed.alignment & (parsed.alignment - 1)) != 0))
+        return bundleError("kernel " + kernel.name + ": argument " +
+                           parsed.name +
+                           " has an alignment that is not a power of two in " +
+                           rangeText(manifest::kArgumentAlignment));
       kernel.arguments.push_back(parsed);
     }
     for (int dim = 0; dim < 3; ++dim) {
@@ -636,20 +665,9 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
       if (it == values.pointers.end() || !it->second)
         return invalid("'" + argument.name + "' is null, but " + name +
                        " reads or writes it (" + argument.shape + ")");
-      // Row buffers are read and written with vectors, tables with 8-byte
-      // loads, everything else element by element. A residual row ([..,
-      // D/2] bytes) holds half a vector's elements per vector.
-      auto endsWith = [&](const std::string &suffix) {
-        return argument.shape.size() >= suffix.size() &&
-               argument.shape.compare(argument.shape.size() - suffix.size(),
-                                      suffix.size(), suffix) == 0;
-      };
-      int64_t vectorBytes = kernel.vectorWidth * elementBytes(argument.type);
-      int64_t alignment = argument.kind == "table" ? 8
-                          : endsWith("D]")         ? vectorBytes
-                          : endsWith("D/2]")
-                              ? std::max<int64_t>(1, vectorBytes / 2)
-                              : elementBytes(argument.type);
+      int64_t alignment = argument.alignment > 0
+                              ? argument.alignment
+                              : legacyAlignment(kernel, argument);
       if (reinterpret_cast<uintptr_t>(it->second) % alignment != 0)
         return invalid("'" + argument.name + "' must be aligned to " +
                        std::to_string(alignment) + " bytes for " + name);

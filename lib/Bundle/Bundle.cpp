@@ -184,6 +184,20 @@ std::string outsideSchema(const llvm::json::Array &ops,
       if (std::string problem = check(*description, field, "kernel " + name);
           !problem.empty())
         return problem;
+    if (const llvm::json::Array *arguments = description->getArray("arguments"))
+      for (const llvm::json::Value &argument : *arguments)
+        if (const llvm::json::Object *entry = argument.getAsObject()) {
+          if (std::string problem = check(*entry, schema::kArgumentAlignment,
+                                          "an argument of kernel " + name);
+              !problem.empty())
+            return problem;
+          if (std::optional<int64_t> alignment =
+                  entry->getInteger(schema::kArgumentAlignment.key);
+              alignment && !llvm::isPowerOf2_64(*alignment))
+            return "an argument of kernel " + name +
+                   " has alignment = " + std::to_string(*alignment) +
+                   "; it must be a power of two";
+        }
     if (const llvm::json::Array *grid = description->getArray("grid"))
       for (const llvm::json::Value &dim : *grid)
         if (const llvm::json::Object *rule = dim.getAsObject())
@@ -360,8 +374,10 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
             "pointers, one [N, D] row-major buffer each (packed sources: "
             "base + l * N * D)."},
            {"alignment",
-            "Every buffer of a kernel with vector_width w must be aligned to "
-            "w times its element size; the runtime checks."},
+            "Each buffer or table argument of a kernel must be aligned to its "
+            "`alignment` bytes (the widest access the kernel makes through "
+            "it), which the runtime checks; the rows a table points to, to "
+            "the kernel's vector_width times their element size."},
            {"forward",
             llvm::formatv(
                 "Partitions P = max(1, min(floor({0} * SMs / ceil(N / "

@@ -137,6 +137,15 @@ def test_bad_bundles(tmp_path):
           ('"8"', 8, 1, 1, "kernel k: block must be a whole number"),
           (64, 8, "1e300", 1, "kernel k has a bad grid rule"),
           (64, 8, 1, 0.5, "kernel k has a bad grid rule")]],
+    # An argument's alignment: a power of two in [1, 256].
+    *[('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [{'
+       '"name": "k", "role": "sum", "block": 64, "grid": [{"symbol": "1", '
+       '"scale": 1, "divisor": 1}, {"symbol": "1", "scale": 1, "divisor": 1},'
+       ' {"symbol": "1", "scale": 1, "divisor": 1}], "arguments": [{"name": '
+       f'"o", "kind": "buffer", "type": "f32", "alignment": {alignment}}}]}}]}}',
+       "kernel k: argument o has an alignment that is not a power of two in "
+       "[1, 256]")
+      for alignment in (3, 0, 512, 1.5, '"16"')],
     ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
      '"ops": [{"op": "forward", "width": -1}]}',
      "op fact width must be a whole number in [1, 65536]"),

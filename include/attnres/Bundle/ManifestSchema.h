@@ -38,6 +38,9 @@ struct NumberField {
 
 /// Kernel descriptions.
 inline constexpr NumberField kKernelBlock = {"block", 1, 1024};
+/// Of a kernel argument that is a buffer or a table: the bytes its address
+/// must be a multiple of (a power of two).
+inline constexpr NumberField kArgumentAlignment = {"alignment", 1, 256};
 inline constexpr NumberField kKernelVectorWidth = {"vector_width", 1, 64};
 /// Each of the three grid dimensions: ceil(symbol * scale / divisor).
 inline constexpr NumberField kGridScale = {"scale", 1, int64_t(1) << 20};

@@ -71,6 +71,10 @@ struct KernelArgument {
   std::string kind;        // "buffer", "table" (of buffers) or "i64"
   std::string elementType; // of a buffer or of the table's buffers
   std::string shape;       // documentation, e.g. "[M, N, D]"
+  /// Bytes the kernel's accesses need the buffer's (or table's) address to
+  /// be a multiple of: the widest alignment its loads and stores through
+  /// the argument assume (recordAlignments), what the runtime checks.
+  int64_t alignment = 1;
 };
 
 /// A grid dimension: ceil(symbol * scale / divisor); symbol is "N"

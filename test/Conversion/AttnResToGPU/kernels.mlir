@@ -33,7 +33,8 @@
 // output norm) and two halves of 2 x (1 + M) = 4 loop values: 18 floats.
 // The host function is gone: launching is the runtime's. The key is the
 // whole row (R = D), so the query is read as vectors too, before the walk
-// (and is a vector-aligned row buffer, "[M, D]", for the runtime).
+// (and is a vector-aligned row buffer, "[M, D]": its alignment, 16 bytes, is
+// read from that load; the source table's, 8, from its pointer loads).
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: attnres.ops = [{
 // CHECK-SAME: forward = "layer_0_forward"
@@ -45,8 +46,8 @@
 // CHECK-SAME: threads_per_row = 64
 // CHECK-SAME: vector_width = 8
 // CHECK: gpu.func @layer_0_forward(%{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: !llvm.ptr<1>, %{{.*}}: i64) workgroup(%{{.*}} : memref<18xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64}) kernel
-// CHECK-SAME: {kind = "table", name = "sources", shape = "L x [N, D]", type = "bf16"}
-// CHECK-SAME: {kind = "buffer", name = "query", shape = "[M, D]", type = "bf16"}
+// CHECK-SAME: {alignment = 8 : i64, kind = "table", name = "sources", shape = "L x [N, D]", type = "bf16"}
+// CHECK-SAME: {alignment = 16 : i64, kind = "buffer", name = "query", shape = "[M, D]", type = "bf16"}
 // CHECK-SAME: block = 64
 // CHECK-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}
 // CHECK-SAME: known_block_size = array<i32: 64, 1, 1>
@@ -115,8 +116,8 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-SAME: rows_per_block = 16
 // CHECK: gpu.func @grad_0_backward
 // CHECK-SAME: workgroup(%{{.*}} : memref<960xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
-// CHECK-SAME: {kind = "buffer", name = "query", shape = "[M, R]", type = "bf16"}
-// CHECK-SAME: {kind = "buffer", name = "key_norm", shape = "[R]", type = "bf16"}
+// CHECK-SAME: {alignment = 2 : i64, kind = "buffer", name = "query", shape = "[M, R]", type = "bf16"}
+// CHECK-SAME: {alignment = 2 : i64, kind = "buffer", name = "key_norm", shape = "[R]", type = "bf16"}
 // CHECK-SAME: name = "grad_sources"
 // CHECK-SAME: name = "partial_da"
 // CHECK-SAME: name = "num_blocks"
