@@ -11,6 +11,7 @@
 
 #include "Json.h"
 
+#include "attnres/Bundle/LaunchRules.h"
 #include "attnres/Bundle/ManifestSchema.h"
 
 #include <dlfcn.h>
@@ -234,16 +235,10 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 } // namespace
 
 /// The manifest's launch rules as numbers ("rules"."launch").
-struct LaunchRules {
-  int64_t blocksPerMultiprocessor = 0;
-  int64_t sourcesPerPartition = 0;
-  int64_t partitionBytes = 0;
-  int64_t tokensPerBlock = 0;
-};
-
 struct AttnresRuntime {
   Value manifest;
-  LaunchRules rules;
+  /// The manifest's rules.launch (every field read from it).
+  attnres::launch::Rules rules;
   std::vector<Op> ops;
   std::map<std::string, Kernel> kernels;
   std::string vendor;
@@ -744,35 +739,25 @@ int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
                           int64_t tokens) {
   int64_t L = op.integer("num_sources"), D = op.integer("width");
   int64_t G = op.integer("rows_per_block", 1);
-  const LaunchRules &rules = runtime.rules;
-  int64_t blocks = std::max<int64_t>(1, ceilDiv(tokens, G));
-  // Rounded down: a partition more than the device holds at once starts a
-  // second wave of blocks, which costs more than the parallelism it adds
-  // (docs/Performance.md, decode).
-  int64_t wanted = residentBlocks(runtime, op, "forward_partial") / blocks;
   int64_t bytes = elementBytes(op.text("value_type"));
-  int64_t partitions = std::min({wanted, L / rules.sourcesPerPartition,
-                                 L * D * bytes / rules.partitionBytes});
-  return std::clamp<int64_t>(partitions, 1, std::max<int64_t>(L, 1));
+  return attnres::launch::forwardPartitions(
+      residentBlocks(runtime, op, "forward_partial"), ceilDiv(tokens, G), L,
+      L * D * bytes, runtime.rules);
 }
 
 int64_t backwardBlocks(const AttnresRuntime &runtime, const Op &op,
                        int64_t tokens) {
   int64_t G = op.integer("rows_per_block", 1);
-  return std::max<int64_t>(
-      1, std::min(residentBlocks(runtime, op, "backward"),
-                  ceilDiv(tokens, G * runtime.rules.tokensPerBlock)));
+  return attnres::launch::backwardBlocks(
+      residentBlocks(runtime, op, "backward"), tokens,
+      G * runtime.rules.tokensPerBlock);
 }
 
 int64_t backwardPartitions(const AttnresRuntime &runtime, const Op &op,
                            int64_t blocks) {
-  int64_t L = op.integer("num_sources");
-  // Rounded down, as for the forward.
-  int64_t wanted =
-      residentBlocks(runtime, op, "backward") / std::max<int64_t>(1, blocks);
-  return std::clamp<int64_t>(
-      std::min(wanted, L / runtime.rules.sourcesPerPartition), 1,
-      std::max<int64_t>(L, 1));
+  return attnres::launch::backwardPartitions(
+      residentBlocks(runtime, op, "backward"), blocks,
+      op.integer("num_sources"), runtime.rules);
 }
 
 size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {

@@ -1,6 +1,7 @@
 //===- Bundle.cpp - kernel bundles: binaries and a manifest ---------------===//
 
 #include "attnres/Bundle/Bundle.h"
+#include "attnres/Bundle/LaunchRules.h"
 #include "attnres/Bundle/ManifestSchema.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
@@ -29,6 +30,7 @@
 
 using namespace mlir;
 namespace schema = ::attnres::manifest;
+namespace launch = ::attnres::launch;
 using namespace mlir::attnres;
 
 std::string mlir::attnres::compilerVersion() {
@@ -41,14 +43,14 @@ namespace {
 /// The largest static token count a spec may name (a launch's grid).
 constexpr int64_t kMaxStaticTokens = 2147483647;
 
-// The launch rules' constants (manifest "rules"): blocks in flight per
-// multiprocessor, the fewest sources and bytes of sources a partition of the
-// split forward or backward reads, and the fewest row groups a backward
-// block takes.
-constexpr int64_t kBlocksPerMultiprocessor = 2;
-constexpr int64_t kSourcesPerPartition = 4;
-constexpr int64_t kPartitionBytes = 32768;
-constexpr int64_t kTokensPerBlock = 1;
+// The launch rules' constants (manifest "rules"), which the runtime
+// evaluates with attnres/Bundle/LaunchRules.h.
+constexpr int64_t kBlocksPerMultiprocessor =
+    launch::kDefaultRules.blocksPerMultiprocessor;
+constexpr int64_t kSourcesPerPartition =
+    launch::kDefaultRules.sourcesPerPartition;
+constexpr int64_t kPartitionBytes = launch::kDefaultRules.partitionBytes;
+constexpr int64_t kTokensPerBlock = launch::kDefaultRules.tokensPerBlock;
 
 bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
 bool isAmd(StringRef target) { return target.starts_with("gfx"); }

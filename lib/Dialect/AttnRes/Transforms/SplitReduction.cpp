@@ -1,6 +1,7 @@
 //===- SplitReduction.cpp - backward token reductions -> block partials ---===//
 
 #include "PassOptions.h"
+#include "attnres/Bundle/LaunchRules.h"
 
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 #include "attnres/Dialect/AttnRes/Transforms/Passes.h"
@@ -172,19 +173,21 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
 }
 
 struct SplitReductionPass
-    : attnres::impl::AttnResSplitReductionBase<SplitReductionPass> {
+    : mlir::attnres::impl::AttnResSplitReductionBase<SplitReductionPass> {
   using Base::Base;
 
   /// The rule documented in Passes.td for blocks=auto.
   int64_t automaticBlocks(BackwardOp op) {
-    int64_t blocks = 2 * numMultiprocessors;
+    // The runtime's rule (attnres/Bundle/LaunchRules.h), with the default
+    // blocks per multiprocessor; a dynamic token count takes them all.
+    int64_t resident =
+        ::attnres::launch::kDefaultRules.blocksPerMultiprocessor *
+        numMultiprocessors;
     RankedTensorType sourceType = op.getSourceType();
-    if (sourceType.hasStaticShape()) {
-      int64_t tokens = sourceType.getNumElements() / op.getWidth();
-      blocks =
-          std::min<int64_t>(blocks, llvm::divideCeil(tokens, minBlockTokens));
-    }
-    return std::max<int64_t>(1, blocks);
+    if (!sourceType.hasStaticShape())
+      return std::max<int64_t>(1, resident);
+    int64_t tokens = sourceType.getNumElements() / op.getWidth();
+    return ::attnres::launch::backwardBlocks(resident, tokens, minBlockTokens);
   }
 
   void runOnOperation() override {

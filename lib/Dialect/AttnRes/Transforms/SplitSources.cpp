@@ -1,6 +1,7 @@
 //===- SplitSources.cpp - forward over L sources -> P partial forwards ----===//
 
 #include "PassOptions.h"
+#include "attnres/Bundle/LaunchRules.h"
 
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 #include "attnres/Dialect/AttnRes/Transforms/Passes.h"
@@ -81,7 +82,7 @@ void splitForward(IRRewriter &rewriter, ForwardOp op, int64_t partitions) {
 }
 
 struct SplitSourcesPass
-    : attnres::impl::AttnResSplitSourcesBase<SplitSourcesPass> {
+    : mlir::attnres::impl::AttnResSplitSourcesBase<SplitSourcesPass> {
   using Base::Base;
 
   /// The rule documented in Passes.td for partitions=auto.
@@ -94,13 +95,13 @@ struct SplitSourcesPass
     int64_t numSources = op.getNumSourceValues();
     int64_t elementBytes =
         sourceType.getElementType().getIntOrFloatBitWidth() / 8;
-    // Rounded down: a partition more than the blocks the device holds at
-    // once starts a second wave, which costs more than it adds.
-    int64_t wanted = 2 * numMultiprocessors / rows;
-    int64_t bySources = numSources / 4;
-    int64_t byBytes =
-        numSources * op.getWidth() * elementBytes / minPartitionBytes;
-    return std::max<int64_t>(1, std::min({wanted, bySources, byBytes}));
+    // The runtime's rule (attnres/Bundle/LaunchRules.h), with a block a row
+    // and the default blocks per multiprocessor.
+    ::attnres::launch::Rules rules;
+    rules.partitionBytes = minPartitionBytes;
+    return ::attnres::launch::forwardPartitions(
+        rules.blocksPerMultiprocessor * numMultiprocessors, rows, numSources,
+        numSources * op.getWidth() * elementBytes, rules);
   }
 
   void runOnOperation() override {
