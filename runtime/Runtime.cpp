@@ -176,23 +176,13 @@ Failure openDriver(bool hip, Driver &driver) {
 // The manifest
 //===----------------------------------------------------------------------===//
 
-struct Argument {
-  std::string name, kind, type, shape;
-  /// Bytes the address must be a multiple of; 0 where the manifest does not
-  /// say (bundles from before 2026-12-01): then derived from the shape.
-  int64_t alignment = 0;
-};
+// The descriptions are the compiler's own (attnres/Bundle/ManifestSchema.h).
+// An argument's alignment of 0 (manifests from before 2026-12-01) is derived
+// from its shape (legacyAlignment).
+using Argument = attnres::manifest::ArgumentDescription;
+using GridDim = attnres::manifest::GridRule;
 
-struct GridDim {
-  std::string symbol;
-  int64_t scale = 1, divisor = 1;
-};
-
-struct Kernel {
-  std::string name, role;
-  std::vector<Argument> arguments;
-  GridDim grid[3];
-  int64_t block = 1, vectorWidth = 1;
+struct Kernel : attnres::manifest::KernelDescription {
   void *function = nullptr;
   /// Blocks a multiprocessor holds at once (the driver's occupancy
   /// calculator; 0 when unknown).

@@ -14,8 +14,41 @@
 #define ATTNRES_BUNDLE_MANIFESTSCHEMA_H
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace attnres::manifest {
+
+/// One kernel argument, as the manifest describes it.
+struct ArgumentDescription {
+  std::string name;
+  std::string kind;  // "buffer", "table" (of buffers) or "i64"
+  std::string type;  // element type of a buffer or of the table's buffers
+  std::string shape; // documentation, e.g. "[M, N, D]"
+  /// Of a buffer or table: the bytes its address must be a multiple of (the
+  /// widest access the kernel makes through it); 0 where not stated.
+  int64_t alignment = 0;
+};
+
+/// A grid dimension: ceil(symbol * scale / divisor), symbol one of "N"
+/// (tokens), "P" (partitions), "B" (blocks), "rows" or "1".
+struct GridRule {
+  std::string symbol;
+  int64_t scale = 1, divisor = 1;
+};
+
+/// What the manifest says of one kernel (its "kernels" entry).
+struct KernelDescription {
+  std::string name, role;
+  std::vector<ArgumentDescription> arguments;
+  GridRule grid[3];
+  /// Threads a block.
+  int64_t block = 1;
+  /// Workgroup (shared) memory the kernel declares.
+  int64_t workgroupBytes = 0;
+  /// Elements per vector access of the row buffers.
+  int64_t vectorWidth = 1;
+};
 
 inline constexpr int64_t kFormatVersion = 1;
 

@@ -36,14 +36,16 @@ int64_t bytesOf(Type type) { return type.getIntOrFloatBitWidth() / 8; }
 /// The description of a kernel as an attribute of its gpu.func.
 DictionaryAttr describe(Builder &b, const KernelInfo &info) {
   SmallVector<Attribute> arguments;
-  for (const KernelArgument &argument : info.arguments)
-    arguments.push_back(b.getDictionaryAttr({
-        b.getNamedAttr("name", b.getStringAttr(argument.name)),
-        b.getNamedAttr("kind", b.getStringAttr(argument.kind)),
-        b.getNamedAttr("type", b.getStringAttr(argument.elementType)),
-        b.getNamedAttr("shape", b.getStringAttr(argument.shape)),
-        b.getNamedAttr("alignment", b.getI64IntegerAttr(argument.alignment)),
-    }));
+  for (const auto &argument : info.arguments) {
+    NamedAttrList entry;
+    entry.append("name", b.getStringAttr(argument.name));
+    entry.append("kind", b.getStringAttr(argument.kind));
+    entry.append("type", b.getStringAttr(argument.type));
+    entry.append("shape", b.getStringAttr(argument.shape));
+    if (argument.alignment > 0)
+      entry.append("alignment", b.getI64IntegerAttr(argument.alignment));
+    arguments.push_back(entry.getDictionary(b.getContext()));
+  }
   SmallVector<Attribute> grid;
   for (const GridDimension &dim : info.grid)
     grid.push_back(b.getDictionaryAttr({
@@ -56,7 +58,7 @@ DictionaryAttr describe(Builder &b, const KernelInfo &info) {
       b.getNamedAttr("role", b.getStringAttr(info.role)),
       b.getNamedAttr("arguments", b.getArrayAttr(arguments)),
       b.getNamedAttr("grid", b.getArrayAttr(grid)),
-      b.getNamedAttr("block", b.getI64IntegerAttr(info.blockThreads)),
+      b.getNamedAttr("block", b.getI64IntegerAttr(info.block)),
       b.getNamedAttr("workgroup_bytes",
                      b.getI64IntegerAttr(info.workgroupBytes)),
       b.getNamedAttr("vector_width", b.getI64IntegerAttr(info.vectorWidth)),
@@ -153,7 +155,7 @@ NamedAttrList opFacts(Builder &b, StringRef kind, const AttnResSpec &spec) {
 }
 
 struct ConvertAttnResToGPUPass
-    : attnres::impl::ConvertAttnResToGPUBase<ConvertAttnResToGPUPass> {
+    : mlir::attnres::impl::ConvertAttnResToGPUBase<ConvertAttnResToGPUPass> {
   using Base::Base;
 
   void runOnOperation() override {

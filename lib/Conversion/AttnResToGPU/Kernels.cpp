@@ -82,7 +82,7 @@ public:
   /// Creates the gpu.func with a workgroup buffer of `workgroupFloats`
   /// floats and leaves `b` at the start of its body.
   gpu::GPUFuncOp begin(int64_t blockThreads, int64_t workgroupFloats) {
-    info.blockThreads = blockThreads;
+    info.block = blockThreads;
     info.workgroupBytes = workgroupFloats * 4;
     auto workgroupType = MemRefType::get(
         {workgroupFloats}, b.getF32Type(), MemRefLayoutAttrInterface(),
@@ -252,15 +252,15 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
           e.b, e.loc, vectorType.clone(element), chunks[c]);
       e.storeVectorRaw(narrow, base, index);
       Value rounded = LLVM::FPExtOp::create(e.b, e.loc, vectorType, narrow);
-      Value nibbles =
-          attnres::residual::encode(e.b, e.loc, chunks[c], rounded,
-                                    attnres::residual::fractionBits(element));
+      Value nibbles = mlir::attnres::residual::encode(
+          e.b, e.loc, chunks[c], rounded,
+          mlir::attnres::residual::fractionBits(element));
       Value even = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
                                              everyOther(width, 0));
       Value odd = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
                                             everyOther(width, 1));
-      e.storeBytes(attnres::residual::pack(e.b, e.loc, even, odd), residualBase,
-                   residualIndex(e, row, c));
+      e.storeBytes(mlir::attnres::residual::pack(e.b, e.loc, even, odd),
+                   residualBase, residualIndex(e, row, c));
     });
   }
 }
@@ -270,7 +270,7 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
 SmallVector<Value> decodeResidualRow(KernelEmitter &e, ArrayRef<Value> rounded,
                                      Value base, Value row, Type element) {
   int64_t width = e.layout.vectorWidth, half = width / 2;
-  int64_t bits = attnres::residual::fractionBits(element);
+  int64_t bits = mlir::attnres::residual::fractionBits(element);
   SmallVector<int64_t> interleave;
   for (int64_t j = 0; j < half; ++j)
     interleave.append({j, half + j});
@@ -279,11 +279,11 @@ SmallVector<Value> decodeResidualRow(KernelEmitter &e, ArrayRef<Value> rounded,
     // The clamped index keeps an inactive chunk's load inside the row; its
     // rounded value is 0, which decodes to 0 whatever the bits.
     Value bytes = e.loadBytes(base, residualIndex(e, row, c), half);
-    auto [low, high] = attnres::residual::unpack(e.b, e.loc, bytes);
+    auto [low, high] = mlir::attnres::residual::unpack(e.b, e.loc, bytes);
     Value nibbles =
         vector::ShuffleOp::create(e.b, e.loc, low, high, interleave);
     decoded.push_back(
-        attnres::residual::decode(e.b, e.loc, rounded[c], nibbles, bits));
+        mlir::attnres::residual::decode(e.b, e.loc, rounded[c], nibbles, bits));
   }
   return decoded;
 }

@@ -15,6 +15,7 @@
 #define ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELS_H
 
 #include "KernelEmitter.h"
+#include "attnres/Bundle/ManifestSchema.h"
 
 #include <string>
 #include <vector>
@@ -65,35 +66,11 @@ constexpr int64_t kRegisterPartitions = 16;
 /// a tile of up to 128 weights per row.
 constexpr int64_t kWeightFloats = 4096;
 
-/// One kernel argument, as the manifest describes it.
-struct KernelArgument {
-  std::string name;
-  std::string kind;        // "buffer", "table" (of buffers) or "i64"
-  std::string elementType; // of a buffer or of the table's buffers
-  std::string shape;       // documentation, e.g. "[M, N, D]"
-  /// Bytes the kernel's accesses need the buffer's (or table's) address to
-  /// be a multiple of: the widest alignment its loads and stores through
-  /// the argument assume (recordAlignments), what the runtime checks.
-  int64_t alignment = 1;
-};
-
-/// A grid dimension: ceil(symbol * scale / divisor); symbol is "N"
-/// (tokens), "P" (partitions), "B" (blocks), "rows" or "1".
-struct GridDimension {
-  std::string symbol;
-  int64_t scale = 1, divisor = 1;
-};
-
-struct KernelInfo {
-  std::string name, role;
-  std::vector<KernelArgument> arguments;
-  GridDimension grid[3];
-  int64_t blockThreads = 1;
-  int64_t workgroupBytes = 0;
-  /// Elements per vector access of the row buffers: they must be aligned to
-  /// vectorWidth times their element size.
-  int64_t vectorWidth = 1;
-};
+/// A kernel as the manifest describes it (attnres/Bundle/ManifestSchema.h,
+/// which the runtime reads with): each argument's alignment is filled in
+/// from the kernel's own accesses when it is recorded.
+using KernelInfo = ::attnres::manifest::KernelDescription;
+using GridDimension = ::attnres::manifest::GridRule;
 
 KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
                              const AttnResSpec &spec, RowLayout layout,
