@@ -427,6 +427,18 @@ BatchSums sumBatch(KernelEmitter &e, const AttnResSpec &spec,
   return result;
 }
 
+/// The logit z = scale * ell of a source for one query.
+Value logitOf(KernelEmitter &e, const AttnResSpec &spec, Value ell) {
+  return e.mul(e.constF32(spec.scale), ell);
+}
+
+/// The softmax weight p = exp(z - lse) of a source, from its ell and the
+/// row's lse (the backward's, which has the lse the forward saved).
+Value weightOf(KernelEmitter &e, const AttnResSpec &spec, Value ell,
+               Value lse) {
+  return e.exp(e.sub(logitOf(e, spec, ell), lse));
+}
+
 /// What a source walk does with a batch: the next state from the slots and
 /// the state, reducing its row sums through workgroup half `half`; `first`
 /// says the batch is statically the first one.
@@ -798,7 +810,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     SmallVector<SmallVector<Value>> logits(M);
     for (auto [i, slot] : llvm::enumerate(slots)) {
       for (int64_t m = 0; m < M; ++m) {
-        Value z = e.mul(e.constF32(spec.scale), sums.ell[i][m]);
+        Value z = logitOf(e, spec, sums.ell[i][m]);
         if (slot.valid)
           z = e.select(slot.valid, z, e.constF32(-kInf));
         logits[m].push_back(z);
@@ -1360,8 +1372,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
             SmallVector<Value> next(acc);
             for (auto [i, slot] : llvm::enumerate(slots)) {
               for (int64_t m = 0; m < M; ++m) {
-                Value z = e.mul(e.constF32(spec.scale), sums.ell[i][m]);
-                Value p = e.exp(e.sub(z, lse[m]));
+                Value p = weightOf(e, spec, sums.ell[i][m], lse[m]);
                 if (slot.valid)
                   p = e.select(slot.valid, p, zeroF);
                 Value pV = e.splat(p, width);
@@ -1454,8 +1465,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
             SmallVector<Value> row = rowAgain(e, slot);
             for (int64_t m = 0; m < M; ++m) {
               Value ell = sums.ell[i][m];
-              Value p =
-                  e.exp(e.sub(e.mul(e.constF32(spec.scale), ell), lse[m]));
+              Value p = weightOf(e, spec, ell, lse[m]);
               Value ds = e.mul(e.constF32(spec.scale),
                                e.mul(p, e.sub(sums.extra[i][m], delta[m])));
               Value dsRho = e.mul(ds, rho);
