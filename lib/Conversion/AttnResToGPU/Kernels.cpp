@@ -1210,7 +1210,8 @@ int64_t mlir::attnres::gpu_kernels::backwardPartialRowsPerBlock(
 namespace {
 /// The chunk vectors `values` of every row group of the block added in group
 /// order (group 0's, then group 1's, ...) through workgroup memory; the
-/// totals are valid in every group. Lets a block write one partial row of
+/// totals are valid in group 0 (the others add their own twice, and do not
+/// store). Lets a block write one partial row of
 /// the query / weight gradients instead of one per row group: at
 /// (L, N, D) = (4, 4096, 1024) (four groups of 32 lanes) the finalize read
 /// 1056 partial rows of 4 KiB, 4.3 MB written and read again for an 84 MB
