@@ -104,7 +104,10 @@ public:
   Value inRange(Value x, int64_t first, int64_t count);
   Value toI64(Value index);
 
-  // FP32 arithmetic on scalars or vectors.
+  // FP32 arithmetic on scalars or vectors. Not the linalg reference's
+  // helpers (AttnResToLinalg.cpp) on purpose: these let products and sums
+  // fuse (contract) and take e^x and ln x through exp2 / log2, what the
+  // kernels are measured with; the reference keeps each operation exact.
   Value add(Value x, Value y);
   Value sub(Value x, Value y);
   Value mul(Value x, Value y);
