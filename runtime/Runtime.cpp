@@ -220,11 +220,10 @@ int64_t elementBytes(const std::string &type) {
 
 int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using attnres::launch::ceilDiv;
 
 } // namespace
 
-/// The manifest's launch rules as numbers ("rules"."launch").
 struct AttnresRuntime {
   Value manifest;
   /// The manifest's rules.launch (every field read from it).
@@ -443,7 +442,7 @@ Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
               member(argument, manifest::kArgumentAlignment.key);
           alignment && (!wholeNumber(alignment, manifest::kArgumentAlignment,
                                      parsed.alignment) ||
-                        (parsed.alignment & (parsed.alignment - 1)) != 0))
+                        !manifest::isPowerOfTwo(parsed.alignment)))
         return bundleError("kernel " + kernel.name + ": argument " +
                            parsed.name +
                            " has an alignment that is not a power of two in " +
@@ -758,10 +757,10 @@ size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {
          align256(partitions * M * tokens * 4);
 }
 
-/// The partial rows of a backward: one per row group of every block of
-/// every source partition.
+/// The partial rows of a backward: partial_rows_per_block for every block
+/// of every source partition (bundles from before that fact wrote one per
+/// row group).
 int64_t backwardPartialRows(const Op &op, int64_t blocks, int64_t partitions) {
-  // Bundles of before partial_rows_per_block wrote one row per row group.
   return partitions * blocks *
          op.integer("partial_rows_per_block", op.integer("rows_per_block", 1));
 }

@@ -43,15 +43,6 @@ namespace {
 /// The largest static token count a spec may name (a launch's grid).
 constexpr int64_t kMaxStaticTokens = 2147483647;
 
-// The launch rules' constants (manifest "rules"), which the runtime
-// evaluates with attnres/Bundle/LaunchRules.h.
-constexpr int64_t kBlocksPerMultiprocessor =
-    launch::kDefaultRules.blocksPerMultiprocessor;
-constexpr int64_t kSourcesPerPartition =
-    launch::kDefaultRules.sourcesPerPartition;
-constexpr int64_t kPartitionBytes = launch::kDefaultRules.partitionBytes;
-constexpr int64_t kTokensPerBlock = launch::kDefaultRules.tokensPerBlock;
-
 bool isNvidia(StringRef target) { return target.starts_with("sm_"); }
 bool isAmd(StringRef target) { return target.starts_with("gfx"); }
 
@@ -195,7 +186,7 @@ std::string outsideSchema(const llvm::json::Array &ops,
             return problem;
           if (std::optional<int64_t> alignment =
                   entry->getInteger(schema::kArgumentAlignment.key);
-              alignment && !llvm::isPowerOf2_64(*alignment))
+              alignment && !schema::isPowerOfTwo(*alignment))
             return "an argument of kernel " + name +
                    " has alignment = " + std::to_string(*alignment) +
                    "; it must be a power of two";
@@ -355,6 +346,9 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
   if (bundle.files.empty())
     return emitError(loc) << "no GPU binary was produced";
 
+  // The launch rules' constants (manifest "rules"), which the runtime
+  // evaluates with attnres/Bundle/LaunchRules.h.
+  const launch::Rules &rules = launch::kDefaultRules;
   llvm::json::Object manifest{
       {schema::kFormatVersionKey, schema::kFormatVersion},
       {"compiler", compilerVersion()},
@@ -388,7 +382,8 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                 "(grid y = P) into FP32 workspaces partial_o [P, M, N, D] and "
                 "partial_lse [P, M, N], then `merge` with num_rows = M * N, "
                 "num_partitions = P and rows_per_weight = N.",
-                kBlocksPerMultiprocessor, kSourcesPerPartition, kPartitionBytes)
+                rules.blocksPerMultiprocessor, rules.sourcesPerPartition,
+                rules.partitionBytes)
                 .str()},
            {"backward",
             llvm::formatv(
@@ -400,16 +395,17 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                 "partial_dh [P * B * partial_rows_per_block, M or 1, D]; then "
                 "`finalize` with num_partial_rows = P * B * "
                 "partial_rows_per_block.",
-                kBlocksPerMultiprocessor, kSourcesPerPartition, kTokensPerBlock)
+                rules.blocksPerMultiprocessor, rules.sourcesPerPartition,
+                rules.tokensPerBlock)
                 .str()},
            // The same rules as numbers, which the runtime evaluates (in
            // the order of ManifestSchema.h's kLaunchRules).
            {schema::kLaunch,
             llvm::json::Object{
-                {schema::kLaunchRules[0].key, kBlocksPerMultiprocessor},
-                {schema::kLaunchRules[1].key, kSourcesPerPartition},
-                {schema::kLaunchRules[2].key, kPartitionBytes},
-                {schema::kLaunchRules[3].key, kTokensPerBlock}}},
+                {schema::kLaunchRules[0].key, rules.blocksPerMultiprocessor},
+                {schema::kLaunchRules[1].key, rules.sourcesPerPartition},
+                {schema::kLaunchRules[2].key, rules.partitionBytes},
+                {schema::kLaunchRules[3].key, rules.tokensPerBlock}}},
            {"grid", "Each grid dimension is ceil(symbol * scale / divisor), "
                     "symbol one of N (tokens), P, B, rows, 1."}}},
       {schema::kOps, std::move(ops)},

@@ -72,8 +72,11 @@ struct NumberField {
 /// Kernel descriptions.
 inline constexpr NumberField kKernelBlock = {"block", 1, 1024};
 /// Of a kernel argument that is a buffer or a table: the bytes its address
-/// must be a multiple of (a power of two).
+/// must be a multiple of (a power of two, isPowerOfTwo).
 inline constexpr NumberField kArgumentAlignment = {"alignment", 1, 256};
+inline constexpr bool isPowerOfTwo(int64_t value) {
+  return value > 0 && (value & (value - 1)) == 0;
+}
 inline constexpr NumberField kKernelVectorWidth = {"vector_width", 1, 64};
 /// Each of the three grid dimensions: ceil(symbol * scale / divisor).
 inline constexpr NumberField kGridScale = {"scale", 1, int64_t(1) << 20};

@@ -68,8 +68,8 @@ DictionaryAttr describe(Builder &b, const KernelInfo &info) {
 /// Sets each pointer argument's alignment from the kernel's own accesses: the
 /// largest alignment a load, store or asynchronous copy assumes of an
 /// address computed from the argument (through GEPs, selects and loop-carried
-/// values), at least the element size. The manifest says it, the runtime
-/// checks it: one fact, read from the code that relies on it.
+/// values); 1 for an argument the kernel does not access. The manifest says
+/// it, the runtime checks it: one fact, read from the code that relies on it.
 void recordAlignments(gpu::GPUFuncOp func, KernelInfo &info) {
   Block &entry = func.getBody().front();
   SmallVector<int64_t> widest(entry.getNumArguments(), 1);
