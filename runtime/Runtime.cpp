@@ -83,6 +83,12 @@ struct Driver {
   Result (*deviceGetAttribute)(int *, int, int) = nullptr;
   // Optional: blocks of a kernel a multiprocessor holds at once.
   Result (*occupancy)(int *, void *, int, size_t) = nullptr;
+  // CUDA 12 and later, optional: launches with thread-block clusters, and
+  // how many clusters of a launch the device holds at once.
+  Result (*launchKernelEx)(const struct LaunchConfig *, void *, void **,
+                           void **) = nullptr;
+  Result (*occupancyMaxActiveClusters)(int *, void *,
+                                       const struct LaunchConfig *) = nullptr;
   // CUDA only: make the primary context current when none is.
   Result (*ctxGetCurrent)(void **) = nullptr;
   Result (*ctxGetDevice)(int *) = nullptr;
@@ -104,6 +110,39 @@ struct Driver {
            std::to_string(result) + (text ? std::string(": ") + text : "");
   }
 };
+
+/// The CUDA driver's CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA
+/// 12), with the one attribute the runtime sets: the cluster dimensions.
+struct LaunchAttribute {
+  unsigned id; // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+  char pad[4];
+  union {
+    char bytes[64];
+    struct {
+      unsigned x, y, z;
+    } clusterDim;
+  } value;
+};
+static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
+struct LaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ;
+  unsigned sharedMemBytes;
+  void *stream;
+  LaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+constexpr unsigned kClusterDimensionAttribute = 4;
+constexpr int kClusterLaunchDeviceAttribute = 120;
+
+/// A launch of `block` threads a block over `grid` whose blocks along y form
+/// clusters of grid[1].
+LaunchConfig clusterLaunchConfig(const unsigned grid[3], unsigned block,
+                           void *stream, LaunchAttribute &cluster) {
+  cluster = {};
+  cluster.id = kClusterDimensionAttribute;
+  cluster.value.clusterDim = {1, grid[1], 1};
+  return {grid[0], grid[1], grid[2], block, 1, 1, 0, stream, &cluster, 1};
+}
 
 template <typename F> bool bind(void *library, const char *name, F &function) {
   function = reinterpret_cast<F>(dlsym(library, name));
@@ -162,6 +201,9 @@ Failure openDriver(bool hip, Driver &driver) {
     bind(driver.library, "cuGetErrorString", driver.getErrorString);
     bind(driver.library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
          driver.occupancy);
+    bind(driver.library, "cuLaunchKernelEx", driver.launchKernelEx);
+    bind(driver.library, "cuOccupancyMaxActiveClusters",
+         driver.occupancyMaxActiveClusters);
   }
   if (!found)
     return {ATTNRES_ERROR_NO_DRIVER,
@@ -187,7 +229,13 @@ struct Kernel : attnres::manifest::KernelDescription {
   /// Blocks a multiprocessor holds at once (the driver's occupancy
   /// calculator; 0 when unknown).
   int64_t residentBlocks = 0;
+  /// Of a clusterY kernel: how many clusters of p blocks of it the device
+  /// holds at once (index p, up to kMaxClusterBlocks; 0 when unknown).
+  int clusterCapacity[9] = {};
 };
+/// The portable cluster size: the most blocks a cluster holds on every
+/// device that has clusters.
+constexpr int64_t kMaxClusterBlocks = 8;
 
 struct Op {
   std::string kind;
@@ -232,6 +280,9 @@ struct AttnresRuntime {
   std::map<std::string, Kernel> kernels;
   std::string vendor;
   int multiprocessors = 0;
+  /// The device launches thread-block clusters (NVIDIA sm_90 and later,
+  /// with a driver that has cuLaunchKernelEx).
+  bool clusterLaunch = false;
   Driver driver;
   void *module = nullptr;
   /// CUDA: the context the module was loaded into.
@@ -423,6 +474,12 @@ Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
       return bundleError("kernel " + kernel.name +
                          ": block must be a whole number in " +
                          rangeText(manifest::kKernelBlock));
+    if (const Value *cluster = member(entry, manifest::kKernelClusterY)) {
+      if (!cluster->is_boolean())
+        return bundleError("kernel " + kernel.name + ": " +
+                           manifest::kKernelClusterY + " must be true or false");
+      kernel.clusterY = cluster->get<bool>();
+    }
     if (const Value *width = member(entry, manifest::kKernelVectorWidth.key);
         width &&
         !wholeNumber(width, manifest::kKernelVectorWidth, kernel.vectorWidth))
@@ -482,8 +539,8 @@ Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
                            " must be a whole number in " + rangeText(fact));
     }
     op.description = attnres::json::print(entry);
-    for (const char *role : {"forward", "forward_partial", "merge", "backward",
-                             "finalize", "sum"}) {
+    for (const char *role : {"forward", "forward_partial", "forward_cluster",
+                             "merge", "backward", "finalize", "sum"}) {
       std::string name = op.text(role);
       if (name.empty())
         continue;
@@ -536,6 +593,11 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
     }
     runtime.context = context;
   }
+  int clusterLaunch = 0;
+  if (!driver.hip && driver.launchKernelEx &&
+      !driver.deviceGetAttribute(&clusterLaunch, kClusterLaunchDeviceAttribute,
+                                 device))
+    runtime.clusterLaunch = clusterLaunch != 0;
   if (Driver::Result result =
           driver.moduleLoadData(&runtime.module, binary.data()))
     return {ATTNRES_ERROR_DRIVER,
@@ -551,6 +613,18 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
         !driver.occupancy(&blocks, kernel.function,
                           static_cast<int>(kernel.block), 0))
       kernel.residentBlocks = blocks;
+    if (kernel.clusterY && runtime.clusterLaunch &&
+        driver.occupancyMaxActiveClusters)
+      for (unsigned p = 2; p <= kMaxClusterBlocks; ++p) {
+        LaunchAttribute attribute;
+        unsigned grid[3] = {1, p, 1};
+        LaunchConfig config = clusterLaunchConfig(
+            grid, static_cast<unsigned>(kernel.block), nullptr, attribute);
+        int clusters = 0;
+        if (!driver.occupancyMaxActiveClusters(&clusters, kernel.function,
+                                               &config))
+          kernel.clusterCapacity[p] = clusters;
+      }
   }
   // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
   // hipDeviceAttributeMultiprocessorCount = 63 (ROCm 5 and 6).
@@ -687,10 +761,19 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
     if (!current)
       driver.ctxSetCurrent(runtime.context);
   }
-  if (Driver::Result result =
-          driver.launchKernel(kernel.function, grid[0], grid[1], grid[2],
-                              static_cast<unsigned>(kernel.block), 1, 1, 0,
-                              stream, parameters.data(), nullptr))
+  Driver::Result result;
+  if (kernel.clusterY) {
+    LaunchAttribute attribute;
+    LaunchConfig config = clusterLaunchConfig(
+        grid, static_cast<unsigned>(kernel.block), stream, attribute);
+    result = driver.launchKernelEx(&config, kernel.function, parameters.data(),
+                                   nullptr);
+  } else {
+    result = driver.launchKernel(kernel.function, grid[0], grid[1], grid[2],
+                                 static_cast<unsigned>(kernel.block), 1, 1, 0,
+                                 stream, parameters.data(), nullptr);
+  }
+  if (result)
     return {ATTNRES_ERROR_DRIVER,
             "launching " + name + ": " + driver.describe(result)};
   return ok();
@@ -724,14 +807,45 @@ int64_t residentBlocks(const AttnresRuntime &runtime, const Op &op,
   return perMultiprocessor * std::max(1, runtime.multiprocessors);
 }
 
+/// The clustered forward kernel of `op` where the runtime may use it (a
+/// loaded bundle that has one; ATTNRES_NO_CLUSTERS=1 keeps the partial kernel
+/// and the merge, for comparisons), else null.
+const Kernel *clusterKernel(const AttnresRuntime &runtime, const Op &op) {
+  auto name = op.kernels.find("forward_cluster");
+  if (name == op.kernels.end() || !runtime.loaded || !runtime.clusterLaunch)
+    return nullptr;
+  if (const char *off = std::getenv("ATTNRES_NO_CLUSTERS"); off && *off &&
+                                                            *off != '0')
+    return nullptr;
+  return &runtime.kernels.find(name->second)->second;
+}
+
+/// Whether the forward over `partitions` partitions of `tokens` tokens runs
+/// as one clustered kernel rather than the partial kernel and the merge: it
+/// does where the device holds all of its clusters (one a token) at once.
+/// A second wave of clusters would double the time: on the H200 15
+/// clusters of 8 blocks of 256 threads fit, not 16.
+bool clusteredForward(const AttnresRuntime &runtime, const Op &op,
+                      int64_t tokens, int64_t partitions) {
+  const Kernel *kernel = clusterKernel(runtime, op);
+  return kernel && partitions >= 2 && partitions <= kMaxClusterBlocks &&
+         tokens <= kernel->clusterCapacity[partitions];
+}
+
 int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
                           int64_t tokens) {
   int64_t L = op.integer("num_sources"), D = op.integer("width");
   int64_t G = op.integer("rows_per_block", 1);
   int64_t bytes = elementBytes(op.text("value_type"));
-  return attnres::launch::forwardPartitions(
+  int64_t partitions = attnres::launch::forwardPartitions(
       residentBlocks(runtime, op, "forward_partial"), ceilDiv(tokens, G), L,
       L * D * bytes, runtime.rules);
+  // The clustered forward with as many of these partitions as keep all its
+  // clusters resident; the partial kernel and the merge where none does.
+  for (int64_t p = std::min(partitions, kMaxClusterBlocks); p >= 2; --p)
+    if (clusteredForward(runtime, op, tokens, p))
+      return p;
+  return partitions;
 }
 
 int64_t backwardBlocks(const AttnresRuntime &runtime, const Op &op,
@@ -749,8 +863,9 @@ int64_t backwardPartitions(const AttnresRuntime &runtime, const Op &op,
       op.integer("num_sources"), runtime.rules);
 }
 
-size_t forwardWorkspace(const Op &op, int64_t tokens, int64_t partitions) {
-  if (partitions <= 1)
+size_t forwardWorkspace(const AttnresRuntime &runtime, const Op &op,
+                        int64_t tokens, int64_t partitions) {
+  if (partitions <= 1 || clusteredForward(runtime, op, tokens, partitions))
     return 0;
   int64_t M = op.integer("num_queries", 1), D = op.integer("width");
   return align256(partitions * M * tokens * D * 4) +
@@ -861,7 +976,7 @@ AttnresStatus attnresForwardWorkspaceSize(const AttnresRuntime *runtime, int op,
   const Op &entry = runtime->ops[op];
   if (!partitions)
     partitions = forwardPartitions(*runtime, entry, numTokens);
-  *size = forwardWorkspace(entry, numTokens, partitions);
+  *size = forwardWorkspace(*runtime, entry, numTokens, partitions);
   return ATTNRES_OK;
 }
 
@@ -902,7 +1017,12 @@ AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
     ATTNRES_TRY(launch(*runtime, forward, values, {{"N", N}}, stream));
     return ATTNRES_OK;
   }
-  size_t needed = forwardWorkspace(entry, N, P);
+  if (clusteredForward(*runtime, entry, N, P)) {
+    ATTNRES_TRY(launch(*runtime, entry.kernels.at("forward_cluster"), values,
+                       {{"N", N}, {"P", P}}, stream));
+    return ATTNRES_OK;
+  }
+  size_t needed = forwardWorkspace(*runtime, entry, N, P);
   if (!args->workspace || args->workspace_size < needed)
     return report(invalid("the split forward (P = " + std::to_string(P) +
                           ") needs a workspace of " + std::to_string(needed) +

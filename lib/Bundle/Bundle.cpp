@@ -261,9 +261,11 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
   }
   std::string optionError;
   // The chip's facts go first, so that the caller's kernel options can
-  // turn asynchronous copies off; the subgroup size is not theirs to pick.
+  // turn asynchronous copies or clusters off; the subgroup size is not theirs to pick.
   std::string chipOptions =
-      hasAsyncCopies(target) ? "async-copies=1 " : "async-copies=0 ";
+      std::string(hasAsyncCopies(target) ? "async-copies=1 "
+                                         : "async-copies=0 ") +
+      (hasClusters(target) ? "clusters=1 " : "clusters=0 ");
   if (failed(lowering->initializeOptions(
           chipOptions + options.kernelOptions +
               " subgroup-size=" + std::to_string(subgroupSize),
@@ -381,7 +383,11 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                 "/ {2}))). P = 1: launch `forward`. P > 1: `forward_partial` "
                 "(grid y = P) into FP32 workspaces partial_o [P, M, N, D] and "
                 "partial_lse [P, M, N], then `merge` with num_rows = M * N, "
-                "num_partitions = P and rows_per_weight = N.",
+                "num_partitions = P and rows_per_weight = N. Where the op "
+                "also names `forward_cluster` (sm_90 and later), P <= 8 and "
+                "the device holds all N clusters of P of its blocks at once, "
+                "that one kernel (grid N x P, the P blocks of a row one "
+                "cluster: cluster_y) does both, with no workspace.",
                 rules.blocksPerMultiprocessor, rules.sourcesPerPartition,
                 rules.partitionBytes)
                 .str()},

@@ -100,11 +100,16 @@ bool mlir::attnres::hasAsyncCopies(StringRef chip) {
   return nvidiaChipNumber(chip) >= 80;
 }
 
+bool mlir::attnres::hasClusters(StringRef chip) {
+  return nvidiaChipNumber(chip) >= 90;
+}
+
 void mlir::attnres::buildLowerToNVVMPipeline(
     OpPassManager &pm, const NVVMPipelineOptions &options) {
   ConvertAttnResToGPUOptions kernels;
   kernels.subgroupSize = 32;
   kernels.asyncCopies = hasAsyncCopies(options.chip);
+  kernels.clusters = hasClusters(options.chip);
   pm.addPass(createConvertAttnResToGPU(kernels));
   buildGPUModuleToNVVMBinary(pm, options);
 }

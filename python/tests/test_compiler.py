@@ -45,6 +45,23 @@ def test_compile_writes_a_bundle(train_bundle):
     binary = train_bundle / manifest["binaries"][0]["file"]
     assert binary.read_bytes()[:4] == b"\x7fELF"
     assert attnres.compiler_version().startswith("attnres ")
+    # sm_90 has thread-block clusters: the forward also gets the kernel that
+    # merges a row's partitions in the cluster of its blocks (grid N x P,
+    # clusters along y); an inspected bundle's rules ignore it (above).
+    kernels_by_name = {k["name"]: k for k in manifest["kernels"]}
+    cluster = kernels_by_name[manifest["ops"][0]["forward_cluster"]]
+    assert cluster["role"] == "forward_cluster" and cluster["cluster_y"]
+    assert [g["symbol"] for g in cluster["grid"]] == ["N", "P", "1"]
+    assert not any(k.get("cluster_y") for k in manifest["kernels"]
+                   if k is not cluster)
+
+
+@needs_ptxas
+def test_no_clusters_before_sm_90(tmp_path):
+    attnres.compile("forward:L=8,D=1024", target="sm_80", output=tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert "forward_cluster" not in manifest["ops"][0]
+    assert not any(k.get("cluster_y") for k in manifest["kernels"])
 
 
 @needs_ptxas
@@ -146,6 +163,14 @@ def test_bad_bundles(tmp_path):
        "kernel k: argument o has an alignment that is not a power of two in "
        "[1, 256]")
       for alignment in (3, 0, 512, 1.5, '"16"')],
+    # cluster_y (the grid's y blocks form one cluster) is a boolean.
+    *[('{"format_version": 1, "target": {"vendor": "nvidia"}, "kernels": [{'
+       '"name": "k", "role": "forward_cluster", "block": 64, "grid": [{'
+       '"symbol": "N", "scale": 1, "divisor": 1}, {"symbol": "P", "scale": 1,'
+       ' "divisor": 1}, {"symbol": "1", "scale": 1, "divisor": 1}], '
+       f'"arguments": [], "cluster_y": {value}}}]}}',
+       "kernel k: cluster_y must be true or false")
+      for value in (1, '"true"', "null")],
     ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
      '"ops": [{"op": "forward", "width": -1}]}',
      "op fact width must be a whole number in [1, 65536]"),

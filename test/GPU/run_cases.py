@@ -6,7 +6,8 @@ PyTorch reference written from docs/Math.md on fresh random inputs.
 * Outputs are filled with NaN before every launch: an element a kernel does
   not write fails.
 * The forward runs unsplit and split over sources (P = 2, 3 and L where
-  they differ), the backward with (blocks of tokens, partitions of the
+  they differ), and where the bundle has a clustered forward (sm_90) also
+  that at P = 2, 3 and min(8, L); the backward with (blocks of tokens, partitions of the
   sources) B x P = 1 x 1, 7 x 2, 3 x 3 and 128 x L: the launch rules of the
   manifest, with the counts forced.
 * Tolerance: an error passes when it is within rtol * max|ref| (1e-5 for f32
@@ -25,6 +26,7 @@ Prints a line per case, a summary table last, and writes results.json into
 """
 
 import argparse
+import ctypes
 import json
 import math
 import pathlib
@@ -88,7 +90,45 @@ class Bundle:
         if self.dry_run or min(grid) == 0:
             return
         function = self.modules[description["module"]].get_function(name)
+        if description.get("cluster_y"):
+            launch_cluster(function, grid, description["block"], arguments)
+            return
         function(tuple(grid), (description["block"], 1, 1), tuple(arguments))
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute (cuda.h), holding a cluster dimension."""
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4),
+                ("dims", ctypes.c_uint * 3), ("rest", ctypes.c_char * 52)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h)."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_bytes", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attributes", ctypes.POINTER(_LaunchAttribute)),
+                ("count", ctypes.c_uint)]
+
+
+def launch_cluster(function, grid, block, arguments):
+    """A kernel whose blocks along y form one cluster (manifest cluster_y),
+    through the driver's cuLaunchKernelEx, which CuPy does not wrap."""
+    driver = ctypes.CDLL("libcuda.so.1")
+    attribute = _LaunchAttribute(id=4)  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attribute.dims[:] = [1, grid[1], 1]
+    config = _LaunchConfig(shared_bytes=0, stream=None, count=1,
+                           attributes=ctypes.pointer(attribute))
+    config.grid[:] = grid
+    config.block[:] = [block, 1, 1]
+    values = [ctypes.c_int64(int(a)) if isinstance(a, np.int64)
+              else ctypes.c_uint64(int(a)) for a in arguments]
+    pointers = (ctypes.c_void_p * len(values))(
+        *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
+    handle = function.kernel.ptr  # the CUfunction of a cupy.RawKernel
+    result = driver.cuLaunchKernelEx(ctypes.byref(config),
+                                     ctypes.c_void_p(handle), pointers, None)
+    if result:
+        raise RuntimeError(f"cuLaunchKernelEx failed with CUDA error {result}")
 
 
 def pointer_table(tensors, device):
@@ -259,8 +299,9 @@ def source_buffers(c, v):
     return separate, separate
 
 
-def prepare_forward(bundle, c, x, partitions, device):
-    """Buffers and launches of a forward with `partitions` partitions."""
+def prepare_forward(bundle, c, x, partitions, device, clustered=False):
+    """Buffers and launches of a forward with `partitions` partitions, merged
+    by a merge kernel or, `clustered`, in the cluster of a row's blocks."""
     op = bundle.op("forward")
     L, D, M, N = c["L"], c["D"], c["M"], c["N"]
     T = DTYPES[c["dtype"]]
@@ -276,6 +317,9 @@ def prepare_forward(bundle, c, x, partitions, device):
                   output_norm=x["h"], num_tokens=N, keep=keep, **out)
     if partitions == 1:
         launches = [(op["forward"], {"N": N})]
+    elif clustered:
+        values.update(num_partitions=partitions)
+        launches = [(op["forward_cluster"], {"N": N, "P": partitions})]
     else:
         values.update(
             partial_o=torch.empty((partitions, M, N, D), dtype=torch.float32,
@@ -334,8 +378,9 @@ def execute(bundle, values, launches):
         bundle.launch(name, values, symbols)
 
 
-def run_forward(bundle, c, x, partitions, device):
-    values, launches, out = prepare_forward(bundle, c, x, partitions, device)
+def run_forward(bundle, c, x, partitions, device, clustered=False):
+    values, launches, out = prepare_forward(bundle, c, x, partitions, device,
+                                            clustered)
     execute(bundle, values, launches)
     return out
 
@@ -362,11 +407,17 @@ def attnres_case(bundle, c, device, report, dry_run):
     o64, lse64, opre64 = (t.contiguous() for t in (o64, lse64, opre64))
     L = c["L"]
     partitions = sorted({1, min(2, L), min(3, L), L})
-    for P in partitions:
-        out = run_forward(bundle, c, x, P, device)
+    # The clustered forward (sm_90 bundles, where it fits) at every split
+    # count a cluster holds, next to the partial kernel and the merge.
+    runs = [(P, False) for P in partitions]
+    if "forward_cluster" in bundle.op("forward"):
+        runs += [(P, True) for P in sorted({min(2, L), min(3, L), min(8, L)})
+                 if P > 1]
+    for P, clustered in runs:
+        out = run_forward(bundle, c, x, P, device, clustered)
         if dry_run:
             continue
-        tag = f"P={P}"
+        tag = f"P={P}" + (" cluster" if clustered else "")
         report.check(f"o {tag}", out["o"], o64, o32, c["dtype"])
         report.check(f"lse {tag}", out["lse"], lse64, lse32, "f32")
         if "o_pre" in out:

@@ -48,6 +48,9 @@ struct KernelDescription {
   int64_t workgroupBytes = 0;
   /// Elements per vector access of the row buffers.
   int64_t vectorWidth = 1;
+  /// The blocks along the grid's y dimension form one thread-block cluster
+  /// (at most 8; NVIDIA sm_90 and later), which the launch must ask for.
+  bool clusterY = false;
 };
 
 inline constexpr int64_t kFormatVersion = 1;
@@ -78,6 +81,8 @@ inline constexpr bool isPowerOfTwo(int64_t value) {
   return value > 0 && (value & (value - 1)) == 0;
 }
 inline constexpr NumberField kKernelVectorWidth = {"vector_width", 1, 64};
+/// A boolean: KernelDescription::clusterY.
+inline constexpr const char kKernelClusterY[] = "cluster_y";
 /// Each of the three grid dimensions: ceil(symbol * scale / divisor).
 inline constexpr NumberField kGridScale = {"scale", 1, int64_t(1) << 20};
 inline constexpr NumberField kGridDivisor = {"divisor", 1, int64_t(1) << 20};

@@ -97,6 +97,14 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "The target has NVIDIA's asynchronous copies from global to "
            "workgroup memory (cp.async: sm_80 and later), which the staged "
            "source walks use">,
+    Option<"clusters", "clusters", "bool", /*default=*/"false",
+           "The target has NVIDIA's thread-block clusters with distributed "
+           "shared memory (sm_90 and later): the forward then also gets a "
+           "kernel for the split over sources that merges the partial rows "
+           "of a row inside the cluster of its blocks, in one launch, "
+           "instead of through global memory and a merge kernel (where the "
+           "row's partial rows fit in a block's workgroup memory: one query "
+           "up to D = 8192)">,
     Option<"forwardStagedBatches", "forward-staged-batches", "int64_t",
            /*default=*/"0",
            "Batches of source rows the forward copies ahead into workgroup "

@@ -74,6 +74,10 @@ unsigned nvidiaChipNumber(llvm::StringRef chip);
 /// memory (cp.async, sm_80 and later), which the staged kernels use.
 bool hasAsyncCopies(llvm::StringRef chip);
 
+/// Whether an NVIDIA chip has thread-block clusters with distributed shared
+/// memory (sm_90 and later), which the clustered forward uses.
+bool hasClusters(llvm::StringRef chip);
+
 /// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary.
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const NVVMPipelineOptions &options);

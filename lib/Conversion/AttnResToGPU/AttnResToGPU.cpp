@@ -53,16 +53,20 @@ DictionaryAttr describe(Builder &b, const KernelInfo &info) {
         b.getNamedAttr("scale", b.getI64IntegerAttr(dim.scale)),
         b.getNamedAttr("divisor", b.getI64IntegerAttr(dim.divisor)),
     }));
-  return b.getDictionaryAttr({
-      b.getNamedAttr("name", b.getStringAttr(info.name)),
-      b.getNamedAttr("role", b.getStringAttr(info.role)),
-      b.getNamedAttr("arguments", b.getArrayAttr(arguments)),
-      b.getNamedAttr("grid", b.getArrayAttr(grid)),
-      b.getNamedAttr("block", b.getI64IntegerAttr(info.block)),
-      b.getNamedAttr("workgroup_bytes",
-                     b.getI64IntegerAttr(info.workgroupBytes)),
-      b.getNamedAttr("vector_width", b.getI64IntegerAttr(info.vectorWidth)),
-  });
+  NamedAttrList description;
+  description.append("name", b.getStringAttr(info.name));
+  description.append("role", b.getStringAttr(info.role));
+  description.append("arguments", b.getArrayAttr(arguments));
+  description.append("grid", b.getArrayAttr(grid));
+  description.append("block", b.getI64IntegerAttr(info.block));
+  description.append("workgroup_bytes",
+                     b.getI64IntegerAttr(info.workgroupBytes));
+  description.append("vector_width", b.getI64IntegerAttr(info.vectorWidth));
+  // Stated only where it holds: the manifests of other kernels stay as
+  // they were.
+  if (info.clusterY)
+    description.append(::attnres::manifest::kKernelClusterY, b.getBoolAttr(true));
+  return description.getDictionary(b.getContext());
 }
 
 /// Sets each pointer argument's alignment from the kernel's own accesses: the
@@ -193,6 +197,11 @@ struct ConvertAttnResToGPUPass
         backwardStagedBatches < -1 || backwardStagedBatches > 8) {
       emitError(loc) << "convert-attnres-to-gpu: forward-staged-batches must "
                         "be in [0, 8] and backward-staged-batches in [-1, 8]";
+      return signalPassFailure();
+    }
+    if (clusters && subgroupSize != 32) {
+      emitError(loc) << "convert-attnres-to-gpu: clusters=1 is NVIDIA's "
+                        "(sm_90 and later; subgroup-size 32)";
       return signalPassFailure();
     }
     if ((forwardStagedBatches > 0 || backwardStagedBatches > 0) &&
@@ -423,7 +432,7 @@ struct ConvertAttnResToGPUPass
     facts.append("forward",
                  record(b, emitForwardKernel(b, loc, prefix + "_forward", spec,
                                              layout, schedule,
-                                             /*partial=*/false)));
+                                             ForwardKind::Whole)));
     // The forward holds 128 registers a thread (four blocks of 128 threads
     // a multiprocessor) except with an output norm, where ptxas took 130,
     // and in blocks of 256 threads or more, where ptxas took 130 at
@@ -438,7 +447,30 @@ struct ConvertAttnResToGPUPass
         "forward_partial",
         record(b, emitForwardKernel(b, loc, prefix + "_forward_partial", spec,
                                     layout, partialSchedule,
-                                    /*partial=*/true)));
+                                    ForwardKind::Partial)));
+    // The split forward merged in the cluster of a row's blocks: where a
+    // block covers one row and its partial rows fit next to the walk's
+    // workgroup data. The runtime uses it where all N clusters of a launch
+    // fit on the device at once, so registers decide which P it can take.
+    // Blocks of 256 threads or more walk without prefetching and are held
+    // to two blocks a multiprocessor (128 registers: all 16 clusters of 8 at
+    // (32, 16, 8192) fit on the H200, 10.1 us; prefetching at 183
+    // registers, 15 fit, so P = 6, 11.5 us); smaller blocks prefetch
+    // (168 registers at (64, 128, 4096): P = 2, 26.1 us, against 29.0 us
+    // without: docs/Performance.md).
+    bool wideBlocks = layout.blockThreads() >= 256;
+    SourceSchedule clusterSchedule = wideBlocks ? schedule : partialSchedule;
+    if (clusters && layout.rowsPerBlock == 1 && spec.width % 4 == 0 &&
+        forwardWorkgroupBytes(b, loc, spec, layout, clusterSchedule,
+                              ForwardKind::ClusterMerged) <=
+            kMaxWorkgroupBytes) {
+      facts.append("forward_cluster",
+                   record(b, emitForwardKernel(
+                                 b, loc, prefix + "_forward_cluster", spec,
+                                 layout, clusterSchedule,
+                                 ForwardKind::ClusterMerged)));
+      setMinBlocks(forwardMinBlocks, wideBlocks, layout);
+    }
     MergeSpec merge;
     merge.width = spec.width;
     merge.output = spec.output;

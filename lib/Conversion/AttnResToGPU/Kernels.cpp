@@ -234,6 +234,28 @@ SmallVector<int64_t> everyOther(int64_t width, int64_t first) {
 /// `residualBase`, also the residuals of the chunks' rounding to the 16-bit
 /// `element`, chunk by chunk (so that a chunk's registers are free once it
 /// is stored).
+/// Stores the FP32 vector `chunk` rounded to the 16-bit `element` at element
+/// `index` of `base`, and the residuals of the rounding at byte
+/// `residualByte` of `residualBase` (two 4-bit residuals a byte).
+void storeWithResidual(KernelEmitter &e, Value chunk, Value base, Value index,
+                       Type element, Value residualBase, Value residualByte) {
+  auto vectorType = cast<VectorType>(chunk.getType());
+  int64_t width = vectorType.getNumElements();
+  Value narrow =
+      LLVM::FPTruncOp::create(e.b, e.loc, vectorType.clone(element), chunk);
+  e.storeVectorRaw(narrow, base, index);
+  Value rounded = LLVM::FPExtOp::create(e.b, e.loc, vectorType, narrow);
+  Value nibbles = mlir::attnres::residual::encode(
+      e.b, e.loc, chunk, rounded,
+      mlir::attnres::residual::fractionBits(element));
+  Value even = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
+                                         everyOther(width, 0));
+  Value odd = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
+                                        everyOther(width, 1));
+  e.storeBytes(mlir::attnres::residual::pack(e.b, e.loc, even, odd),
+               residualBase, residualByte);
+}
+
 void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
               Type element, Value valid, Value residualBase = {}) {
   int64_t width = e.layout.vectorWidth;
@@ -247,22 +269,19 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
         e.storeVector(chunks[c], base, index, element);
         return;
       }
-      auto vectorType = cast<VectorType>(chunks[c].getType());
-      Value narrow = LLVM::FPTruncOp::create(
-          e.b, e.loc, vectorType.clone(element), chunks[c]);
-      e.storeVectorRaw(narrow, base, index);
-      Value rounded = LLVM::FPExtOp::create(e.b, e.loc, vectorType, narrow);
-      Value nibbles = mlir::attnres::residual::encode(
-          e.b, e.loc, chunks[c], rounded,
-          mlir::attnres::residual::fractionBits(element));
-      Value even = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
-                                             everyOther(width, 0));
-      Value odd = vector::ShuffleOp::create(e.b, e.loc, nibbles, nibbles,
-                                            everyOther(width, 1));
-      e.storeBytes(mlir::attnres::residual::pack(e.b, e.loc, even, odd),
-                   residualBase, residualIndex(e, row, c));
+      storeWithResidual(e, chunks[c], base, index, element, residualBase,
+                        residualIndex(e, row, c));
     });
   }
+}
+
+/// The weight of a partition of lse `x` in a softmax merge whose largest
+/// lse is `maximum`: 0 for an empty partition (lse -inf), 1 at the maximum
+/// (so that a +inf maximum gives 1, not inf - inf), exp(x - max) otherwise.
+Value partitionWeight(KernelEmitter &e, Value x, Value maximum) {
+  Value w = e.select(e.equal(x, maximum), e.constF32(1.0),
+                     e.exp(e.sub(x, maximum)));
+  return e.select(e.equal(x, e.constF32(-kInf)), e.constF32(0.0), w);
 }
 
 /// The FP32 o_pre of a row from its 16-bit values `rounded` (FP32 chunks, as
@@ -746,23 +765,325 @@ int64_t withStaging(SourceSchedule &schedule, const KernelEmitter &e,
 } // namespace
 
 //===----------------------------------------------------------------------===//
+// the merge of a clustered forward
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// What a clustered forward writes once its blocks have merged.
+struct ClusterMergeArgs {
+  Value tokens, partitions;
+  Value o, lse, oPre, residual, outputNorm; // oPre, residual, outputNorm: opt.
+};
+
+/// Every thread of the cluster's blocks arrives (release) and waits
+/// (acquire): the workgroup memory each wrote before is visible to all.
+/// Aligned: every thread of a warp reaches it together (uniform control
+/// flow).
+void clusterBarrier(KernelEmitter &e) {
+  NVVM::ClusterArriveOp::create(e.b, e.loc, e.b.getUnitAttr());
+  NVVM::ClusterWaitOp::create(e.b, e.loc, e.b.getUnitAttr());
+}
+
+/// The merge of the P partial rows of a row by the P blocks of its cluster
+/// (ForwardKind::ClusterMerged). Each block puts its normalized partial rows
+/// `oPreRows` and their `lses` into its workgroup memory at float
+/// `regionAt`; after a cluster barrier, block p of the cluster merges the
+/// p-th of P column tiles of every query's row from all P regions (reads
+/// through distributed shared memory, 16 bytes at a time), and writes o,
+/// o_pre and the residual there. An output norm needs the merged row's mean
+/// square: each block adds its tile's squares, the P sums go through the
+/// regions once more, and the tile is merged again to apply it. A last
+/// barrier keeps every block's region alive until its peers have read it.
+void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
+                    const ClusterMergeArgs &args,
+                    ArrayRef<SmallVector<Value>> oPreRows, ArrayRef<Value> lses,
+                    Value row, Value valid, int64_t regionAt) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  MLIRContext *context = b.getContext();
+  const RowLayout &layout = e.layout;
+  int64_t M = spec.numQueries, D = spec.width, V = D / 4;
+  assert(D % 4 == 0 && layout.rowsPerBlock == 1);
+  Type f32 = e.f32;
+  auto sharedPointer = LLVM::LLVMPointerType::get(context, 3);
+  auto clusterPointer = LLVM::LLVMPointerType::get(context, 7);
+  auto vector4 = VectorType::get({4}, f32);
+  // The region: M rows of D floats, M lse, M sums of squares.
+  int64_t lseAt = M * D, squaresAt = M * D + M;
+  Value region = e.workgroupPointer(e.constI64(regionAt));
+  auto elementAt = [&](Value base, Type pointer, int64_t offset, Value index) {
+    return LLVM::GEPOp::create(b, loc, pointer, f32, base,
+                               ValueRange{e.addI(e.constI64(offset), index)});
+  };
+  Value isThread0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          e.thread, e.constI64(0));
+
+  int64_t width = layout.vectorWidth;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < layout.chunks; ++c)
+      e.ifThen(e.chunkActive[c], [&] {
+        Value index = e.mulI(e.vectorIndex[c], e.constI64(width));
+        LLVM::StoreOp::create(b, loc, oPreRows[m][c],
+                              elementAt(region, sharedPointer, m * D, index),
+                              std::min<int64_t>(16, width * 4));
+      });
+  e.ifThen(isThread0, [&] {
+    for (int64_t m = 0; m < M; ++m)
+      LLVM::StoreOp::create(
+          b, loc, lses[m],
+          elementAt(region, sharedPointer, lseAt + m, e.constI64(0)), 4);
+  });
+  clusterBarrier(e);
+
+  // The regions of partitions 0 .. kMaxClusterPartitions - 1; those past P
+  // stand for partition P - 1 and weigh 0, so that every load is issued at
+  // once without a loop over a run-time P.
+  Value P = args.partitions;
+  Value lastPartition = e.addI(P, e.constI64(-1));
+  SmallVector<Value> peers, isPartition;
+  for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+    Value rank = arith::TruncIOp::create(
+        b, loc, b.getI32Type(), e.minI(e.constI64(p), lastPartition));
+    peers.push_back(
+        NVVM::MapaOp::create(b, loc, clusterPointer, region, rank).getResult());
+    isPartition.push_back(e.lessThan(e.constI64(p), P));
+  }
+  auto peerSum = [&](int64_t offset) {
+    Value total = e.constF32(0.0);
+    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+      Value value = LLVM::LoadOp::create(
+          b, loc, f32, elementAt(peers[p], clusterPointer, offset,
+                                 e.constI64(0)),
+          4);
+      total = e.add(total, e.select(isPartition[p], value, e.constF32(0.0)));
+    }
+    return total;
+  };
+
+  // Per query: the partitions' weights, their total and the merged lse.
+  SmallVector<SmallVector<Value>> weights(M);
+  SmallVector<Value> anyMass, inverse, mergedLse;
+  Value negInf = e.constF32(-kInf);
+  for (int64_t m = 0; m < M; ++m) {
+    SmallVector<Value> partitionLse;
+    Value maximum = negInf;
+    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+      partitionLse.push_back(LLVM::LoadOp::create(
+          b, loc, f32,
+          elementAt(peers[p], clusterPointer, lseAt + m, e.constI64(0)), 4));
+      // A repeated partition P - 1 leaves the maximum as it is.
+      maximum = e.maximum(maximum, partitionLse.back());
+    }
+    Value total = e.constF32(0.0);
+    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+      Value w = e.select(isPartition[p],
+                         partitionWeight(e, partitionLse[p], maximum),
+                         e.constF32(0.0));
+      weights[m].push_back(w);
+      total = e.add(total, w);
+    }
+    anyMass.push_back(e.greater(total, e.constF32(0.0)));
+    inverse.push_back(e.div(e.constF32(1.0), total));
+    mergedLse.push_back(
+        e.select(anyMass.back(), e.add(maximum, e.log(total)), negInf));
+  }
+
+  // This block's tile: vectors [begin, end) of the V vectors of 4 of a row,
+  // a vector a thread per step.
+  Value tile = e.ceilDivI(e.constI64(V), P);
+  Value begin = e.mulI(e.blockY, tile);
+  Value end = e.minI(e.addI(begin, tile), e.constI64(V));
+  Value threads = e.constI64(layout.blockThreads());
+  Value steps = e.ceilDivI(tile, threads);
+  Value zero = e.splat(e.constF32(0.0), 4);
+  auto merged = [&](int64_t m, Value u) {
+    Value index = e.mulI(u, e.constI64(4));
+    SmallVector<Value> parts;
+    for (int64_t p = 0; p < kMaxClusterPartitions; ++p)
+      parts.push_back(LLVM::LoadOp::create(
+          b, loc, vector4, elementAt(peers[p], clusterPointer, m * D, index),
+          16));
+    Value acc = zero;
+    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+      Value contributes = e.splat(e.greater(weights[m][p], e.constF32(0.0)), 4);
+      acc = e.add(acc, e.select(contributes,
+                                e.mul(parts[p], e.splat(weights[m][p], 4)),
+                                zero));
+    }
+    return e.select(e.splat(anyMass[m], 4),
+                    e.mul(acc, e.splat(inverse[m], 4)), zero);
+  };
+  // Element index of vector u of query m's output row, and byte index of its
+  // residuals.
+  auto outIndex = [&](int64_t m, Value u) {
+    Value outRow = e.addI(e.mulI(e.constI64(m), args.tokens), row);
+    return e.addI(e.mulI(outRow, e.constI64(D)), e.mulI(u, e.constI64(4)));
+  };
+  auto store = [&](Value vector, Value base, int64_t m, Value u,
+                   Value residualBase) {
+    Value index = outIndex(m, u);
+    if (!residualBase)
+      return e.storeVectorRaw(
+          LLVM::FPTruncOp::create(b, loc, vector4.clone(spec.output), vector),
+          base, index);
+    storeWithResidual(e, vector, base, index, spec.output, residualBase,
+                      e.divI(index, e.constI64(2)));
+  };
+  // Runs `body(u, active)` over the tile's vectors, carrying `init`.
+  auto overTile = [&](ValueRange init,
+                      function_ref<SmallVector<Value>(Value, Value, ValueRange)>
+                          body) {
+    auto loop = scf::ForOp::create(
+        b, loc, e.constI64(0), steps, e.constI64(1), init,
+        [&](OpBuilder &nested, Location, Value step, ValueRange carried) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(nested.getInsertionBlock(),
+                              nested.getInsertionPoint());
+          Value u = e.addI(begin, e.addI(e.thread, e.mulI(step, threads)));
+          Value active = arith::AndIOp::create(b, loc, valid,
+                                               e.lessThan(u, end));
+          // Inactive lanes read a vector of the row and store nothing.
+          Value clamped = e.minI(u, e.constI64(V - 1));
+          scf::YieldOp::create(b, loc, body(clamped, active, carried));
+        });
+    return SmallVector<Value>(loop.getResults());
+  };
+
+  bool oPre = static_cast<bool>(args.oPre);
+  if (!args.outputNorm) {
+    overTile({}, [&](Value u, Value active, ValueRange) {
+      for (int64_t m = 0; m < M; ++m) {
+        Value o = merged(m, u);
+        e.ifThen(active, [&] {
+          store(o, args.o, m, u, oPre ? Value() : args.residual);
+          if (oPre)
+            store(o, args.oPre, m, u, args.residual);
+        });
+      }
+      return SmallVector<Value>{};
+    });
+  } else {
+    // Pass 1: o_pre, and the tile's squares.
+    SmallVector<Value> squares = overTile(
+        SmallVector<Value>(M, e.constF32(0.0)),
+        [&](Value u, Value active, ValueRange carried) {
+          SmallVector<Value> next;
+          for (int64_t m = 0; m < M; ++m) {
+            Value oPreVector = merged(m, u);
+            if (oPre)
+              e.ifThen(active,
+                       [&] { store(oPreVector, args.oPre, m, u, args.residual); });
+            Value square = e.sumVector(e.mul(oPreVector, oPreVector));
+            next.push_back(e.add(
+                carried[m], e.select(active, square, e.constF32(0.0))));
+          }
+          return next;
+        });
+    SmallVector<Value> blockSquares = e.rowSum(squares);
+    e.ifThen(isThread0, [&] {
+      for (int64_t m = 0; m < M; ++m)
+        LLVM::StoreOp::create(
+            b, loc, blockSquares[m],
+            elementAt(region, sharedPointer, squaresAt + m, e.constI64(0)), 4);
+    });
+    clusterBarrier(e);
+    SmallVector<Value> rho;
+    for (int64_t m = 0; m < M; ++m)
+      rho.push_back(normFactor(e, peerSum(squaresAt + m), D, spec.eps));
+    // Pass 2: o = o_pre * rho * weight.
+    overTile({}, [&](Value u, Value active, ValueRange) {
+      for (int64_t m = 0; m < M; ++m) {
+        Value weightRow = e.constI64(spec.perQueryOutputNorm ? m : 0);
+        Value h = e.extend(LLVM::LoadOp::create(
+            b, loc, vector4.clone(spec.outputNorm),
+            LLVM::GEPOp::create(
+                b, loc, LLVM::LLVMPointerType::get(context, 1),
+                spec.outputNorm, args.outputNorm,
+                ValueRange{e.addI(e.mulI(weightRow, e.constI64(D)),
+                                  e.mulI(u, e.constI64(4)))}),
+            4 * std::max<int64_t>(
+                    1, spec.outputNorm.getIntOrFloatBitWidth() / 8)));
+        Value o = e.mul(e.mul(merged(m, u), e.splat(rho[m], 4)), h);
+        e.ifThen(active, [&] {
+          store(o, args.o, m, u, oPre ? Value() : args.residual);
+        });
+      }
+      return SmallVector<Value>{};
+    });
+  }
+  Value writesLse = arith::AndIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, valid, isThread0),
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, e.blockY,
+                            e.constI64(0)));
+  e.ifThen(writesLse, [&] {
+    for (int64_t m = 0; m < M; ++m)
+      e.storeScalar(mergedLse[m], args.lse,
+                    e.addI(e.mulI(e.constI64(m), args.tokens), row), f32);
+  });
+  clusterBarrier(e);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
 // forward and partial forward
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// The workgroup memory of a forward kernel, in floats: the row sums `e`
+/// plans here, the staging ring (whose offset goes into `schedule`) and, for
+/// the clustered forward, its region (from `clusterAt`): M partial rows of
+/// D, M lse and M sums of squares.
+struct ForwardWorkgroup {
+  int64_t floats = 0, clusterAt = 0;
+};
+ForwardWorkgroup planForward(KernelEmitter &e, SourceSchedule &schedule,
+                             const AttnResSpec &spec, ForwardKind kind) {
+  int64_t L = spec.numSources, M = spec.numQueries;
+  e.planReductions(/*settled=*/M,
+                   /*loop=*/SourceWalker::batchFor(schedule, L) * (1 + M));
+  ForwardWorkgroup plan;
+  plan.floats = withStaging(schedule, e, e.layout, spec.value, L);
+  plan.clusterAt = llvm::alignTo(plan.floats, 8);
+  if (kind == ForwardKind::ClusterMerged)
+    plan.floats = plan.clusterAt + M * (spec.width + 2);
+  return plan;
+}
+} // namespace
+
+int64_t mlir::attnres::gpu_kernels::forwardWorkgroupBytes(
+    OpBuilder &b, Location loc, const AttnResSpec &spec, RowLayout layout,
+    SourceSchedule schedule, ForwardKind kind) {
+  KernelEmitter e(b, loc, layout);
+  return planForward(e, schedule, spec, kind).floats * 4;
+}
+
 KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
-    RowLayout layout, SourceSchedule schedule, bool partial) {
-  KernelBuilder k(b, loc, name, partial ? "forward_partial" : "forward");
+    RowLayout layout, SourceSchedule schedule, ForwardKind kind) {
+  bool partial = kind == ForwardKind::Partial;
+  bool clustered = kind == ForwardKind::ClusterMerged;
+  // Partial and clustered walk the sources of partition blockIdx.y.
+  bool split = partial || clustered;
+  KernelBuilder k(b, loc, name,
+                  partial     ? "forward_partial"
+                  : clustered ? "forward_cluster"
+                              : "forward");
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
+  assert(!clustered || layout.rowsPerBlock == 1);
   Type f32 = b.getF32Type();
   unsigned sources = k.table("sources", spec.value, "L x [N, D]");
   unsigned query = queryBuffer(k, spec);
   int keyNorm = keyNormBuffer(k, spec);
-  bool norm = spec.outputNorm && !partial;
-  int outputNorm = norm ? k.buffer("output_norm", spec.outputNorm,
-                                   spec.perQueryOutputNorm ? "[M, D]" : "[D]")
-                        : -1;
+  int outputNorm = spec.outputNorm && !partial
+                       ? k.buffer("output_norm", spec.outputNorm,
+                                  spec.perQueryOutputNorm ? "[M, D]" : "[D]")
+                       : -1;
+  // The whole forward applies the output norm after its walk; the clustered
+  // one after its merge.
+  bool norm = spec.outputNorm && kind == ForwardKind::Whole;
   unsigned out = partial ? k.buffer("partial_o", f32, "[P, M, N, D]")
                          : k.buffer("o", spec.output, "[M, N, D]");
   unsigned lseOut = partial ? k.buffer("partial_lse", f32, "[P, M, N]")
@@ -774,13 +1095,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
           ? k.buffer("o_pre_residual", b.getI8Type(), "[M, N, D/2]")
           : -1;
   unsigned tokens = k.scalar("num_tokens");
-  int partitions = partial ? k.scalar("num_partitions") : -1;
+  int partitions = split ? k.scalar("num_partitions") : -1;
 
   KernelEmitter e(b, loc, layout);
-  int64_t S = SourceWalker::batchFor(schedule, L);
-  e.planReductions(/*settled=*/M, /*loop=*/S * (1 + M));
-  k.begin(layout.blockThreads(),
-          withStaging(schedule, e, layout, spec.value, L));
+  ForwardWorkgroup plan = planForward(e, schedule, spec, kind);
+  k.begin(layout.blockThreads(), plan.floats);
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens);
   Value row =
@@ -858,7 +1177,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   // The sources of this block: all of them, or partition blockIdx.y.
   SourceWalker walker(e, k.arg(sources), spec.value, rowc, L, schedule);
   SmallVector<Value> results;
-  if (partial) {
+  if (split) {
     Value P = k.arg(partitions);
     Value begin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
     Value end =
@@ -885,6 +1204,25 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
                     SmallVector<Value>(results.begin() + accAt + m * C,
                                        results.begin() + accAt + (m + 1) * C),
                     e.div(e.constF32(1.0), weightSum)));
+  }
+  if (clustered) {
+    ClusterMergeArgs args{
+        N,
+        k.arg(partitions),
+        k.arg(out),
+        k.arg(lseOut),
+        oPreOut >= 0 ? k.arg(oPreOut) : Value(),
+        residualOut >= 0 ? k.arg(residualOut) : Value(),
+        outputNorm >= 0 ? k.arg(outputNorm) : Value(),
+    };
+    mergeInCluster(e, spec, args, oPreRows, lses, row, valid, plan.clusterAt);
+    KernelInfo info = k.finish();
+    info.vectorWidth = layout.vectorWidth;
+    info.grid[0] = {"N", 1, 1};
+    info.grid[1] = {"P", 1, 1};
+    info.grid[2] = {"1", 1, 1};
+    info.clusterY = true;
+    return info;
   }
   // The output norm's mean squares of all queries in one row sum.
   SmallVector<Value> normSums;
@@ -995,14 +1333,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
     return e.loadScalar(k.arg(partialLse), e.addI(e.mulI(p, rows), logicalRow),
                         f32);
   };
-  // w(x) = 0 for an empty partition, 1 at the maximum (so that a +inf
-  // maximum gives 1, not inf - inf), exp(x - max) otherwise.
   Value maximum;
-  auto weightOf = [&](Value x) {
-    Value w = e.select(e.equal(x, maximum), e.constF32(1.0),
-                       e.exp(e.sub(x, maximum)));
-    return e.select(e.equal(x, negInf), e.constF32(0.0), w);
-  };
+  auto weightOf = [&](Value x) { return partitionWeight(e, x, maximum); };
   // An empty partition's row may hold anything, NaN included: it is selected
   // away, never multiplied in.
   auto loadPartial = [&](Value p) {

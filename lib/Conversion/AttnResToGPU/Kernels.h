@@ -72,9 +72,33 @@ constexpr int64_t kWeightFloats = 4096;
 using KernelInfo = ::attnres::manifest::KernelDescription;
 using GridDimension = ::attnres::manifest::GridRule;
 
+/// What a forward kernel does with the sources of a row.
+enum class ForwardKind {
+  /// Walks all L sources and writes o (and o_pre, lse).
+  Whole,
+  /// Walks the sources of partition blockIdx.y and writes an FP32 partial
+  /// row and its lse for the merge kernel.
+  Partial,
+  /// The partial walk, then the merge in the kernel: the P blocks of a row
+  /// form one thread-block cluster (NVIDIA sm_90 and later), keep their
+  /// partial rows in workgroup memory and each merge a tile of the row's
+  /// columns from all P through distributed shared memory. One launch and
+  /// no partial rows in global memory; P at most kMaxClusterPartitions.
+  ClusterMerged,
+};
+
+/// The most blocks a cluster may hold on every sm_90 device (the portable
+/// cluster size).
+constexpr int64_t kMaxClusterPartitions = 8;
+
+/// The workgroup memory emitForwardKernel would declare.
+int64_t forwardWorkgroupBytes(OpBuilder &b, Location loc,
+                              const AttnResSpec &spec, RowLayout layout,
+                              SourceSchedule schedule, ForwardKind kind);
+
 KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
                              const AttnResSpec &spec, RowLayout layout,
-                             SourceSchedule schedule, bool partial);
+                             SourceSchedule schedule, ForwardKind kind);
 KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
                            const MergeSpec &spec, RowLayout layout);
 KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,

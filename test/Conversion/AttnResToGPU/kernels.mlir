@@ -23,6 +23,12 @@
 // NO-ASYNC: convert-attnres-to-gpu: staged batches need asynchronous copies (async-copies=1: NVIDIA sm_80 and later)
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu="async-copies=1 backward-staged-batches=9" 2>&1 | FileCheck %s --check-prefix=STAGED-RANGE
 // STAGED-RANGE: convert-attnres-to-gpu: forward-staged-batches must be in [0, 8] and backward-staged-batches in [-1, 8]
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=clusters=1 | FileCheck %s --check-prefix=CLUSTER
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu | FileCheck %s --check-prefix=NO-CLUSTER
+// NO-CLUSTER-NOT: forward_cluster
+// NO-CLUSTER-NOT: nvvm.cluster
+// RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu="clusters=1 subgroup-size=64" 2>&1 | FileCheck %s --check-prefix=CLUSTER-AMD
+// CLUSTER-AMD: convert-attnres-to-gpu: clusters=1 is NVIDIA's (sm_90 and later; subgroup-size 32)
 
 // A forward becomes three kernels (unsplit, partial, merge). D = 1024 bf16
 // is 128 vectors of 8: by default two vectors a lane, a block of 64 threads
@@ -75,6 +81,34 @@
 // AMD-SAME: block = 256
 // AMD-NOT: gpu.barrier
 // AMD: gpu.func @layer_0_forward_partial
+// With clusters (sm_90), a fourth kernel: the partial walk, then the merge
+// in the cluster of the row's P blocks (grid N x P, cluster_y). Each block
+// stores its FP32 partial row (1024 floats, after the 18 of the row sums,
+// aligned to 8: from float 24) and lse into workgroup memory; a cluster
+// barrier; the lse of all eight possible partitions through distributed
+// shared memory (mapa to address space 7), then each of its tile's vectors
+// of 4 merged from the eight regions (16-byte loads) and stored as 4 bf16
+// (8 bytes); a last barrier before the block exits.
+// CLUSTER-LABEL: gpu.module @attnres_kernels
+// CLUSTER-SAME: forward_cluster = "layer_0_forward_cluster"
+// CLUSTER: gpu.func @layer_0_forward_cluster
+// CLUSTER-SAME: memref<1050xf32, #gpu.address_space<workgroup>>
+// CLUSTER-SAME: {alignment = 8 : i64, kind = "buffer", name = "o", shape = "[M, N, D]", type = "bf16"}
+// CLUSTER-SAME: block = 64
+// CLUSTER-SAME: cluster_y = true
+// CLUSTER-SAME: grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "P"}
+// CLUSTER-SAME: role = "forward_cluster"
+// CLUSTER: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<3>
+// CLUSTER: nvvm.cluster.arrive {aligned}
+// CLUSTER-NEXT: nvvm.cluster.wait {aligned}
+// CLUSTER-COUNT-8: nvvm.mapa %{{.*}}, %{{.*}} : !llvm.ptr<3> -> !llvm.ptr<7>
+// CLUSTER-COUNT-8: llvm.load %{{.*}} {alignment = 4 : i64} : !llvm.ptr<7> -> f32
+// CLUSTER: scf.for
+// CLUSTER-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<7> -> vector<4xf32>
+// CLUSTER: llvm.store %{{.*}}, %{{.*}} {alignment = 8 : i64} : vector<4xbf16>, !llvm.ptr<1>
+// CLUSTER: nvvm.cluster.arrive {aligned}
+// CLUSTER-NEXT: nvvm.cluster.wait {aligned}
+// CLUSTER-NEXT: gpu.return
 func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
                  %q: tensor<1024xbf16>) {
   %o, %lse = attnres.forward sources(%v0, %v1 : tensor<?x1024xbf16>)
@@ -198,8 +232,37 @@ func.func @merges(%p: tensor<4x?x64xf32>, %l: tensor<4x?xf32>, %s: tensor<?xf32>
 // CHECK: gpu.func @wide_0_forward_partial
 // CHECK-NOT: nvvm.minctasm
 // CHECK: gpu.func @wide_0_merge
+// Its clustered forward walks without prefetching, also in two blocks a
+// multiprocessor, so that 16 clusters of 8 fit on the H200.
+// CLUSTER-LABEL: gpu.func @wide_0_forward_cluster
+// CLUSTER-SAME: nvvm.minctasm = 2
 func.func @wide(%v: tensor<2x?x8192xbf16>, %q: tensor<8192xbf16>) {
   %o, %lse = attnres.forward packed(%v : tensor<2x?x8192xbf16>)
       query(%q : tensor<8192xbf16>) -> tensor<?x8192xbf16>, tensor<?xf32>
+  return
+}
+
+// -----
+
+// With an output norm, the clustered forward merges its tile twice: first
+// o_pre (and the tile's squares, summed over the block and put next to the
+// lse), then, after a second cluster barrier and the P sums through
+// distributed shared memory, o = o_pre * rho * weight. Three barriers.
+// CLUSTER-LABEL: gpu.func @normed_0_forward_cluster
+// CLUSTER-SAME: name = "output_norm"
+// CLUSTER-SAME: name = "o_pre"
+// CLUSTER: nvvm.cluster.wait {aligned}
+// CLUSTER: scf.for
+// CLUSTER: gpu.barrier
+// CLUSTER: nvvm.cluster.wait {aligned}
+// CLUSTER: math.rsqrt
+// CLUSTER: scf.for
+// CLUSTER: nvvm.cluster.wait {aligned}
+// CLUSTER-NEXT: gpu.return
+func.func @normed(%v: tensor<4x?x1024xbf16>, %q: tensor<1024xbf16>,
+                  %h: tensor<1024xbf16>) {
+  %o, %lse, %o_pre = attnres.forward packed(%v : tensor<4x?x1024xbf16>)
+      query(%q : tensor<1024xbf16>) output_norm(%h : tensor<1024xbf16>)
+      save(o_pre) -> tensor<?x1024xbf16>, tensor<?xf32>, tensor<?x1024xbf16>
   return
 }
