@@ -68,7 +68,8 @@ attnresRuntimeMultiprocessors(const AttnresRuntime *runtime);
  * the op has no such operand or result. `o_pre_residual` ([M, N, D/2] bytes)
  * is written by a forward compiled with save(o_pre_residual). `partitions` =
  * 0 chooses by the manifest's rule. The workspace must hold
- * attnresForwardWorkspaceSize bytes, aligned to 256. */
+ * attnresForwardWorkspaceSize bytes, aligned to 256 (0 bytes where the split
+ * runs as the one clustered kernel, which needs none). */
 typedef struct AttnresForwardArgs {
   int64_t num_tokens;
   const void *sources;
@@ -83,7 +84,9 @@ typedef struct AttnresForwardArgs {
 ATTNRES_RUNTIME_EXPORT AttnresStatus attnresForwardWorkspaceSize(
     const AttnresRuntime *runtime, int op, int64_t num_tokens,
     int64_t partitions, size_t *size, char **error);
-/* The partition count the manifest's rule picks for `num_tokens`. */
+/* The partition count the manifest's rule picks for `num_tokens`; on a device
+ * that runs the op's clustered forward (sm_90 and later), the largest count
+ * up to it whose clusters all fit at once, where one does. */
 ATTNRES_RUNTIME_EXPORT int64_t attnresForwardPartitions(
     const AttnresRuntime *runtime, int op, int64_t num_tokens);
 ATTNRES_RUNTIME_EXPORT AttnresStatus
