@@ -137,7 +137,7 @@ constexpr int kClusterLaunchDeviceAttribute = 120;
 /// A launch of `block` threads a block over `grid` whose blocks along y form
 /// clusters of grid[1].
 LaunchConfig clusterLaunchConfig(const unsigned grid[3], unsigned block,
-                           void *stream, LaunchAttribute &cluster) {
+                                 void *stream, LaunchAttribute &cluster) {
   cluster = {};
   cluster.id = kClusterDimensionAttribute;
   cluster.value.clusterDim = {1, grid[1], 1};
@@ -477,7 +477,8 @@ Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
     if (const Value *cluster = member(entry, manifest::kKernelClusterY)) {
       if (!cluster->is_boolean())
         return bundleError("kernel " + kernel.name + ": " +
-                           manifest::kKernelClusterY + " must be true or false");
+                           manifest::kKernelClusterY +
+                           " must be true or false");
       kernel.clusterY = cluster->get<bool>();
     }
     if (const Value *width = member(entry, manifest::kKernelVectorWidth.key);
@@ -593,8 +594,12 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
     }
     runtime.context = context;
   }
+  // ATTNRES_NO_CLUSTERS=1 (read at load) keeps the clustered forward out,
+  // for comparisons: the partial kernel and the merge run instead.
   int clusterLaunch = 0;
+  const char *noClusters = std::getenv("ATTNRES_NO_CLUSTERS");
   if (!driver.hip && driver.launchKernelEx &&
+      !(noClusters && *noClusters && *noClusters != '0') &&
       !driver.deviceGetAttribute(&clusterLaunch, kClusterLaunchDeviceAttribute,
                                  device))
     runtime.clusterLaunch = clusterLaunch != 0;
@@ -763,6 +768,16 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
   }
   Driver::Result result;
   if (kernel.clusterY) {
+    // Only the runtime's own choice launches the clustered forward; a
+    // manifest that gives another role clusters is refused here.
+    if (!runtime.clusterLaunch)
+      return invalid("kernel " + name +
+                     " needs thread-block clusters, which this device or "
+                     "driver does not launch (NVIDIA sm_90 and later)");
+    if (grid[1] > kMaxClusterBlocks)
+      return invalid("kernel " + name + " would form clusters of " +
+                     std::to_string(grid[1]) + " blocks, more than " +
+                     std::to_string(kMaxClusterBlocks));
     LaunchAttribute attribute;
     LaunchConfig config = clusterLaunchConfig(
         grid, static_cast<unsigned>(kernel.block), stream, attribute);
@@ -808,14 +823,11 @@ int64_t residentBlocks(const AttnresRuntime &runtime, const Op &op,
 }
 
 /// The clustered forward kernel of `op` where the runtime may use it (a
-/// loaded bundle that has one; ATTNRES_NO_CLUSTERS=1 keeps the partial kernel
-/// and the merge, for comparisons), else null.
+/// loaded bundle that has one, on a device that launches clusters), else
+/// null.
 const Kernel *clusterKernel(const AttnresRuntime &runtime, const Op &op) {
   auto name = op.kernels.find("forward_cluster");
   if (name == op.kernels.end() || !runtime.loaded || !runtime.clusterLaunch)
-    return nullptr;
-  if (const char *off = std::getenv("ATTNRES_NO_CLUSTERS"); off && *off &&
-                                                            *off != '0')
     return nullptr;
   return &runtime.kernels.find(name->second)->second;
 }

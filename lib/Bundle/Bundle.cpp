@@ -261,7 +261,8 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
   }
   std::string optionError;
   // The chip's facts go first, so that the caller's kernel options can
-  // turn asynchronous copies or clusters off; the subgroup size is not theirs to pick.
+  // turn asynchronous copies or clusters off; the subgroup size is not theirs
+  // to pick.
   std::string chipOptions =
       std::string(hasAsyncCopies(target) ? "async-copies=1 "
                                          : "async-copies=0 ") +

@@ -65,7 +65,8 @@ DictionaryAttr describe(Builder &b, const KernelInfo &info) {
   // Stated only where it holds: the manifests of other kernels stay as
   // they were.
   if (info.clusterY)
-    description.append(::attnres::manifest::kKernelClusterY, b.getBoolAttr(true));
+    description.append(::attnres::manifest::kKernelClusterY,
+                       b.getBoolAttr(true));
   return description.getDictionary(b.getContext());
 }
 
@@ -429,10 +430,10 @@ struct ConvertAttnResToGPUPass
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
     facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
     facts.append("source_batch", b.getI64IntegerAttr(schedule.batch));
-    facts.append("forward",
-                 record(b, emitForwardKernel(b, loc, prefix + "_forward", spec,
-                                             layout, schedule,
-                                             ForwardKind::Whole)));
+    facts.append(
+        "forward",
+        record(b, emitForwardKernel(b, loc, prefix + "_forward", spec, layout,
+                                    schedule, ForwardKind::Whole)));
     // The forward holds 128 registers a thread (four blocks of 128 threads
     // a multiprocessor) except with an output norm, where ptxas took 130,
     // and in blocks of 256 threads or more, where ptxas took 130 at
@@ -443,11 +444,10 @@ struct ConvertAttnResToGPUPass
                  spec.numQueries == 1 &&
                      (spec.outputNorm || layout.blockThreads() >= 256),
                  layout);
-    facts.append(
-        "forward_partial",
-        record(b, emitForwardKernel(b, loc, prefix + "_forward_partial", spec,
-                                    layout, partialSchedule,
-                                    ForwardKind::Partial)));
+    facts.append("forward_partial",
+                 record(b, emitForwardKernel(
+                               b, loc, prefix + "_forward_partial", spec,
+                               layout, partialSchedule, ForwardKind::Partial)));
     // The split forward merged in the cluster of a row's blocks: where a
     // block covers one row and its partial rows fit next to the walk's
     // workgroup data. The runtime uses it where all N clusters of a launch
@@ -464,11 +464,11 @@ struct ConvertAttnResToGPUPass
         forwardWorkgroupBytes(b, loc, spec, layout, clusterSchedule,
                               ForwardKind::ClusterMerged) <=
             kMaxWorkgroupBytes) {
-      facts.append("forward_cluster",
-                   record(b, emitForwardKernel(
-                                 b, loc, prefix + "_forward_cluster", spec,
-                                 layout, clusterSchedule,
-                                 ForwardKind::ClusterMerged)));
+      facts.append(
+          "forward_cluster",
+          record(b, emitForwardKernel(b, loc, prefix + "_forward_cluster", spec,
+                                      layout, clusterSchedule,
+                                      ForwardKind::ClusterMerged)));
       setMinBlocks(forwardMinBlocks, wideBlocks, layout);
     }
     MergeSpec merge;

@@ -279,8 +279,8 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
 /// lse is `maximum`: 0 for an empty partition (lse -inf), 1 at the maximum
 /// (so that a +inf maximum gives 1, not inf - inf), exp(x - max) otherwise.
 Value partitionWeight(KernelEmitter &e, Value x, Value maximum) {
-  Value w = e.select(e.equal(x, maximum), e.constF32(1.0),
-                     e.exp(e.sub(x, maximum)));
+  Value w =
+      e.select(e.equal(x, maximum), e.constF32(1.0), e.exp(e.sub(x, maximum)));
   return e.select(e.equal(x, e.constF32(-kInf)), e.constF32(0.0), w);
 }
 
@@ -843,8 +843,8 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
   Value lastPartition = e.addI(P, e.constI64(-1));
   SmallVector<Value> peers, isPartition;
   for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
-    Value rank = arith::TruncIOp::create(
-        b, loc, b.getI32Type(), e.minI(e.constI64(p), lastPartition));
+    Value rank = arith::TruncIOp::create(b, loc, b.getI32Type(),
+                                         e.minI(e.constI64(p), lastPartition));
     peers.push_back(
         NVVM::MapaOp::create(b, loc, clusterPointer, region, rank).getResult());
     isPartition.push_back(e.lessThan(e.constI64(p), P));
@@ -853,9 +853,8 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
     Value total = e.constF32(0.0);
     for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
       Value value = LLVM::LoadOp::create(
-          b, loc, f32, elementAt(peers[p], clusterPointer, offset,
-                                 e.constI64(0)),
-          4);
+          b, loc, f32,
+          elementAt(peers[p], clusterPointer, offset, e.constI64(0)), 4);
       total = e.add(total, e.select(isPartition[p], value, e.constF32(0.0)));
     }
     return total;
@@ -877,9 +876,9 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
     }
     Value total = e.constF32(0.0);
     for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
-      Value w = e.select(isPartition[p],
-                         partitionWeight(e, partitionLse[p], maximum),
-                         e.constF32(0.0));
+      Value w =
+          e.select(isPartition[p], partitionWeight(e, partitionLse[p], maximum),
+                   e.constF32(0.0));
       weights[m].push_back(w);
       total = e.add(total, w);
     }
@@ -907,12 +906,12 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
     Value acc = zero;
     for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
       Value contributes = e.splat(e.greater(weights[m][p], e.constF32(0.0)), 4);
-      acc = e.add(acc, e.select(contributes,
-                                e.mul(parts[p], e.splat(weights[m][p], 4)),
-                                zero));
+      acc = e.add(acc,
+                  e.select(contributes,
+                           e.mul(parts[p], e.splat(weights[m][p], 4)), zero));
     }
-    return e.select(e.splat(anyMass[m], 4),
-                    e.mul(acc, e.splat(inverse[m], 4)), zero);
+    return e.select(e.splat(anyMass[m], 4), e.mul(acc, e.splat(inverse[m], 4)),
+                    zero);
   };
   // Element index of vector u of query m's output row, and byte index of its
   // residuals.
@@ -931,24 +930,24 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
                       e.divI(index, e.constI64(2)));
   };
   // Runs `body(u, active)` over the tile's vectors, carrying `init`.
-  auto overTile = [&](ValueRange init,
-                      function_ref<SmallVector<Value>(Value, Value, ValueRange)>
-                          body) {
-    auto loop = scf::ForOp::create(
-        b, loc, e.constI64(0), steps, e.constI64(1), init,
-        [&](OpBuilder &nested, Location, Value step, ValueRange carried) {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPoint(nested.getInsertionBlock(),
-                              nested.getInsertionPoint());
-          Value u = e.addI(begin, e.addI(e.thread, e.mulI(step, threads)));
-          Value active = arith::AndIOp::create(b, loc, valid,
-                                               e.lessThan(u, end));
-          // Inactive lanes read a vector of the row and store nothing.
-          Value clamped = e.minI(u, e.constI64(V - 1));
-          scf::YieldOp::create(b, loc, body(clamped, active, carried));
-        });
-    return SmallVector<Value>(loop.getResults());
-  };
+  auto overTile =
+      [&](ValueRange init,
+          function_ref<SmallVector<Value>(Value, Value, ValueRange)> body) {
+        auto loop = scf::ForOp::create(
+            b, loc, e.constI64(0), steps, e.constI64(1), init,
+            [&](OpBuilder &nested, Location, Value step, ValueRange carried) {
+              OpBuilder::InsertionGuard guard(b);
+              b.setInsertionPoint(nested.getInsertionBlock(),
+                                  nested.getInsertionPoint());
+              Value u = e.addI(begin, e.addI(e.thread, e.mulI(step, threads)));
+              Value active =
+                  arith::AndIOp::create(b, loc, valid, e.lessThan(u, end));
+              // Inactive lanes read a vector of the row and store nothing.
+              Value clamped = e.minI(u, e.constI64(V - 1));
+              scf::YieldOp::create(b, loc, body(clamped, active, carried));
+            });
+        return SmallVector<Value>(loop.getResults());
+      };
 
   bool oPre = static_cast<bool>(args.oPre);
   if (!args.outputNorm) {
@@ -972,11 +971,12 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
           for (int64_t m = 0; m < M; ++m) {
             Value oPreVector = merged(m, u);
             if (oPre)
-              e.ifThen(active,
-                       [&] { store(oPreVector, args.oPre, m, u, args.residual); });
+              e.ifThen(active, [&] {
+                store(oPreVector, args.oPre, m, u, args.residual);
+              });
             Value square = e.sumVector(e.mul(oPreVector, oPreVector));
-            next.push_back(e.add(
-                carried[m], e.select(active, square, e.constF32(0.0))));
+            next.push_back(
+                e.add(carried[m], e.select(active, square, e.constF32(0.0))));
           }
           return next;
         });
@@ -998,12 +998,12 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
         Value h = e.extend(LLVM::LoadOp::create(
             b, loc, vector4.clone(spec.outputNorm),
             LLVM::GEPOp::create(
-                b, loc, LLVM::LLVMPointerType::get(context, 1),
-                spec.outputNorm, args.outputNorm,
+                b, loc, LLVM::LLVMPointerType::get(context, 1), spec.outputNorm,
+                args.outputNorm,
                 ValueRange{e.addI(e.mulI(weightRow, e.constI64(D)),
                                   e.mulI(u, e.constI64(4)))}),
-            4 * std::max<int64_t>(
-                    1, spec.outputNorm.getIntOrFloatBitWidth() / 8)));
+            4 * std::max<int64_t>(1, spec.outputNorm.getIntOrFloatBitWidth() /
+                                         8)));
         Value o = e.mul(e.mul(merged(m, u), e.splat(rho[m], 4)), h);
         e.ifThen(active, [&] {
           store(o, args.o, m, u, oPre ? Value() : args.residual);
