@@ -250,6 +250,15 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
   // it returns: such values are refused here, by name.
   for (StringRef item : llvm::split(options.kernelOptions, ' ')) {
     auto [key, value] = item.split('=');
+    // The clustered forward's instructions exist from sm_90 on: asked for
+    // elsewhere, it would fail in the NVVM verifier with no location.
+    if (key == "clusters" && (value == "1" || value == "true") &&
+        !hasClusters(target))
+      return emitError(loc)
+             << "bad kernel options '" << options.kernelOptions
+             << "': clusters=1 needs thread-block clusters (NVIDIA sm_90 and "
+                "later), which "
+             << target << " does not have";
     int64_t number;
     if (value.empty() || value == "true" || value == "false" ||
         !value.getAsInteger(10, number))
