@@ -120,11 +120,13 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "48 KiB of workgroup memory; else 0)">,
     Option<"forwardMinBlocks", "forward-min-blocks", "int64_t",
            /*default=*/"-1",
-           "Blocks of the (unsplit) forward kernel that must fit on a "
-           "multiprocessor at once (NVIDIA: ptxas limits registers "
-           "accordingly); 0: no limit; -1 chooses 512 threads a "
-           "multiprocessor (128 registers a thread) with one query and an "
-           "output norm or blocks of 256 threads or more, else no limit">,
+           "Blocks of the unsplit and of the clustered forward kernel that "
+           "must fit on a multiprocessor at once (NVIDIA: ptxas limits "
+           "registers accordingly); 0: no limit; -1 chooses 512 threads a "
+           "multiprocessor (128 registers a thread): for the unsplit forward "
+           "with one query and an output norm or blocks of 256 threads or "
+           "more, for the clustered one with blocks of 256 threads or more; "
+           "else no limit">,
     Option<"backwardMinBlocks", "backward-min-blocks", "int64_t",
            /*default=*/"-1",
            "The same for the backward kernel; -1 chooses 512 threads a "
