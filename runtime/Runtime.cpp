@@ -33,6 +33,7 @@ using attnres::json::member;
 using attnres::json::text;
 using attnres::json::Value;
 namespace manifest = attnres::manifest;
+using attnres::launch::kMaxClusterBlocks;
 
 namespace {
 
@@ -231,11 +232,8 @@ struct Kernel : attnres::manifest::KernelDescription {
   int64_t residentBlocks = 0;
   /// Of a clusterY kernel: how many clusters of p blocks of it the device
   /// holds at once (index p, up to kMaxClusterBlocks; 0 when unknown).
-  int clusterCapacity[9] = {};
+  int clusterCapacity[kMaxClusterBlocks + 1] = {};
 };
-/// The portable cluster size: the most blocks a cluster holds on every
-/// device that has clusters.
-constexpr int64_t kMaxClusterBlocks = 8;
 
 struct Op {
   std::string kind;

@@ -38,6 +38,11 @@ inline constexpr Rules kDefaultRules{};
 
 inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// The most blocks a thread-block cluster holds on every device that has
+/// clusters (the portable cluster size, NVIDIA sm_90 and later): the most
+/// partitions of the clustered forward, whose blocks of a row form one.
+inline constexpr int64_t kMaxClusterBlocks = 8;
+
 /// Partitions of a forward's L sources when `tokenBlocks` blocks cover its
 /// rows and the device holds `residentBlocks` at once:
 /// floor(residentBlocks / tokenBlocks), rounded down because a partition

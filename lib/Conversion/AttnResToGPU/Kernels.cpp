@@ -38,6 +38,7 @@
 
 using namespace mlir;
 using namespace mlir::attnres::gpu_kernels;
+using ::attnres::launch::kMaxClusterBlocks;
 
 std::string mlir::attnres::gpu_kernels::typeName(Type type) {
   std::string text;
@@ -230,10 +231,6 @@ SmallVector<int64_t> everyOther(int64_t width, int64_t first) {
   return mask;
 }
 
-/// Stores the chunk vectors of a row where `valid` (i1) holds. With a
-/// `residualBase`, also the residuals of the chunks' rounding to the 16-bit
-/// `element`, chunk by chunk (so that a chunk's registers are free once it
-/// is stored).
 /// Stores the FP32 vector `chunk` rounded to the 16-bit `element` at element
 /// `index` of `base`, and the residuals of the rounding at byte
 /// `residualByte` of `residualBase` (two 4-bit residuals a byte).
@@ -256,6 +253,10 @@ void storeWithResidual(KernelEmitter &e, Value chunk, Value base, Value index,
                residualBase, residualByte);
 }
 
+/// Stores the chunk vectors of a row where `valid` (i1) holds. With a
+/// `residualBase`, also the residuals of the chunks' rounding to the 16-bit
+/// `element`, chunk by chunk (so that a chunk's registers are free once it
+/// is stored).
 void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
               Type element, Value valid, Value residualBase = {}) {
   int64_t width = e.layout.vectorWidth;
@@ -828,36 +829,40 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
                               elementAt(region, sharedPointer, m * D, index),
                               std::min<int64_t>(16, width * 4));
       });
-  e.ifThen(isThread0, [&] {
-    for (int64_t m = 0; m < M; ++m)
-      LLVM::StoreOp::create(
-          b, loc, lses[m],
-          elementAt(region, sharedPointer, lseAt + m, e.constI64(0)), 4);
-  });
-  clusterBarrier(e);
+  // Thread 0 puts one scalar a query at `offset` of the region, then the
+  // cluster's blocks meet.
+  auto publish = [&](ArrayRef<Value> values, int64_t offset) {
+    e.ifThen(isThread0, [&] {
+      for (auto [m, value] : llvm::enumerate(values))
+        LLVM::StoreOp::create(
+            b, loc, value,
+            elementAt(region, sharedPointer, offset + m, e.constI64(0)), 4);
+    });
+    clusterBarrier(e);
+  };
+  publish(lses, lseAt);
 
-  // The regions of partitions 0 .. kMaxClusterPartitions - 1; those past P
+  // The regions of partitions 0 .. kMaxClusterBlocks - 1; those past P
   // stand for partition P - 1 and weigh 0, so that every load is issued at
   // once without a loop over a run-time P.
   Value P = args.partitions;
   Value lastPartition = e.addI(P, e.constI64(-1));
   SmallVector<Value> peers, isPartition;
-  for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+  for (int64_t p = 0; p < kMaxClusterBlocks; ++p) {
     Value rank = arith::TruncIOp::create(b, loc, b.getI32Type(),
                                          e.minI(e.constI64(p), lastPartition));
     peers.push_back(
         NVVM::MapaOp::create(b, loc, clusterPointer, region, rank).getResult());
     isPartition.push_back(e.lessThan(e.constI64(p), P));
   }
-  auto peerSum = [&](int64_t offset) {
-    Value total = e.constF32(0.0);
-    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
-      Value value = LLVM::LoadOp::create(
-          b, loc, f32,
-          elementAt(peers[p], clusterPointer, offset, e.constI64(0)), 4);
-      total = e.add(total, e.select(isPartition[p], value, e.constF32(0.0)));
-    }
-    return total;
+  // The scalar at `offset` of every partition's region.
+  auto peerScalars = [&](int64_t offset) {
+    SmallVector<Value> values;
+    for (Value peer : peers)
+      values.push_back(LLVM::LoadOp::create(
+          b, loc, f32, elementAt(peer, clusterPointer, offset, e.constI64(0)),
+          4));
+    return values;
   };
 
   // Per query: the partitions' weights, their total and the merged lse.
@@ -865,17 +870,13 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
   SmallVector<Value> anyMass, inverse, mergedLse;
   Value negInf = e.constF32(-kInf);
   for (int64_t m = 0; m < M; ++m) {
-    SmallVector<Value> partitionLse;
+    SmallVector<Value> partitionLse = peerScalars(lseAt + m);
+    // A repeated partition P - 1 leaves the maximum as it is.
     Value maximum = negInf;
-    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
-      partitionLse.push_back(LLVM::LoadOp::create(
-          b, loc, f32,
-          elementAt(peers[p], clusterPointer, lseAt + m, e.constI64(0)), 4));
-      // A repeated partition P - 1 leaves the maximum as it is.
-      maximum = e.maximum(maximum, partitionLse.back());
-    }
+    for (Value lse : partitionLse)
+      maximum = e.maximum(maximum, lse);
     Value total = e.constF32(0.0);
-    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+    for (int64_t p = 0; p < kMaxClusterBlocks; ++p) {
       Value w =
           e.select(isPartition[p], partitionWeight(e, partitionLse[p], maximum),
                    e.constF32(0.0));
@@ -899,12 +900,12 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
   auto merged = [&](int64_t m, Value u) {
     Value index = e.mulI(u, e.constI64(4));
     SmallVector<Value> parts;
-    for (int64_t p = 0; p < kMaxClusterPartitions; ++p)
+    for (int64_t p = 0; p < kMaxClusterBlocks; ++p)
       parts.push_back(LLVM::LoadOp::create(
           b, loc, vector4, elementAt(peers[p], clusterPointer, m * D, index),
           16));
     Value acc = zero;
-    for (int64_t p = 0; p < kMaxClusterPartitions; ++p) {
+    for (int64_t p = 0; p < kMaxClusterBlocks; ++p) {
       Value contributes = e.splat(e.greater(weights[m][p], e.constF32(0.0)), 4);
       acc = e.add(acc,
                   e.select(contributes,
@@ -919,13 +920,15 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
     Value outRow = e.addI(e.mulI(e.constI64(m), args.tokens), row);
     return e.addI(e.mulI(outRow, e.constI64(D)), e.mulI(u, e.constI64(4)));
   };
+  // Global loads and stores of the tile's vectors of 4.
+  RowLayout tileLayout = layout;
+  tileLayout.vectorWidth = 4;
+  KernelEmitter tile4(b, loc, tileLayout);
   auto store = [&](Value vector, Value base, int64_t m, Value u,
                    Value residualBase) {
     Value index = outIndex(m, u);
     if (!residualBase)
-      return e.storeVectorRaw(
-          LLVM::FPTruncOp::create(b, loc, vector4.clone(spec.output), vector),
-          base, index);
+      return tile4.storeVector(vector, base, index, spec.output);
     storeWithResidual(e, vector, base, index, spec.output, residualBase,
                       e.divI(index, e.constI64(2)));
   };
@@ -980,30 +983,22 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
           }
           return next;
         });
-    SmallVector<Value> blockSquares = e.rowSum(squares);
-    e.ifThen(isThread0, [&] {
-      for (int64_t m = 0; m < M; ++m)
-        LLVM::StoreOp::create(
-            b, loc, blockSquares[m],
-            elementAt(region, sharedPointer, squaresAt + m, e.constI64(0)), 4);
-    });
-    clusterBarrier(e);
+    publish(e.rowSum(squares), squaresAt);
     SmallVector<Value> rho;
-    for (int64_t m = 0; m < M; ++m)
-      rho.push_back(normFactor(e, peerSum(squaresAt + m), D, spec.eps));
+    for (int64_t m = 0; m < M; ++m) {
+      Value total = e.constF32(0.0);
+      for (auto [p, square] : llvm::enumerate(peerScalars(squaresAt + m)))
+        total = e.add(total, e.select(isPartition[p], square, e.constF32(0.0)));
+      rho.push_back(normFactor(e, total, D, spec.eps));
+    }
     // Pass 2: o = o_pre * rho * weight.
     overTile({}, [&](Value u, Value active, ValueRange) {
       for (int64_t m = 0; m < M; ++m) {
         Value weightRow = e.constI64(spec.perQueryOutputNorm ? m : 0);
-        Value h = e.extend(LLVM::LoadOp::create(
-            b, loc, vector4.clone(spec.outputNorm),
-            LLVM::GEPOp::create(
-                b, loc, LLVM::LLVMPointerType::get(context, 1), spec.outputNorm,
-                args.outputNorm,
-                ValueRange{e.addI(e.mulI(weightRow, e.constI64(D)),
-                                  e.mulI(u, e.constI64(4)))}),
-            4 * std::max<int64_t>(1, spec.outputNorm.getIntOrFloatBitWidth() /
-                                         8)));
+        Value h = tile4.loadVector(
+            args.outputNorm,
+            e.addI(e.mulI(weightRow, e.constI64(D)), e.mulI(u, e.constI64(4))),
+            spec.outputNorm);
         Value o = e.mul(e.mul(merged(m, u), e.splat(rho[m], 4)), h);
         e.ifThen(active, [&] {
           store(o, args.o, m, u, oPre ? Value() : args.residual);

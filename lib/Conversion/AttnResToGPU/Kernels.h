@@ -15,6 +15,7 @@
 #define ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELS_H
 
 #include "KernelEmitter.h"
+#include "attnres/Bundle/LaunchRules.h"
 #include "attnres/Bundle/ManifestSchema.h"
 
 #include <string>
@@ -83,13 +84,9 @@ enum class ForwardKind {
   /// form one thread-block cluster (NVIDIA sm_90 and later), keep their
   /// partial rows in workgroup memory and each merge a tile of the row's
   /// columns from all P through distributed shared memory. One launch and
-  /// no partial rows in global memory; P at most kMaxClusterPartitions.
+  /// no partial rows in global memory; P at most launch::kMaxClusterBlocks.
   ClusterMerged,
 };
-
-/// The most blocks a cluster may hold on every sm_90 device (the portable
-/// cluster size).
-constexpr int64_t kMaxClusterPartitions = 8;
 
 /// The workgroup memory emitForwardKernel would declare.
 int64_t forwardWorkgroupBytes(OpBuilder &b, Location loc,
