@@ -378,7 +378,9 @@ struct ConvertAttnResToGPUPass
   /// under 4 bytes, which a copy cannot move): as asked, else (async copies,
   /// one query) the most batches up to 3 whose ring fits next to the row sums
   /// (measured on the H200: 0.80-0.84 of the floor -> 0.84-0.89 at the
-  /// training shapes, docs/Performance.md), at least 2.
+  /// training shapes, docs/Performance.md), at least 2; 2 where a batch
+  /// takes at most 4 KiB of the ring (D = 2048 on 128 lanes: 0.86-0.87
+  /// against 0.84-0.85 with 3 at (8, 8192, 2048)).
   int64_t backwardStaging(const RowLayout &layout, Type value, int64_t batch,
                           int64_t numQueries) const {
     int64_t vectorBytes = layout.vectorWidth * bytesOf(value);
@@ -391,7 +393,9 @@ struct ConvertAttnResToGPUPass
     int64_t slotBytes = layout.chunks * layout.blockThreads() * vectorBytes;
     // A kilobyte for the row sums.
     int64_t fits = (kMaxWorkgroupBytes - 1024) / (batch * slotBytes);
-    int64_t staged = std::min<int64_t>(3, fits);
+    constexpr int64_t kSmallSlotBytes = 4 * 1024;
+    int64_t staged =
+        std::min<int64_t>(batch * slotBytes <= kSmallSlotBytes ? 2 : 3, fits);
     return staged >= 2 ? staged : 0;
   }
 
