@@ -378,9 +378,9 @@ struct ConvertAttnResToGPUPass
   /// under 4 bytes, which a copy cannot move): as asked, else (async copies,
   /// one query) the most batches up to 3 whose ring fits next to the row sums
   /// (measured on the H200: 0.80-0.84 of the floor -> 0.84-0.89 at the
-  /// training shapes, docs/Performance.md), at least 2; 2 where a batch
-  /// takes at most 4 KiB of the ring (D = 2048 on 128 lanes: 0.86-0.87
-  /// against 0.84-0.85 with 3 at (8, 8192, 2048)).
+  /// training shapes, docs/Performance.md), at least 2; 2 where a block
+  /// works on one row and a batch takes at most 4 KiB of the ring (D = 2048
+  /// on 128 lanes: 0.85-0.86 against 0.82-0.83 with 3 at (8, 8192, 2048)).
   int64_t backwardStaging(const RowLayout &layout, Type value, int64_t batch,
                           int64_t numQueries) const {
     int64_t vectorBytes = layout.vectorWidth * bytesOf(value);
@@ -394,8 +394,9 @@ struct ConvertAttnResToGPUPass
     // A kilobyte for the row sums.
     int64_t fits = (kMaxWorkgroupBytes - 1024) / (batch * slotBytes);
     constexpr int64_t kSmallSlotBytes = 4 * 1024;
-    int64_t staged =
-        std::min<int64_t>(batch * slotBytes <= kSmallSlotBytes ? 2 : 3, fits);
+    bool smallRow =
+        layout.rowsPerBlock == 1 && batch * slotBytes <= kSmallSlotBytes;
+    int64_t staged = std::min<int64_t>(smallRow ? 2 : 3, fits);
     return staged >= 2 ? staged : 0;
   }
 

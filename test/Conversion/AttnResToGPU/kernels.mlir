@@ -186,6 +186,33 @@ func.func @grad(%v: tensor<3x?x64xbf16>, %q: tensor<16xbf16>, %g: tensor<16xbf16
 
 // -----
 
+// The backward at D = 2048 bf16 (256 vectors): 128 lanes of two vectors, one
+// row a block (measured faster on the H200 than 64 lanes of four). Staged,
+// its batches take 2 x 128 x 16 bytes = 4 KiB of the ring, so the ring holds
+// two of them (2048 floats after the row sums' 32), not three: the oldest
+// copy group is waited for with one still in flight.
+// CHECK-LABEL: gpu.module @attnres_kernels
+// CHECK-SAME: backward = "wide_0_backward"
+// CHECK-SAME: rows_per_block = 1
+// CHECK-SAME: threads_per_row = 128
+// CHECK: gpu.func @wide_0_backward
+// CHECK-SAME: block = 128
+// STAGED-LABEL: gpu.func @wide_0_backward
+// STAGED-SAME: workgroup(%{{.*}} : memref<2080xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
+// STAGED: scf.for
+// STAGED: nvvm.cp.async.wait.group 1
+// STAGED-LABEL: gpu.func @wide_0_finalize
+func.func @wide(%v: tensor<8x?x2048xbf16>, %q: tensor<2048xbf16>,
+                %do: tensor<?x2048xbf16>, %lse: tensor<?xf32>, %o: tensor<?x2048xbf16>) {
+  %dv, %dq = attnres.backward packed(%v : tensor<8x?x2048xbf16>)
+      query(%q : tensor<2048xbf16>)
+      grad(%do : tensor<?x2048xbf16>) lse(%lse : tensor<?xf32>) saved(%o : tensor<?x2048xbf16>)
+      -> tensor<8x?x2048xbf16>, tensor<2048xbf16>
+  return
+}
+
+// -----
+
 // partition_reduce ops get a merge (sink as an argument) or a sum kernel.
 // Four partitions are unrolled, their lse in registers: no loop over them,
 // and rows of 8 lanes need no barrier. 64 partitions are shared by the lanes
