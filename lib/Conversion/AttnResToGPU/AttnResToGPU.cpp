@@ -296,11 +296,12 @@ struct ConvertAttnResToGPUPass
     int64_t chunks = std::clamp<int64_t>(4 / heldRows, 1, 4);
     int64_t lanes = std::max<int64_t>(llvm::divideCeil(vectors, chunks),
                                       forward ? 64 : subgroupSize);
-    // The backward at D = 2048 (bf16, 256 vectors): two vectors a lane on
-    // 128 lanes (128 registers, four blocks of 128 threads a multiprocessor)
-    // beat four on 64 (217 registers, four blocks of 64), 0.82-0.83 against
-    // 0.80-0.82 of the floor at (8, 8192, 2048) in two runs; at D = 4096 four
-    // vectors on 128 lanes stay ahead of two on 256.
+    // Backward rows of 256 vectors or more (4 KiB: D = 2048 of bf16) take at
+    // least 128 lanes: at D = 2048, two vectors a lane on 128 lanes (128
+    // registers, four blocks of 128 threads a multiprocessor) beat four on
+    // 64 (217 registers, four blocks of 64), 0.82-0.84 against 0.80-0.82 of
+    // the floor at (8, 8192, 2048) in two runs; at D = 4096 four vectors on
+    // 128 lanes stay ahead of two on 256.
     if (!forward && heldRows == 1 && vectors >= 256)
       lanes = std::max<int64_t>(lanes, 128);
     // Past 256 lanes a thread may use at most 128 registers: hold more of
