@@ -117,7 +117,8 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            /*default=*/"-1",
            "The same for the backward kernel; -1 chooses (with async-copies "
            "and one query: up to 3 batches of one source, as many as fit in "
-           "48 KiB of workgroup memory; else 0)">,
+           "48 KiB of workgroup memory, or 2 where a block works on one row "
+           "and a batch takes at most 4 KiB; else 0)">,
     Option<"forwardMinBlocks", "forward-min-blocks", "int64_t",
            /*default=*/"-1",
            "Blocks of the unsplit and of the clustered forward kernel that "

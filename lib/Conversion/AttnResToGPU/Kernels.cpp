@@ -24,6 +24,7 @@
 
 #include "Kernels.h"
 
+#include "attnres/Bundle/LaunchRules.h"
 #include "attnres/Dialect/AttnRes/Utils/Residual.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"

@@ -15,7 +15,6 @@
 #define ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELS_H
 
 #include "KernelEmitter.h"
-#include "attnres/Bundle/LaunchRules.h"
 #include "attnres/Bundle/ManifestSchema.h"
 
 #include <string>
@@ -84,7 +83,8 @@ enum class ForwardKind {
   /// form one thread-block cluster (NVIDIA sm_90 and later), keep their
   /// partial rows in workgroup memory and each merge a tile of the row's
   /// columns from all P through distributed shared memory. One launch and
-  /// no partial rows in global memory; P at most launch::kMaxClusterBlocks.
+  /// no partial rows in global memory; P at most launch::kMaxClusterBlocks
+  /// (attnres/Bundle/LaunchRules.h).
   ClusterMerged,
 };
 
