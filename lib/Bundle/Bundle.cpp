@@ -203,6 +203,26 @@ std::string outsideSchema(const llvm::json::Array &ops,
   return "";
 }
 
+/// Turns off the printing of an op next to its diagnostics while alive. A
+/// pass that fails on a kernel (kernel options that ask for more workgroup
+/// memory than a block may have) or an assembler that fails on a gpu.module
+/// reports on an op that prints as thousands of lines; its message names the
+/// problem without them.
+class NoOpPrinting {
+public:
+  explicit NoOpPrinting(MLIRContext *context)
+      : context(context), printed(context->shouldPrintOpOnDiagnostic()) {
+    context->printOpOnDiagnostic(false);
+  }
+  ~NoOpPrinting() { context->printOpOnDiagnostic(printed); }
+  NoOpPrinting(const NoOpPrinting &) = delete;
+  NoOpPrinting &operator=(const NoOpPrinting &) = delete;
+
+private:
+  MLIRContext *context;
+  bool printed;
+};
+
 std::string extensionFor(StringRef target, StringRef format) {
   if (format == "isa")
     return isNvidia(target) ? "ptx" : "s";
@@ -216,6 +236,7 @@ std::string extensionFor(StringRef target, StringRef format) {
 FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                                                const BundleOptions &options) {
   MLIRContext *context = module.getContext();
+  NoOpPrinting quiet(context);
   Location loc = module.getLoc();
   StringRef target = options.target;
   if (!isNvidia(target) && !isAmd(target))
@@ -333,13 +354,8 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
     buildGPUModuleToROCDLBinary(binaries, rocdl);
   }
   // A failing assembler or linker (say, a CUDA toolkit that no longer
-  // knows the chip) reports on the gpu.module: its message is enough, not
-  // the hundreds of kilobytes of IR the module prints as.
-  bool printedOps = context->shouldPrintOpOnDiagnostic();
-  context->printOpOnDiagnostic(false);
-  LogicalResult built = binaries.run(module);
-  context->printOpOnDiagnostic(printedOps);
-  if (failed(built))
+  // knows the chip) reports on the gpu.module (NoOpPrinting, above).
+  if (failed(binaries.run(module)))
     return failure();
 
   Bundle bundle;
