@@ -8,7 +8,12 @@ PyTorch kernel launch (torch.add of two tiny tensors) and an
 autograd.Function with the same inputs that launches nothing. Prints
 microseconds per call (median of 5 rounds).
 
-  python3 benchmarks/host_parts.py
+  python3 benchmarks/host_parts.py [--backward | --engine | --timeline]
+
+--timeline stamps the host's time line of one eager forward + backward,
+segment by segment (the Python before the forward, the forward, the
+autograd engine before and after the backward, the backward), at the tiny
+shapes and at (8, 8192, 2048), where the GPU takes less time than the host.
 """
 
 import pathlib
@@ -206,8 +211,74 @@ def backward_parts(L, N, D):
             14)
 
 
+def timeline(L, N, D, calls=120, skip=20):
+    """Where one eager forward + autograd.grad spends its host time, segment
+    by segment: time stamps at the call, at the entry and exit of the
+    autograd.Function's forward and backward, and after autograd.grad
+    returns (median, 10th and 90th percentile over the calls)."""
+    import gc
+    stamps = []
+
+    def stamp(tag):
+        stamps.append((tag, time.perf_counter()))
+    forward, backward = ops._Eager.forward, ops._Eager.backward
+
+    def stamped_forward(ctx, *args):
+        stamp("forward in")
+        result = forward(ctx, *args)
+        stamp("forward out")
+        return result
+
+    def stamped_backward(ctx, *args):
+        stamp("backward in")
+        result = backward(ctx, *args)
+        stamp("backward out")
+        return result
+    gen = torch.Generator(device="cuda").manual_seed(L)
+    x = Inputs(L, N, D, False, gen)
+    sources, query, g, _ = x.leaves()
+    wrt = sources + [query, g]
+    for _ in range(skip):
+        forward_backward(x, "o_pre", (sources, query, g, None))
+    torch.cuda.synchronize()
+    segments = {}
+    ops._Eager.forward = staticmethod(stamped_forward)
+    ops._Eager.backward = staticmethod(stamped_backward)
+    gc.disable()
+    try:
+        for i in range(calls):
+            stamps.clear()
+            stamp("call")
+            o = call(x, sources, query, g, None, "o_pre")
+            stamp("returned")
+            grads = torch.autograd.grad(o, wrt, x.grad)
+            stamp("grad returned")
+            del o, grads
+            stamp("freed")
+            if i >= skip:
+                for (a, ta), (b, tb) in zip(stamps, stamps[1:]):
+                    segments.setdefault(f"{a} -> {b}", []).append(
+                        (tb - ta) * 1e6)
+    finally:
+        gc.enable()
+        ops._Eager.forward = staticmethod(forward)
+        ops._Eager.backward = staticmethod(backward)
+    torch.cuda.synchronize()
+    for name, values in segments.items():
+        values.sort()
+        tenth = len(values) // 10
+        print(f"L={L:<3} N={N:<5} D={D:<5} {name:<30} "
+              f"{statistics.median(values):8.1f} us (p10 "
+              f"{values[tenth]:7.1f}, p90 {values[-1 - tenth]:7.1f})",
+              flush=True)
+
+
 def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    if "--timeline" in sys.argv:
+        for L, N, D in HOST_SHAPES + [(8, 8192, 2048)]:
+            timeline(L, N, D)
+        return 0
     if "--backward" in sys.argv:
         for L, N, D in HOST_SHAPES:
             backward_parts(L, N, D)
