@@ -9,6 +9,7 @@
 
 #include "attnres-c/Runtime.h"
 
+#include "DriverApi.h"
 #include "Json.h"
 
 #include "attnres/Bundle/LaunchRules.h"
@@ -86,10 +87,10 @@ struct Driver {
   Result (*occupancy)(int *, void *, int, size_t) = nullptr;
   // CUDA 12 and later, optional: launches with thread-block clusters, and
   // how many clusters of a launch the device holds at once.
-  Result (*launchKernelEx)(const struct LaunchConfig *, void *, void **,
-                           void **) = nullptr;
-  Result (*occupancyMaxActiveClusters)(int *, void *,
-                                       const struct LaunchConfig *) = nullptr;
+  Result (*launchKernelEx)(const attnres::driver::LaunchConfig *, void *,
+                           void **, void **) = nullptr;
+  Result (*occupancyMaxActiveClusters)(
+      int *, void *, const attnres::driver::LaunchConfig *) = nullptr;
   // CUDA only: make the primary context current when none is.
   Result (*ctxGetCurrent)(void **) = nullptr;
   Result (*ctxGetDevice)(int *) = nullptr;
@@ -112,42 +113,18 @@ struct Driver {
   }
 };
 
-/// The CUDA driver's CUlaunchAttribute and CUlaunchConfig (cuda.h, CUDA
-/// 12), with the one attribute the runtime sets: the cluster dimensions.
-struct LaunchAttribute {
-  unsigned id; // CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
-  char pad[4];
-  union {
-    char bytes[64];
-    struct {
-      unsigned x, y, z;
-    } clusterDim;
-  } value;
-};
-static_assert(sizeof(LaunchAttribute) == 72, "CUlaunchAttribute is 72 bytes");
-struct LaunchConfig {
-  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ;
-  unsigned sharedMemBytes;
-  void *stream;
-  LaunchAttribute *attrs;
-  unsigned numAttrs;
-};
-constexpr unsigned kClusterDimensionAttribute = 4;
-constexpr int kClusterLaunchDeviceAttribute = 120;
+using attnres::driver::bind;
+using attnres::driver::kClusterLaunchDeviceAttribute;
+using attnres::driver::LaunchAttribute;
+using attnres::driver::LaunchConfig;
 
 /// A launch of `block` threads a block over `grid` whose blocks along y form
 /// clusters of grid[1].
 LaunchConfig clusterLaunchConfig(const unsigned grid[3], unsigned block,
                                  void *stream, LaunchAttribute &cluster) {
-  cluster = {};
-  cluster.id = kClusterDimensionAttribute;
-  cluster.value.clusterDim = {1, grid[1], 1};
-  return {grid[0], grid[1], grid[2], block, 1, 1, 0, stream, &cluster, 1};
-}
-
-template <typename F> bool bind(void *library, const char *name, F &function) {
-  function = reinterpret_cast<F>(dlsym(library, name));
-  return function != nullptr;
+  const unsigned threads[3] = {block, 1, 1}, shape[3] = {1, grid[1], 1};
+  return attnres::driver::clusterLaunch(grid, threads, shape, 0, stream,
+                                        cluster);
 }
 
 Failure openDriver(bool hip, Driver &driver) {

@@ -19,6 +19,8 @@ config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%attnres_src_root", config.attnres_src_root))
 config.substitutions.append(("%attnres_obj_root", config.attnres_obj_root))
 config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(("%cc", config.c_compiler))
+config.substitutions.append(("%llvm_tools_dir", config.llvm_tools_dir))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
@@ -56,6 +58,7 @@ ptxas = os.path.join(config.cuda_toolkit, "bin", "ptxas")
 if os.path.exists(ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
+    config.substitutions.append(("%cuda_toolkit", config.cuda_toolkit))
 if config.rocm_device_libs and os.path.exists(
         os.path.join(config.rocm_device_libs, "ocml.bc")):
     config.available_features.add("rocm-device-libs")

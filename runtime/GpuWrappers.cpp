@@ -1,0 +1,652 @@
+//===- GpuWrappers.cpp - MLIR's mgpu* host entry points over CUDA ---------===//
+//
+// The functions MLIR's host lowering calls (attnres-c/GpuWrappers.h), over
+// the CUDA driver opened with dlopen on first use. Each reports a failure on
+// stderr and in a thread-local message instead of aborting: the generated
+// code that calls them has no way to receive a status.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attnres-c/GpuWrappers.h"
+
+#include "DriverApi.h"
+
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace {
+
+using Result = int;
+
+/// The driver entry points the wrappers use (cuda.h's versioned names where
+/// the header maps a name to a _v2 symbol).
+struct CudaDriver {
+  std::string unusable; // why the driver cannot be used; empty when it can
+  Result (*init)(unsigned) = nullptr;
+  Result (*deviceGetCount)(int *) = nullptr;
+  Result (*deviceGet)(int *, int) = nullptr;
+  Result (*primaryCtxRetain)(void **, int) = nullptr;
+  Result (*ctxPushCurrent)(void *) = nullptr;
+  Result (*ctxPopCurrent)(void **) = nullptr;
+  Result (*moduleLoadData)(void **, const void *) = nullptr;
+  Result (*moduleLoadDataEx)(void **, const void *, unsigned, int *,
+                             void **) = nullptr;
+  Result (*moduleUnload)(void *) = nullptr;
+  Result (*moduleGetFunction)(void **, void *, const char *) = nullptr;
+  Result (*launchKernel)(void *, unsigned, unsigned, unsigned, unsigned,
+                         unsigned, unsigned, unsigned, void *, void **,
+                         void **) = nullptr;
+  Result (*launchKernelEx)(const attnres::driver::LaunchConfig *, void *,
+                           void **, void **) = nullptr;
+  Result (*streamCreate)(void **, unsigned) = nullptr;
+  Result (*streamDestroy)(void *) = nullptr;
+  Result (*streamSynchronize)(void *) = nullptr;
+  Result (*streamWaitEvent)(void *, void *, unsigned) = nullptr;
+  Result (*eventCreate)(void **, unsigned) = nullptr;
+  Result (*eventDestroy)(void *) = nullptr;
+  Result (*eventSynchronize)(void *) = nullptr;
+  Result (*eventRecord)(void *, void *) = nullptr;
+  Result (*memAlloc)(unsigned long long *, size_t) = nullptr;
+  Result (*memAllocManaged)(unsigned long long *, size_t, unsigned) = nullptr;
+  Result (*memFree)(unsigned long long) = nullptr;
+  Result (*memcpyAsync)(unsigned long long, unsigned long long, size_t,
+                        void *) = nullptr;
+  Result (*memsetD32Async)(unsigned long long, unsigned, size_t,
+                           void *) = nullptr;
+  Result (*memsetD16Async)(unsigned long long, unsigned short, size_t,
+                           void *) = nullptr;
+  Result (*memHostRegister)(void *, size_t, unsigned) = nullptr;
+  Result (*memHostUnregister)(void *) = nullptr;
+  Result (*getErrorString)(Result, const char **) = nullptr;
+
+  std::string describe(Result result) const {
+    const char *text = nullptr;
+    if (getErrorString)
+      getErrorString(result, &text);
+    return "CUDA error " + std::to_string(result) +
+           (text ? std::string(": ") + text : "");
+  }
+};
+
+// cuda.h's values of the flags used below.
+constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
+constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING
+constexpr unsigned kMemAttachGlobal = 1;    // CU_MEM_ATTACH_GLOBAL
+constexpr int kJitOptimizationLevel = 7;    // CU_JIT_OPTIMIZATION_LEVEL
+
+/// CUDA_ERROR_DEINITIALIZED: the driver is shutting down (the process is
+/// exiting) and has released everything itself.
+constexpr Result kDeinitialized = 4;
+
+// Host code frees and unloads from static destructors, which run in no
+// fixed order with this library's: everything below that outlives a call is
+// never destroyed (the driver table and the contexts are leaked on purpose,
+// the last error is a plain array).
+const CudaDriver &driver() {
+  static const CudaDriver *loaded = new CudaDriver([] {
+    CudaDriver d;
+    using attnres::driver::bind;
+    void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+      const char *reason = dlerror();
+      d.unusable = std::string("cannot load the CUDA driver (libcuda.so.1): ") +
+                   (reason ? reason : "not found") +
+                   "; the code needs an NVIDIA GPU and its driver";
+      return d;
+    }
+    bool found =
+        bind(library, "cuInit", d.init) &&
+        bind(library, "cuDeviceGetCount", d.deviceGetCount) &&
+        bind(library, "cuDeviceGet", d.deviceGet) &&
+        bind(library, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain) &&
+        bind(library, "cuCtxPushCurrent_v2", d.ctxPushCurrent) &&
+        bind(library, "cuCtxPopCurrent_v2", d.ctxPopCurrent) &&
+        bind(library, "cuModuleLoadData", d.moduleLoadData) &&
+        bind(library, "cuModuleLoadDataEx", d.moduleLoadDataEx) &&
+        bind(library, "cuModuleUnload", d.moduleUnload) &&
+        bind(library, "cuModuleGetFunction", d.moduleGetFunction) &&
+        bind(library, "cuLaunchKernel", d.launchKernel) &&
+        bind(library, "cuStreamCreate", d.streamCreate) &&
+        bind(library, "cuStreamDestroy_v2", d.streamDestroy) &&
+        bind(library, "cuStreamSynchronize", d.streamSynchronize) &&
+        bind(library, "cuStreamWaitEvent", d.streamWaitEvent) &&
+        bind(library, "cuEventCreate", d.eventCreate) &&
+        bind(library, "cuEventDestroy_v2", d.eventDestroy) &&
+        bind(library, "cuEventSynchronize", d.eventSynchronize) &&
+        bind(library, "cuEventRecord", d.eventRecord) &&
+        bind(library, "cuMemAlloc_v2", d.memAlloc) &&
+        bind(library, "cuMemAllocManaged", d.memAllocManaged) &&
+        bind(library, "cuMemFree_v2", d.memFree) &&
+        bind(library, "cuMemcpyAsync", d.memcpyAsync) &&
+        bind(library, "cuMemsetD32Async", d.memsetD32Async) &&
+        bind(library, "cuMemsetD16Async", d.memsetD16Async) &&
+        bind(library, "cuMemHostRegister_v2", d.memHostRegister) &&
+        bind(library, "cuMemHostUnregister", d.memHostUnregister);
+    bind(library, "cuGetErrorString", d.getErrorString);
+    // CUDA 12 and later: cluster launches.
+    bind(library, "cuLaunchKernelEx", d.launchKernelEx);
+    if (!found) {
+      d.unusable = "the CUDA driver (libcuda.so.1) lacks an entry point the "
+                   "mgpu* functions need (CUDA 11 or later is)";
+      return d;
+    }
+    if (Result result = d.init(0))
+      d.unusable = "initializing the CUDA driver: " + d.describe(result);
+    return d;
+  }());
+  return *loaded;
+}
+
+thread_local char lastError[1024];
+thread_local bool hasLastError = false;
+thread_local int defaultDevice = 0;
+
+void report(const char *function, const std::string &message) {
+  std::snprintf(lastError, sizeof(lastError), "%s: %s", function,
+                message.c_str());
+  hasLastError = true;
+  std::fprintf(stderr, "attnres runtime: %s\n", lastError);
+}
+
+/// The driver, or null (reported) where it cannot be used.
+const CudaDriver *usableDriver(const char *function) {
+  const CudaDriver &d = driver();
+  if (!d.unusable.empty()) {
+    report(function, d.unusable);
+    return nullptr;
+  }
+  return &d;
+}
+
+/// Whether `result` is success; reports it otherwise.
+bool succeeded(const char *function, const CudaDriver &d, Result result) {
+  if (result)
+    report(function, d.describe(result));
+  return result == 0;
+}
+
+/// The same for a release (unload, destroy, free): one that comes after
+/// the driver shut down at exit has nothing left to release.
+void released(const char *function, const CudaDriver &d, Result result) {
+  if (result != kDeinitialized)
+    succeeded(function, d, result);
+}
+
+/// Makes the primary context of the thread's default device current for its
+/// lifetime (the driver call needs one; the caller's current context, if
+/// any, is restored).
+class DeviceScope {
+public:
+  /// `release`: the call releases something, which needs no report once the
+  /// driver has shut down at exit.
+  explicit DeviceScope(const char *function, bool release = false) {
+    d = usableDriver(function);
+    if (!d)
+      return;
+    void *context = primaryContext(function, *d, defaultDevice);
+    Result result = context ? d->ctxPushCurrent(context) : 0;
+    if (context && !result) {
+      pushed = true;
+      return;
+    }
+    if (context && !(release && result == kDeinitialized))
+      succeeded(function, *d, result);
+    d = nullptr;
+  }
+  ~DeviceScope() {
+    if (pushed) {
+      void *previous = nullptr;
+      d->ctxPopCurrent(&previous);
+    }
+  }
+  DeviceScope(const DeviceScope &) = delete;
+  DeviceScope &operator=(const DeviceScope &) = delete;
+
+  /// The driver where the scope holds a context, else null (reported).
+  const CudaDriver *get() const { return d; }
+
+private:
+  static void *primaryContext(const char *function, const CudaDriver &d,
+                              int ordinal) {
+    static std::mutex *mutex = new std::mutex;
+    // Retained once each, never released.
+    static std::map<int, void *> *contexts = new std::map<int, void *>;
+    std::lock_guard<std::mutex> lock(*mutex);
+    auto found = contexts->find(ordinal);
+    if (found != contexts->end())
+      return found->second;
+    int device = 0;
+    void *context = nullptr;
+    if (!succeeded(function, d, d.deviceGet(&device, ordinal)) ||
+        !succeeded(function, d, d.primaryCtxRetain(&context, device)))
+      return nullptr;
+    (*contexts)[ordinal] = context;
+    return context;
+  }
+
+  const CudaDriver *d = nullptr;
+  bool pushed = false;
+};
+
+unsigned long long address(const void *pointer) {
+  return reinterpret_cast<unsigned long long>(pointer);
+}
+
+/// Whether a launch's dimensions are ones the driver takes; reports the
+/// first that is not.
+bool validLaunch(const char *function, const intptr_t grid[3],
+                 const intptr_t block[3], int32_t sharedMemBytes) {
+  const intptr_t gridLimit[3] = {2147483647, 65535, 65535};
+  const char *axis[3] = {"x", "y", "z"};
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] < 1 || grid[i] > gridLimit[i]) {
+      report(function, std::string("grid size ") + axis[i] + " = " +
+                           std::to_string(grid[i]) + " is outside [1, " +
+                           std::to_string(gridLimit[i]) + "]");
+      return false;
+    }
+    if (block[i] < 1 || block[i] > 1024) {
+      report(function, std::string("block size ") + axis[i] + " = " +
+                           std::to_string(block[i]) + " is outside [1, 1024]");
+      return false;
+    }
+  }
+  if (sharedMemBytes < 0) {
+    report(function, "dynamic shared memory of " +
+                         std::to_string(sharedMemBytes) + " bytes");
+    return false;
+  }
+  return true;
+}
+
+/// The bytes of the dense memref whose ranked descriptor is `descriptor`,
+/// and its first element, or 0 (reported) where it is not dense.
+size_t denseMemRef(const char *function, int64_t rank, void *descriptor,
+                   int64_t elementBytes, char *&first) {
+  if (!descriptor || rank < 0 || elementBytes < 1) {
+    report(function, "a null memref descriptor, a negative rank or an "
+                     "element size below one byte");
+    return 0;
+  }
+  // { T *allocated, *aligned; int64_t offset, sizes[rank], strides[rank]; }
+  auto *pointers = static_cast<char **>(descriptor);
+  auto *integers = reinterpret_cast<int64_t *>(pointers + 2);
+  const int64_t *sizes = integers + 1, *strides = integers + 1 + rank;
+  int64_t elements = 1;
+  for (int64_t i = rank - 1; i >= 0; --i) {
+    if (sizes[i] != 1 && strides[i] != elements) {
+      report(function, "the memref is not dense (dimension " +
+                           std::to_string(i) + " has stride " +
+                           std::to_string(strides[i]) + ", not " +
+                           std::to_string(elements) + ")");
+      return 0;
+    }
+    elements *= sizes[i];
+  }
+  first = pointers[1] + integers[0] * elementBytes;
+  return static_cast<size_t>(elements * elementBytes);
+}
+
+/// A handle `make` creates in the default device's context, or null
+/// (reported).
+template <typename Make> void *created(const char *function, Make make) {
+  DeviceScope scope(function);
+  if (!scope.get())
+    return nullptr;
+  void *handle = nullptr;
+  if (!succeeded(function, *scope.get(), make(*scope.get(), &handle)))
+    return nullptr;
+  return handle;
+}
+
+/// Releases `handle` with `release`; a null handle is one whose creation
+/// failed and was reported.
+template <typename Release>
+void releaseHandle(const char *function, void *handle, Release release) {
+  if (!handle)
+    return;
+  if (const CudaDriver *d = usableDriver(function))
+    released(function, *d, release(*d, handle));
+}
+
+/// Runs `use` on an event, which must exist.
+template <typename Use>
+void withEvent(const char *function, void *event, Use use) {
+  const CudaDriver *d = usableDriver(function);
+  if (!d)
+    return;
+  if (!event) {
+    report(function, "no event (its creation failed)");
+    return;
+  }
+  succeeded(function, *d, use(*d, event));
+}
+
+/// Issues a fill of `count` elements at `destination` with `fill`.
+template <typename Fill>
+void fillDevice(const char *function, void *destination, size_t count,
+                Fill fill) {
+  if (!count)
+    return;
+  DeviceScope scope(function);
+  if (!scope.get())
+    return;
+  if (!destination) {
+    report(function, "filling a null pointer (a failed allocation?)");
+    return;
+  }
+  succeeded(function, *scope.get(), fill(*scope.get(), address(destination)));
+}
+
+} // namespace
+
+extern "C" {
+
+const char *attnresGpuLastError(void) {
+  return hasLastError ? lastError : nullptr;
+}
+
+void attnresGpuClearError(void) {
+  hasLastError = false;
+  lastError[0] = '\0';
+}
+
+void *mgpuModuleLoad(void *data, size_t size) {
+  const char *function = "mgpuModuleLoad";
+  DeviceScope scope(function);
+  if (!scope.get())
+    return nullptr;
+  if (!data || !size) {
+    report(function, "no kernel image (null or empty)");
+    return nullptr;
+  }
+  void *module = nullptr;
+  if (!succeeded(function, *scope.get(),
+                 scope.get()->moduleLoadData(&module, data)))
+    return nullptr;
+  return module;
+}
+
+void *mgpuModuleLoadJIT(void *data, int optLevel) {
+  const char *function = "mgpuModuleLoadJIT";
+  DeviceScope scope(function);
+  if (!scope.get())
+    return nullptr;
+  if (!data) {
+    report(function, "no PTX (null)");
+    return nullptr;
+  }
+  if (optLevel < 0 || optLevel > 4) {
+    report(function, "optimization level " + std::to_string(optLevel) +
+                         " is outside [0, 4]");
+    return nullptr;
+  }
+  int options[] = {kJitOptimizationLevel};
+  void *values[] = {reinterpret_cast<void *>(static_cast<intptr_t>(optLevel))};
+  void *module = nullptr;
+  if (!succeeded(
+          function, *scope.get(),
+          scope.get()->moduleLoadDataEx(&module, data, 1, options, values)))
+    return nullptr;
+  return module;
+}
+
+void mgpuModuleUnload(void *module) {
+  releaseHandle("mgpuModuleUnload", module,
+                [](const CudaDriver &d, void *h) { return d.moduleUnload(h); });
+}
+
+void *mgpuModuleGetFunction(void *module, const char *name) {
+  const char *function = "mgpuModuleGetFunction";
+  const CudaDriver *d = usableDriver(function);
+  if (!d)
+    return nullptr;
+  if (!module || !name) {
+    report(function, std::string("no module (its load failed) or no name, "
+                                 "looking up '") +
+                         (name ? name : "(null)") + "'");
+    return nullptr;
+  }
+  void *kernel = nullptr;
+  if (d->moduleGetFunction(&kernel, module, name)) {
+    report(function, std::string("the module has no kernel '") + name + "'");
+    return nullptr;
+  }
+  return kernel;
+}
+
+void mgpuLaunchKernel(void *kernel, intptr_t gridX, intptr_t gridY,
+                      intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                      intptr_t blockZ, int32_t sharedMemBytes, void *stream,
+                      void **params, void **extra, size_t /*paramsCount*/) {
+  const char *function = "mgpuLaunchKernel";
+  DeviceScope scope(function);
+  if (!scope.get())
+    return;
+  const intptr_t grid[3] = {gridX, gridY, gridZ};
+  const intptr_t block[3] = {blockX, blockY, blockZ};
+  if (!kernel) {
+    report(function, "no kernel (its lookup failed)");
+    return;
+  }
+  if (!validLaunch(function, grid, block, sharedMemBytes))
+    return;
+  succeeded(function, *scope.get(),
+            scope.get()->launchKernel(kernel, gridX, gridY, gridZ, blockX,
+                                      blockY, blockZ, sharedMemBytes, stream,
+                                      params, extra));
+}
+
+void mgpuLaunchClusterKernel(void *kernel, intptr_t clusterX, intptr_t clusterY,
+                             intptr_t clusterZ, intptr_t gridX, intptr_t gridY,
+                             intptr_t gridZ, intptr_t blockX, intptr_t blockY,
+                             intptr_t blockZ, int32_t sharedMemBytes,
+                             void *stream, void **params, void **extra) {
+  const char *function = "mgpuLaunchClusterKernel";
+  DeviceScope scope(function);
+  const CudaDriver *d = scope.get();
+  if (!d)
+    return;
+  const intptr_t grid[3] = {gridX, gridY, gridZ};
+  const intptr_t block[3] = {blockX, blockY, blockZ};
+  const intptr_t cluster[3] = {clusterX, clusterY, clusterZ};
+  if (!kernel) {
+    report(function, "no kernel (its lookup failed)");
+    return;
+  }
+  if (!validLaunch(function, grid, block, sharedMemBytes))
+    return;
+  for (int i = 0; i < 3; ++i)
+    if (cluster[i] < 1 || grid[i] % cluster[i]) {
+      report(function,
+             "cluster " + std::to_string(clusterX) + " x " +
+                 std::to_string(clusterY) + " x " + std::to_string(clusterZ) +
+                 " does not divide the grid " + std::to_string(gridX) + " x " +
+                 std::to_string(gridY) + " x " + std::to_string(gridZ));
+      return;
+    }
+  if (!d->launchKernelEx) {
+    report(function, "this CUDA driver has no cuLaunchKernelEx (clusters "
+                     "need CUDA 12 and an sm_90 or later GPU)");
+    return;
+  }
+  const unsigned gridDims[3] = {unsigned(gridX), unsigned(gridY),
+                                unsigned(gridZ)};
+  const unsigned blockDims[3] = {unsigned(blockX), unsigned(blockY),
+                                 unsigned(blockZ)};
+  const unsigned clusterDims[3] = {unsigned(clusterX), unsigned(clusterY),
+                                   unsigned(clusterZ)};
+  attnres::driver::LaunchAttribute attribute;
+  attnres::driver::LaunchConfig config = attnres::driver::clusterLaunch(
+      gridDims, blockDims, clusterDims, unsigned(sharedMemBytes), stream,
+      attribute);
+  succeeded(function, *d, d->launchKernelEx(&config, kernel, params, extra));
+}
+
+void *mgpuStreamCreate(void) {
+  return created("mgpuStreamCreate", [](const CudaDriver &d, void **h) {
+    return d.streamCreate(h, kStreamNonBlocking);
+  });
+}
+
+void mgpuStreamDestroy(void *stream) {
+  releaseHandle("mgpuStreamDestroy", stream, [](const CudaDriver &d, void *h) {
+    return d.streamDestroy(h);
+  });
+}
+
+void mgpuStreamSynchronize(void *stream) {
+  const char *function = "mgpuStreamSynchronize";
+  DeviceScope scope(function);
+  if (scope.get())
+    succeeded(function, *scope.get(), scope.get()->streamSynchronize(stream));
+}
+
+void mgpuStreamWaitEvent(void *stream, void *event) {
+  withEvent("mgpuStreamWaitEvent", event, [&](const CudaDriver &d, void *e) {
+    return d.streamWaitEvent(stream, e, 0);
+  });
+}
+
+void *mgpuEventCreate(void) {
+  return created("mgpuEventCreate", [](const CudaDriver &d, void **h) {
+    return d.eventCreate(h, kEventDisableTiming);
+  });
+}
+
+void mgpuEventDestroy(void *event) {
+  releaseHandle("mgpuEventDestroy", event,
+                [](const CudaDriver &d, void *h) { return d.eventDestroy(h); });
+}
+
+void mgpuEventSynchronize(void *event) {
+  withEvent("mgpuEventSynchronize", event,
+            [](const CudaDriver &d, void *e) { return d.eventSynchronize(e); });
+}
+
+void mgpuEventRecord(void *event, void *stream) {
+  withEvent("mgpuEventRecord", event, [&](const CudaDriver &d, void *e) {
+    return d.eventRecord(e, stream);
+  });
+}
+
+void *mgpuMemAlloc(uint64_t sizeBytes, void * /*stream*/, bool hostShared) {
+  const char *function = "mgpuMemAlloc";
+  if (!sizeBytes)
+    return nullptr; // an empty buffer; freeing it is a no-op
+  DeviceScope scope(function);
+  if (!scope.get())
+    return nullptr;
+  unsigned long long pointer = 0;
+  Result result = hostShared ? scope.get()->memAllocManaged(&pointer, sizeBytes,
+                                                            kMemAttachGlobal)
+                             : scope.get()->memAlloc(&pointer, sizeBytes);
+  if (result) {
+    report(function, "allocating " + std::to_string(sizeBytes) + " bytes" +
+                         (hostShared ? " of managed memory" : "") + ": " +
+                         scope.get()->describe(result));
+    return nullptr;
+  }
+  return reinterpret_cast<void *>(pointer);
+}
+
+void mgpuMemFree(void *pointer, void * /*stream*/) {
+  const char *function = "mgpuMemFree";
+  if (!pointer)
+    return;
+  DeviceScope scope(function, /*release=*/true);
+  if (scope.get())
+    released(function, *scope.get(), scope.get()->memFree(address(pointer)));
+}
+
+void mgpuMemcpy(void *destination, void *source, size_t sizeBytes,
+                void *stream) {
+  const char *function = "mgpuMemcpy";
+  if (!sizeBytes)
+    return;
+  DeviceScope scope(function);
+  if (!scope.get())
+    return;
+  if (!destination || !source) {
+    report(function, "copying " + std::to_string(sizeBytes) +
+                         " bytes from or to a null pointer (a failed "
+                         "allocation?)");
+    return;
+  }
+  succeeded(function, *scope.get(),
+            scope.get()->memcpyAsync(address(destination), address(source),
+                                     sizeBytes, stream));
+}
+
+void mgpuMemset32(void *destination, uint32_t value, size_t count,
+                  void *stream) {
+  fillDevice("mgpuMemset32", destination, count,
+             [&](const CudaDriver &d, unsigned long long to) {
+               return d.memsetD32Async(to, value, count, stream);
+             });
+}
+
+void mgpuMemset16(void *destination, uint16_t value, size_t count,
+                  void *stream) {
+  fillDevice("mgpuMemset16", destination, count,
+             [&](const CudaDriver &d, unsigned long long to) {
+               return d.memsetD16Async(to, value, count, stream);
+             });
+}
+
+void mgpuMemHostRegister(void *pointer, uint64_t sizeBytes) {
+  const char *function = "mgpuMemHostRegister";
+  if (!pointer || !sizeBytes)
+    return;
+  DeviceScope scope(function);
+  if (scope.get())
+    succeeded(function, *scope.get(),
+              scope.get()->memHostRegister(pointer, sizeBytes, 0));
+}
+
+void mgpuMemHostUnregister(void *pointer) {
+  const char *function = "mgpuMemHostUnregister";
+  if (!pointer)
+    return;
+  DeviceScope scope(function);
+  if (scope.get())
+    succeeded(function, *scope.get(), scope.get()->memHostUnregister(pointer));
+}
+
+void mgpuMemHostRegisterMemRef(int64_t rank, void *descriptor,
+                               int64_t elementBytes) {
+  char *first = nullptr;
+  if (size_t bytes = denseMemRef("mgpuMemHostRegisterMemRef", rank, descriptor,
+                                 elementBytes, first))
+    mgpuMemHostRegister(first, bytes);
+}
+
+void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
+                                 int64_t elementBytes) {
+  char *first = nullptr;
+  if (denseMemRef("mgpuMemHostUnregisterMemRef", rank, descriptor, elementBytes,
+                  first))
+    mgpuMemHostUnregister(first);
+}
+
+void mgpuSetDefaultDevice(int32_t device) {
+  const char *function = "mgpuSetDefaultDevice";
+  const CudaDriver *d = usableDriver(function);
+  if (!d)
+    return;
+  int count = 0;
+  if (!succeeded(function, *d, d->deviceGetCount(&count)))
+    return;
+  if (device < 0 || device >= count) {
+    report(function, "device " + std::to_string(device) +
+                         " does not exist (this machine has " +
+                         std::to_string(count) + " CUDA device" +
+                         (count == 1 ? "" : "s") + ")");
+    return;
+  }
+  defaultDevice = device;
+}
+
+} // extern "C"
