@@ -21,6 +21,7 @@ config.substitutions.append(("%attnres_obj_root", config.attnres_obj_root))
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%cc", config.c_compiler))
 config.substitutions.append(("%llvm_tools_dir", config.llvm_tools_dir))
+config.substitutions.append(("%attnres_tools_dir", config.attnres_tools_dir))
 
 llvm_config.with_system_environment(["HOME", "INCLUDE", "LIB", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
@@ -70,3 +71,31 @@ try:
     config.available_features.add("cuda-driver")
 except OSError:
     pass
+
+# The GPU integration tests (Integration/GPU) run the kernels through
+# PyTorch: they need an interpreter with PyTorch that sees a CUDA GPU
+# (--param torch_python=PATH where that is not the build's Python) and
+# compile their bundles for that GPU.
+torch_python = lit_config.params.get("torch_python", config.python_executable)
+config.substitutions.append(("%torch_python", torch_python))
+if "cuda-driver" in config.available_features:
+    import shutil
+    import subprocess
+    probe = ("import sys, numpy, torch\n"
+             "if not torch.cuda.is_available(): sys.exit(1)\n"
+             "print('sm_%d%d' % torch.cuda.get_device_capability())")
+    try:
+        found = subprocess.run([torch_python, "-c", probe],
+                               capture_output=True, text=True, timeout=300)
+        if found.returncode == 0 and found.stdout.strip():
+            config.available_features.add("torch-cuda")
+            config.substitutions.append(("%gpu_target",
+                                         found.stdout.strip().splitlines()[-1]))
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    if shutil.which("compute-sanitizer") or os.path.exists(
+            os.path.join(config.cuda_toolkit, "bin", "compute-sanitizer")):
+        config.available_features.add("compute-sanitizer")
+        config.environment["PATH"] = os.path.join(
+            config.cuda_toolkit, "bin") + os.pathsep + \
+            config.environment["PATH"]

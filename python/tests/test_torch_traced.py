@@ -4,7 +4,7 @@ attnres::backward (and the device check is relaxed to let CPU tensors
 through), so that the real wrappers, fake implementations and registered
 autograd run end to end, eagerly and under torch.compile(fullgraph=True).
 What this checks is the wiring: shapes, layouts, which gradient goes where.
-The kernels themselves are checked on the GPU (test/GPU/torch_op.py)."""
+The kernels themselves are checked on the GPU (test/Integration/GPU/torch_op.py)."""
 
 import os
 

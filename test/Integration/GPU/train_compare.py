@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent / "python"))
+sys.path.insert(0, str(HERE.parents[2] / "python"))
 
 import attnres  # noqa: E402
 from attnres.reference import attnres_reference  # noqa: E402

@@ -6,12 +6,13 @@
 # OUT/<tool>.txt; the summary lines are printed at the end. Exits non-zero
 # when a tool reports an error or does not finish.
 #
-#   test/GPU/sanitize.sh CASES OUT [ID-PREFIX] [SECONDS-PER-TOOL]
+#   test/Integration/GPU/sanitize.sh CASES OUT [ID-PREFIX] [SECONDS-PER-TOOL]
 #
-# TOOLS="racecheck initcheck" runs some of the tools. memcheck and synccheck
+# TOOLS="racecheck initcheck" runs some of the tools; PYTHON names the
+# interpreter with PyTorch (default python3). memcheck and synccheck
 # take under a minute over all cases on an H200; racecheck and initcheck
 # about 4 s a case.
-# CASES is the folder test/GPU/make_bundles.py wrote; ID-PREFIX limits the
+# CASES is the folder test/Integration/GPU/make_bundles.py wrote; ID-PREFIX limits the
 # cases as run_cases.py --filter does.
 set -u
 cases=$1
@@ -33,7 +34,7 @@ for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
   [ "$tool" = initcheck ] && extra="--check-api-memory-access no"
   timeout "$limit" "$sanitizer" --tool "$tool" \
     --error-exitcode 99 --print-limit 50 $extra \
-    python3 "$here/run_cases.py" --cases "$cases" --filter "$filter" \
+    "${PYTHON:-python3}" "$here/run_cases.py" --cases "$cases" --filter "$filter" \
     > "$out/$tool.txt" 2>&1
   code=$?
   seconds=$(( $(date +%s) - start ))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs every GPU case (test/GPU/cases.py) on an NVIDIA GPU from the kernel
+"""Runs every GPU case (test/Integration/GPU/cases.py) on an NVIDIA GPU from the kernel
 bundles make_bundles.py compiled, and compares each result with a float64
 PyTorch reference written from docs/Math.md on fresh random inputs.
 
@@ -38,7 +38,7 @@ import torch
 
 # The residual of a 16-bit o_pre, as the dialect defines it (the reference
 # module needs nothing but PyTorch).
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "python"))
 from attnres.reference import (decode_o_pre, o_pre_residual,  # noqa: E402
                                residual_steps)
 

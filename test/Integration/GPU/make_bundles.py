@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compiles the kernel bundle of every GPU case (test/GPU/cases.py) with
+"""Compiles the kernel bundle of every GPU case (test/Integration/GPU/cases.py) with
 attnres-compile, into <out>/bundles/<case id>/, and writes <out>/cases.json.
 
 Run here (where LLVM/MLIR is); the folder then travels to the GPU machine,

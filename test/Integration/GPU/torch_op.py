@@ -29,7 +29,7 @@ import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent.parent / "python"))
+sys.path.insert(0, str(HERE.parents[2] / "python"))
 
 import attnres  # noqa: E402
 from attnres import _checks  # noqa: E402

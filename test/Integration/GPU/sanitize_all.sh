@@ -4,10 +4,10 @@
 # more device time than a session has; eight groups at once share the GPU
 # (each case's kernels are small) and finish in under ten minutes.
 #
-#   TOOLS=initcheck test/GPU/sanitize_all.sh CASES OUT [JOBS] [SECONDS-PER-GROUP]
+#   TOOLS=initcheck test/Integration/GPU/sanitize_all.sh CASES OUT [JOBS] [SECONDS-PER-GROUP]
 #
 # Cases are grouped by the first three characters of their id (m00, e01, r0..)
-# and each group runs test/GPU/sanitize.sh with that prefix; OUT/<group>/ holds
+# and each group runs test/Integration/GPU/sanitize.sh with that prefix; OUT/<group>/ holds
 # its reports. Prints one summary line per group and tool; exits non-zero when
 # any group reports an error or does not finish.
 set -u
