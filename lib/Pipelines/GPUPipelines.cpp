@@ -11,8 +11,11 @@
 #include "attnres/Pipelines/Pipelines.h"
 
 #include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -110,8 +113,34 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   kernels.subgroupSize = 32;
   kernels.asyncCopies = hasAsyncCopies(options.chip);
   kernels.clusters = hasClusters(options.chip);
+  kernels.keepHost = options.keepHost;
   pm.addPass(createConvertAttnResToGPU(kernels));
+  if (!options.keepHost) {
+    buildGPUModuleToNVVMBinary(pm, options);
+    return;
+  }
+  // The host functions: tensors become buffers (function arguments and
+  // results too, with identity layouts, so a caller passes plain
+  // descriptors), the GPU operations are chained on a stream, and after the
+  // kernels are serialized the host code is lowered to the LLVM dialect the
+  // way upstream's gpu-lower-to-nvvm-pipeline lowers it.
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
   buildGPUModuleToNVVMBinary(pm, options);
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createGpuToLLVMConversionPass());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
 void mlir::attnres::buildGPUModuleToROCDLBinary(

@@ -146,16 +146,25 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     Option<"mergeLoadsInFlight", "merge-loads-in-flight", "int64_t",
            /*default=*/"0",
            "Partial rows a merge with a run-time partition count loads before "
-           "it adds any: 0 chooses 4">
+           "it adds any: 0 chooses 4">,
+    Option<"keepHost", "keep-host", "bool", /*default=*/"false",
+           "Keep the functions and replace each attnres.forward by host code "
+           "that launches its unsplit forward kernel (gpu.alloc for the "
+           "results, the table of source rows copied to the device, "
+           "gpu.launch_func with the grid of the kernel's own rule), for "
+           "upstream bufferization and gpu-to-llvm to lower; other attnres "
+           "ops are refused (the runtime launches them from a bundle)">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
+    "::mlir::bufferization::BufferizationDialect",
     "::mlir::gpu::GPUDialect",
     "::mlir::LLVM::LLVMDialect",
     "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::NVVM::NVVMDialect",
     "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect",
     "::mlir::vector::VectorDialect"
   ];
 }

@@ -42,6 +42,13 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
   PassOptions::Option<std::string> toolkit{
       *this, "toolkit", llvm::cl::desc("CUDA toolkit (libdevice, ptxas)"),
       llvm::cl::init(defaultCudaToolkit())};
+  PassOptions::Option<bool> keepHost{
+      *this, "keep-host",
+      llvm::cl::desc("Keep the functions: each attnres.forward becomes the "
+                     "launch of its kernel, and the host code is lowered to "
+                     "the LLVM dialect calling the mgpu* functions "
+                     "(libAttnResRuntime), ready for mlir-translate"),
+      llvm::cl::init(false)};
 };
 
 /// Options of attnres-lower-to-rocdl-pipeline.

@@ -6,6 +6,7 @@
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -13,6 +14,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
@@ -218,6 +220,7 @@ struct ConvertAttnResToGPUPass
     b.setInsertionPointToStart(&kernels.getBodyRegion().front());
     SmallVector<Attribute> ops;
     SmallVector<func::FuncOp> functions;
+    SmallVector<std::pair<ForwardOp, DictionaryAttr>> launches;
     bool ok = true;
     for (auto function : module.getOps<func::FuncOp>()) {
       functions.push_back(function);
@@ -242,6 +245,18 @@ struct ConvertAttnResToGPUPass
         entry.append("index", b.getI64IntegerAttr(index));
         ops.push_back(entry.getDictionary(b.getContext()));
         ++index;
+        if (!keepHost)
+          return;
+        if (auto forward = dyn_cast<ForwardOp>(op)) {
+          launches.emplace_back(forward, *facts);
+        } else {
+          op->emitError() << "convert-attnres-to-gpu: keep-host=1 lowers "
+                             "attnres.forward to launches so far; "
+                          << op->getName()
+                          << " is launched by the runtime from a bundle "
+                             "(keep-host=0)";
+          ok = false;
+        }
       });
     }
     if (!ok || kernelTooLarge)
@@ -252,9 +267,16 @@ struct ConvertAttnResToGPUPass
       return signalPassFailure();
     }
     kernels->setAttr("attnres.ops", b.getArrayAttr(ops));
-    // The host side is the runtime's (see the manifest).
-    for (func::FuncOp function : functions)
-      function.erase();
+    if (keepHost) {
+      // The functions stay, each op replaced by the launch of its kernel.
+      for (auto [forward, facts] : launches)
+        if (failed(replaceByLaunch(forward, facts, kernels)))
+          return signalPassFailure();
+    } else {
+      // The host side is the runtime's (see the manifest).
+      for (func::FuncOp function : functions)
+        function.erase();
+    }
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
   }

@@ -20,6 +20,10 @@
 #include <string>
 #include <vector>
 
+namespace mlir::attnres {
+class ForwardOp;
+} // namespace mlir::attnres
+
 namespace mlir::attnres::gpu_kernels {
 
 /// Everything a forward or backward kernel is specialized on.
@@ -116,6 +120,12 @@ KernelInfo emitSumKernel(OpBuilder &b, Location loc, StringRef name,
 
 /// The name of an element type in the manifest ("bf16", "f32", ...).
 std::string typeName(Type type);
+
+/// Replaces a forward op by host code that launches its unsplit forward
+/// kernel (named by `facts`, the op's entry of attnres.ops) from `kernels`:
+/// the keep-host mode of convert-attnres-to-gpu (HostLaunch.cpp).
+LogicalResult replaceByLaunch(ForwardOp op, DictionaryAttr facts,
+                              gpu::GPUModuleOp kernels);
 
 } // namespace mlir::attnres::gpu_kernels
 
