@@ -348,6 +348,10 @@ const char *attnresGpuLastError(void) {
   return hasLastError ? lastError : nullptr;
 }
 
+void attnresGpuRefuseLaunch(const char *reason) {
+  report("attnresGpuRefuseLaunch", reason ? reason : "(no reason given)");
+}
+
 void attnresGpuClearError(void) {
   hasLastError = false;
   lastError[0] = '\0';

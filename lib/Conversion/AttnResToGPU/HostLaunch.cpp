@@ -16,6 +16,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -45,6 +46,21 @@ MemRefType bufferTypeOf(Type tensor) {
 
 Value constantIndex(OpBuilder &b, Location loc, int64_t value) {
   return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+/// The runtime's attnresGpuRefuseLaunch(const char *reason), declared in the
+/// op's module once.
+func::FuncOp refusalEntryPoint(Operation *op) {
+  auto module = op->getParentOfType<ModuleOp>();
+  constexpr StringLiteral name = "attnresGpuRefuseLaunch";
+  if (auto existing = module.lookupSymbol<func::FuncOp>(name))
+    return existing;
+  OpBuilder b(module.getBodyRegion());
+  auto type = FunctionType::get(
+      op->getContext(), {LLVM::LLVMPointerType::get(op->getContext())}, {});
+  auto function = func::FuncOp::create(b, module.getLoc(), name, type);
+  function.setPrivate();
+  return function;
 }
 
 } // namespace
@@ -112,6 +128,50 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
   Value oPre = allocate(op.getOPre());
   Value residual = allocate(op.getOPreResidual());
 
+  // The kernel's vector loads need the alignments its description states;
+  // the runtime checks them before a launch, and so does this code (a
+  // caller's buffer may be a view at any offset): a misaligned buffer skips
+  // the launch and is reported through the runtime (attnresGpuRefuseLaunch),
+  // as a failing driver call is, instead of reading wrong rows.
+  func::FuncOp refuse = refusalEntryPoint(op);
+  // Unique global names across the module's ops.
+  unsigned refusals = 0;
+  auto module = op->getParentOfType<ModuleOp>();
+  while (module.lookupSymbol(("attnres_refusal_" + Twine(refusals + 1)).str()))
+    ++refusals;
+  Value allAligned = arith::ConstantIntOp::create(b, loc, 1, 1);
+  auto requireAligned = [&](Value address, int64_t alignment,
+                            const Twine &what) {
+    if (alignment <= 1)
+      return;
+    Value remainder = arith::RemUIOp::create(
+        b, loc, address, arith::ConstantIntOp::create(b, loc, i64, alignment));
+    Value aligned =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, remainder,
+                              arith::ConstantIntOp::create(b, loc, i64, 0));
+    Value misaligned = arith::XOrIOp::create(
+        b, loc, aligned, arith::ConstantIntOp::create(b, loc, 1, 1));
+    std::string reason =
+        (what + " must be aligned to " + Twine(alignment) +
+         " bytes for kernel " + name.getValue() + "; the launch was skipped")
+            .str();
+    // The message's global is made here, where the builder is inside the
+    // module: the body of the scf.if is not attached while it is built.
+    Value message = LLVM::createGlobalString(
+        loc, b, ("attnres_refusal_" + Twine(++refusals)).str(),
+        StringRef(reason.c_str(), reason.size() + 1), LLVM::Linkage::Internal);
+    scf::IfOp::create(b, loc, misaligned, [&](OpBuilder &nested, Location at) {
+      func::CallOp::create(nested, at, refuse, ValueRange{message});
+      scf::YieldOp::create(nested, at);
+    });
+    allAligned = arith::AndIOp::create(b, loc, allAligned, aligned);
+  };
+  SmallVector<Value> callerBuffers = {query, keyNorm, outputNorm};
+  // Rows are read in vectors of the kernel's width.
+  int64_t rowAlignment =
+      description.getAs<IntegerAttr>("vector_width").getInt() *
+      llvm::divideCeil(sourceType.getElementTypeBitWidth(), 8);
+
   // The table of the L source rows' addresses: each list source, or each
   // row of the packed tensor. Filled on the host, copied to the device.
   int64_t L = op.getNumSourceValues();
@@ -135,6 +195,7 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
                                 arith::ConstantIntOp::create(b, loc, i64, l)));
     else
       address = addressOf(b, loc, sourceBuffers[l]);
+    requireAligned(address, rowAlignment, "the row of source " + Twine(l));
     memref::StoreOp::create(b, loc, address, hostTable,
                             ValueRange{constantIndex(b, loc, l)});
   }
@@ -171,8 +232,15 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
       return op.emitError("convert-attnres-to-gpu: keep-host has no value for "
                           "argument '")
              << argumentName << "' of kernel " << name;
-    arguments.push_back(
-        integer ? value : globalPointer(b, loc, addressOf(b, loc, value)));
+    if (integer) {
+      arguments.push_back(value);
+      continue;
+    }
+    Value address = addressOf(b, loc, value);
+    auto alignment = argument.getAs<IntegerAttr>("alignment");
+    if (alignment && llvm::is_contained(callerBuffers, value))
+      requireAligned(address, alignment.getInt(), "'" + argumentName + "'");
+    arguments.push_back(globalPointer(b, loc, address));
   }
 
   // The grid, from the kernel's rule: ceil(symbol * scale / divisor).
@@ -195,10 +263,12 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
   Value block =
       constantIndex(b, loc, description.getAs<IntegerAttr>("block").getInt());
   Value one = constantIndex(b, loc, 1);
-  // No tokens, no launch (a grid of no blocks is an error for the driver).
+  // No tokens, no launch (a grid of no blocks is an error for the driver);
+  // nor with a misaligned buffer.
   Value anyTokens = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
                                           tokens, constantIndex(b, loc, 0));
-  scf::IfOp::create(b, loc, anyTokens, [&](OpBuilder &nested, Location at) {
+  Value launch = arith::AndIOp::create(b, loc, anyTokens, allAligned);
+  scf::IfOp::create(b, loc, launch, [&](OpBuilder &nested, Location at) {
     gpu::LaunchFuncOp::create(nested, at, kernel,
                               gpu::KernelDim3{grid[0], grid[1], grid[2]},
                               gpu::KernelDim3{block, one, one},

@@ -8,6 +8,13 @@
 // device, and the forward kernel is launched with the grid of its own rule,
 // ceil(N / 4) blocks of 128 threads (4 rows a block), only when there are
 // tokens.
+// Each source row and each caller buffer is checked against the alignment
+// the kernel's loads need (rows: 8 bf16 vectors, 16 bytes); a misaligned one
+// is reported through the runtime and the launch skipped.
+// CHECK-DAG: llvm.mlir.global internal constant @attnres_refusal_1("the row of source 0 must be aligned to 16 bytes for kernel packed_0_forward; the launch was skipped\00")
+// CHECK-DAG: llvm.mlir.global internal constant @attnres_refusal_5("'query' must be aligned to 16 bytes for kernel packed_0_forward; the launch was skipped\00")
+// CHECK-DAG: llvm.mlir.global internal constant @attnres_refusal_6("'key_norm' must be aligned to 16 bytes for kernel packed_0_forward; the launch was skipped\00")
+// CHECK-DAG: func.func private @attnresGpuRefuseLaunch(!llvm.ptr)
 // CHECK-LABEL: func.func @packed(
 // CHECK-SAME: %[[V:.*]]: tensor<4x?x256xbf16>, %[[Q:.*]]: tensor<256xbf16>, %[[G:.*]]: tensor<256xbf16>)
 // CHECK: %[[N:.*]] = tensor.dim %[[V]], %c1
@@ -22,9 +29,14 @@
 // CHECK: memref.store %{{.*}}, %[[HOST]][%c3{{.*}}] : memref<4xi64>
 // CHECK: %[[TABLE:.*]] = gpu.alloc  () : memref<4xi64>
 // CHECK: gpu.memcpy  %[[TABLE]], %[[HOST]]
+// CHECK: %[[REM:.*]] = arith.remui %{{.*}}, %c16_i64
+// CHECK: llvm.mlir.addressof @attnres_refusal_5
+// CHECK: scf.if
+// CHECK-NEXT: func.call @attnresGpuRefuseLaunch
 // CHECK: %[[BLOCKS:.*]] = arith.ceildivui %{{.*}}, %c4
 // CHECK: %[[ANY:.*]] = arith.cmpi ugt, %{{.*}}, %c0
-// CHECK: scf.if %[[ANY]] {
+// CHECK: %[[GO:.*]] = arith.andi %[[ANY]], %{{.*}} : i1
+// CHECK: scf.if %[[GO]] {
 // CHECK-NEXT: gpu.launch_func  @attnres_kernels::@packed_0_forward blocks in (%[[BLOCKS]], %{{.*}}, %{{.*}}) threads in (%c128, %{{.*}}, %{{.*}}) args(%{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[N64]] : i64)
 // CHECK: gpu.dealloc  %[[TABLE]]
 // CHECK: %[[OT:.*]] = bufferization.to_tensor %[[O]] restrict writable

@@ -4,7 +4,8 @@
  * computation of the same formulas (docs/Math.md section 1). Prints
  * "host forward: ok" and exits 0 when every element is within bf16
  * rounding; prints the runtime's message and exits 1 where a GPU call
- * failed. */
+ * failed. With the argument "misaligned", passes a query the kernel cannot
+ * read and expects the lowered code to refuse the launch with a message. */
 
 #include "attnres-c/GpuWrappers.h"
 
@@ -60,7 +61,30 @@ static int failed(const char *what) {
   return 1;
 }
 
-int main(void) {
+/* A query two bytes past an aligned address: the kernel's 16-byte loads
+ * cannot read it, so the lowered code must skip the launch and report why.
+ * The token count is 0 here, so the refusal is the only report even
+ * without a GPU. */
+static int misaligned(void) {
+  static uint16_t v[L * D], q[D + 8], g[D];
+  Desc3 vd = {v, v, 0, {L, 0, D}, {0, D, 1}};
+  Desc1 qd = {q, q + 1, 0, {D}, {1}}, gd = {g, g, 0, {D}, {1}};
+  Results results;
+  attnresGpuClearError();
+  _mlir_ciface_mix(&results, &vd, &qd, &gd);
+  const char *message = attnresGpuLastError();
+  if (!message || !strstr(message, "must be aligned")) {
+    printf("host forward: a misaligned query was not refused (%s)\n",
+           message ? message : "no message");
+    return 1;
+  }
+  printf("host forward: misaligned query refused: %s\n", message);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "misaligned") == 0)
+    return misaligned();
   uint16_t *v = mgpuMemAlloc(sizeof(uint16_t) * L * N * D, NULL, true);
   uint16_t *q = mgpuMemAlloc(sizeof(uint16_t) * D, NULL, true);
   uint16_t *g = mgpuMemAlloc(sizeof(uint16_t) * D, NULL, true);
