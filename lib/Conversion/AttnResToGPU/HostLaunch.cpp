@@ -167,9 +167,11 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
     allAligned = arith::AndIOp::create(b, loc, allAligned, aligned);
   };
   SmallVector<Value> callerBuffers = {query, keyNorm, outputNorm};
-  // Rows are read in vectors of the kernel's width.
+  // Rows are read in vectors of the kernel's width (element by element
+  // where its description gives none).
+  auto vectorWidth = description.getAs<IntegerAttr>("vector_width");
   int64_t rowAlignment =
-      description.getAs<IntegerAttr>("vector_width").getInt() *
+      (vectorWidth ? vectorWidth.getInt() : 1) *
       llvm::divideCeil(sourceType.getElementTypeBitWidth(), 8);
 
   // The table of the L source rows' addresses: each list source, or each
