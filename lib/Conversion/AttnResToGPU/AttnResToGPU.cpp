@@ -220,7 +220,7 @@ struct ConvertAttnResToGPUPass
     b.setInsertionPointToStart(&kernels.getBodyRegion().front());
     SmallVector<Attribute> ops;
     SmallVector<func::FuncOp> functions;
-    SmallVector<std::pair<ForwardOp, DictionaryAttr>> launches;
+    SmallVector<std::pair<ForwardOp, StringAttr>> launches;
     bool ok = true;
     for (auto function : module.getOps<func::FuncOp>()) {
       functions.push_back(function);
@@ -248,7 +248,7 @@ struct ConvertAttnResToGPUPass
         if (!keepHost)
           return;
         if (auto forward = dyn_cast<ForwardOp>(op)) {
-          launches.emplace_back(forward, *facts);
+          launches.emplace_back(forward, (*facts).getAs<StringAttr>("forward"));
         } else {
           op->emitError() << "convert-attnres-to-gpu: keep-host=1 lowers "
                              "attnres.forward to launches so far; "
@@ -269,9 +269,12 @@ struct ConvertAttnResToGPUPass
     kernels->setAttr("attnres.ops", b.getArrayAttr(ops));
     if (keepHost) {
       // The functions stay, each op replaced by the launch of its kernel.
-      for (auto [forward, facts] : launches)
-        if (failed(replaceByLaunch(forward, facts, kernels)))
+      unsigned refusals = 0;
+      for (auto [forward, name] : launches) {
+        const auto &[kernel, info] = recorded.find(name)->second;
+        if (failed(replaceByLaunch(forward, kernel, info, refusals)))
           return signalPassFailure();
+      }
     } else {
       // The host side is the runtime's (see the manifest).
       for (func::FuncOp function : functions)
@@ -365,10 +368,14 @@ struct ConvertAttnResToGPUPass
       kernelTooLarge = true;
     }
     lastKernel = func;
+    if (keepHost)
+      recorded[info.name] = {func, info};
     return b.getStringAttr(info.name);
   }
 
   gpu::GPUFuncOp lastKernel;
+  /// With keep-host, each kernel and its description, for the launches.
+  llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>> recorded;
   bool kernelTooLarge = false;
 
   /// Workgroup memory a kernel may declare statically: NVIDIA's 48 KiB

@@ -3,8 +3,8 @@
 // With keep-host, convert-attnres-to-gpu keeps the functions and replaces
 // each op by the host code that runs it: its operands as buffers, device
 // allocations for its results, the table of source rows, and a
-// gpu.launch_func of its kernel, whose grid and arguments are read from the
-// kernel's own attnres.kernel description (the facts the bundle manifest is
+// gpu.launch_func of its kernel, whose grid and arguments come from the
+// description the kernel was recorded with (what the bundle manifest is
 // written from), so the launch rule exists once. Upstream's bufferization
 // and gpu-to-llvm lower the result like any host code.
 //
@@ -65,16 +65,9 @@ func::FuncOp refusalEntryPoint(Operation *op) {
 
 } // namespace
 
-LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
-                                           gpu::GPUModuleOp kernels) {
-  auto name = facts.getAs<StringAttr>("forward");
-  auto kernel = name ? kernels.lookupSymbol<gpu::GPUFuncOp>(name) : nullptr;
-  auto description =
-      kernel ? kernel->getAttrOfType<DictionaryAttr>("attnres.kernel")
-             : DictionaryAttr();
-  if (!description)
-    return op.emitError("convert-attnres-to-gpu: keep-host found no forward "
-                        "kernel description for this op");
+LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, gpu::GPUFuncOp kernel,
+                                           const KernelInfo &info,
+                                           unsigned &refusals) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   Type i64 = b.getI64Type();
@@ -134,11 +127,6 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
   // the launch and is reported through the runtime (attnresGpuRefuseLaunch),
   // as a failing driver call is, instead of reading wrong rows.
   func::FuncOp refuse = refusalEntryPoint(op);
-  // Unique global names across the module's ops.
-  unsigned refusals = 0;
-  auto module = op->getParentOfType<ModuleOp>();
-  while (module.lookupSymbol(("attnres_refusal_" + Twine(refusals + 1)).str()))
-    ++refusals;
   Value allAligned = arith::ConstantIntOp::create(b, loc, 1, 1);
   auto requireAligned = [&](Value address, int64_t alignment,
                             const Twine &what) {
@@ -153,7 +141,7 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
         b, loc, aligned, arith::ConstantIntOp::create(b, loc, 1, 1));
     std::string reason =
         (what + " must be aligned to " + Twine(alignment) +
-         " bytes for kernel " + name.getValue() + "; the launch was skipped")
+         " bytes for kernel " + info.name + "; the launch was skipped")
             .str();
     // The message's global is made here, where the builder is inside the
     // module: the body of the scf.if is not attached while it is built.
@@ -167,12 +155,10 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
     allAligned = arith::AndIOp::create(b, loc, allAligned, aligned);
   };
   SmallVector<Value> callerBuffers = {query, keyNorm, outputNorm};
-  // Rows are read in vectors of the kernel's width (element by element
-  // where its description gives none).
-  auto vectorWidth = description.getAs<IntegerAttr>("vector_width");
-  int64_t rowAlignment =
-      (vectorWidth ? vectorWidth.getInt() : 1) *
+  // Rows are read in vectors of the kernel's width.
+  int64_t elementBytes =
       llvm::divideCeil(sourceType.getElementTypeBitWidth(), 8);
+  int64_t rowAlignment = info.vectorWidth * elementBytes;
 
   // The table of the L source rows' addresses: each list source, or each
   // row of the packed tensor. Filled on the host, copied to the device.
@@ -181,8 +167,6 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
   Value hostTable = memref::AllocaOp::create(b, loc, tableType);
   Value rowBytes;
   if (op.getPacked()) {
-    int64_t elementBytes =
-        llvm::divideCeil(sourceType.getElementTypeBitWidth(), 8);
     rowBytes = arith::MulIOp::create(
         b, loc, tokens64,
         arith::ConstantIntOp::create(
@@ -224,46 +208,39 @@ LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, DictionaryAttr facts,
       {"rows_per_weight", tokens64},
       {"num_partitions", arith::ConstantIntOp::create(b, loc, i64, 1)}};
   SmallVector<Value> arguments;
-  for (auto argument :
-       description.getAs<ArrayAttr>("arguments").getAsRange<DictionaryAttr>()) {
-    StringRef argumentName = argument.getAs<StringAttr>("name").getValue();
-    bool integer = argument.getAs<StringAttr>("kind").getValue() == "i64";
+  for (const auto &argument : info.arguments) {
+    StringRef argumentName = argument.name;
+    bool integer = argument.kind == "i64";
     Value value =
         integer ? integers.lookup(argumentName) : buffers.lookup(argumentName);
     if (!value)
       return op.emitError("convert-attnres-to-gpu: keep-host has no value for "
                           "argument '")
-             << argumentName << "' of kernel " << name;
+             << argumentName << "' of kernel " << info.name;
     if (integer) {
       arguments.push_back(value);
       continue;
     }
     Value address = addressOf(b, loc, value);
-    auto alignment = argument.getAs<IntegerAttr>("alignment");
-    if (alignment && llvm::is_contained(callerBuffers, value))
-      requireAligned(address, alignment.getInt(), "'" + argumentName + "'");
+    if (llvm::is_contained(callerBuffers, value))
+      requireAligned(address, argument.alignment, "'" + argumentName + "'");
     arguments.push_back(globalPointer(b, loc, address));
   }
 
   // The grid, from the kernel's rule: ceil(symbol * scale / divisor).
   SmallVector<Value, 3> grid;
-  for (auto rule :
-       description.getAs<ArrayAttr>("grid").getAsRange<DictionaryAttr>()) {
-    StringRef symbol = rule.getAs<StringAttr>("symbol").getValue();
-    if (symbol != "1" && symbol != "N")
+  for (const GridDimension &rule : info.grid) {
+    if (rule.symbol != "1" && rule.symbol != "N")
       return op.emitError("convert-attnres-to-gpu: keep-host cannot size the "
                           "grid symbol '")
-             << symbol << "' of kernel " << name;
-    Value value = symbol == "N" ? tokens : constantIndex(b, loc, 1);
-    value = arith::MulIOp::create(
-        b, loc, value,
-        constantIndex(b, loc, rule.getAs<IntegerAttr>("scale").getInt()));
+             << rule.symbol << "' of kernel " << info.name;
+    Value value = rule.symbol == "N" ? tokens : constantIndex(b, loc, 1);
+    value =
+        arith::MulIOp::create(b, loc, value, constantIndex(b, loc, rule.scale));
     grid.push_back(arith::CeilDivUIOp::create(
-        b, loc, value,
-        constantIndex(b, loc, rule.getAs<IntegerAttr>("divisor").getInt())));
+        b, loc, value, constantIndex(b, loc, rule.divisor)));
   }
-  Value block =
-      constantIndex(b, loc, description.getAs<IntegerAttr>("block").getInt());
+  Value block = constantIndex(b, loc, info.block);
   Value one = constantIndex(b, loc, 1);
   // No tokens, no launch (a grid of no blocks is an error for the driver);
   // nor with a misaligned buffer.

@@ -121,11 +121,13 @@ KernelInfo emitSumKernel(OpBuilder &b, Location loc, StringRef name,
 /// The name of an element type in the manifest ("bf16", "f32", ...).
 std::string typeName(Type type);
 
-/// Replaces a forward op by host code that launches its unsplit forward
-/// kernel (named by `facts`, the op's entry of attnres.ops) from `kernels`:
-/// the keep-host mode of convert-attnres-to-gpu (HostLaunch.cpp).
-LogicalResult replaceByLaunch(ForwardOp op, DictionaryAttr facts,
-                              gpu::GPUModuleOp kernels);
+/// Replaces a forward op by host code that launches `kernel`, its unsplit
+/// forward kernel, as `info` (the description the kernel was recorded with)
+/// says: the keep-host mode of convert-attnres-to-gpu (HostLaunch.cpp).
+/// `refusals` numbers the messages of the alignment checks across the
+/// module's ops.
+LogicalResult replaceByLaunch(ForwardOp op, gpu::GPUFuncOp kernel,
+                              const KernelInfo &info, unsigned &refusals);
 
 } // namespace mlir::attnres::gpu_kernels
 
