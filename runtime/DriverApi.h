@@ -12,6 +12,8 @@
 
 #include <dlfcn.h>
 
+#include <string>
+
 namespace attnres::driver {
 
 /// CUlaunchAttribute, with the one attribute the runtime sets: the cluster
@@ -54,6 +56,32 @@ inline LaunchConfig clusterLaunch(const unsigned grid[3],
   attribute.value.clusterDim = {cluster[0], cluster[1], cluster[2]};
   return {grid[0],  grid[1],        grid[2], block[0],   block[1],
           block[2], sharedMemBytes, stream,  &attribute, 1};
+}
+
+/// The largest grid the driver launches, per dimension.
+inline constexpr long long kMaxGrid[3] = {2147483647, 65535, 65535};
+
+/// Opens the first of `names` that loads (the CUDA driver or HIP), or
+/// returns null with `reason` the loader's message for the first name (the
+/// one an error message names).
+inline void *openLibrary(const char *const (&names)[2], std::string &reason) {
+  for (const char *name : names) {
+    if (void *library = dlopen(name, RTLD_NOW | RTLD_LOCAL))
+      return library;
+    // dlerror() is cleared by each call: keep the first name's reason.
+    if (const char *message = dlerror(); message && reason.empty())
+      reason = message;
+  }
+  if (reason.empty())
+    reason = "not found";
+  return nullptr;
+}
+
+/// "CUDA error 4: <text>": a driver status as messages give it.
+inline std::string describeResult(const char *api, int result,
+                                  const char *text) {
+  return std::string(api) + " error " + std::to_string(result) +
+         (text ? std::string(": ") + text : "");
 }
 
 /// Looks `name` up in an opened library; false where it is missing.

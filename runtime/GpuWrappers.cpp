@@ -65,8 +65,7 @@ struct CudaDriver {
     const char *text = nullptr;
     if (getErrorString)
       getErrorString(result, &text);
-    return "CUDA error " + std::to_string(result) +
-           (text ? std::string(": ") + text : "");
+    return attnres::driver::describeResult("CUDA", result, text);
   }
 };
 
@@ -88,11 +87,11 @@ const CudaDriver &driver() {
   static const CudaDriver *loaded = new CudaDriver([] {
     CudaDriver d;
     using attnres::driver::bind;
-    void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *const names[2] = {"libcuda.so.1", "libcuda.so"};
+    std::string reason;
+    void *library = attnres::driver::openLibrary(names, reason);
     if (!library) {
-      const char *reason = dlerror();
-      d.unusable = std::string("cannot load the CUDA driver (libcuda.so.1): ") +
-                   (reason ? reason : "not found") +
+      d.unusable = "cannot load the CUDA driver (libcuda.so.1): " + reason +
                    "; the code needs an NVIDIA GPU and its driver";
       return d;
     }
@@ -236,15 +235,19 @@ unsigned long long address(const void *pointer) {
 
 /// Whether a launch's dimensions are ones the driver takes; reports the
 /// first that is not.
-bool validLaunch(const char *function, const intptr_t grid[3],
-                 const intptr_t block[3], int32_t sharedMemBytes) {
-  const intptr_t gridLimit[3] = {2147483647, 65535, 65535};
+bool validLaunch(const char *function, const void *kernel,
+                 const intptr_t grid[3], const intptr_t block[3],
+                 int32_t sharedMemBytes) {
+  if (!kernel) {
+    report(function, "no kernel (its lookup failed)");
+    return false;
+  }
   const char *axis[3] = {"x", "y", "z"};
   for (int i = 0; i < 3; ++i) {
-    if (grid[i] < 1 || grid[i] > gridLimit[i]) {
+    if (grid[i] < 1 || grid[i] > attnres::driver::kMaxGrid[i]) {
       report(function, std::string("grid size ") + axis[i] + " = " +
                            std::to_string(grid[i]) + " is outside [1, " +
-                           std::to_string(gridLimit[i]) + "]");
+                           std::to_string(attnres::driver::kMaxGrid[i]) + "]");
       return false;
     }
     if (block[i] < 1 || block[i] > 1024) {
@@ -431,11 +434,7 @@ void mgpuLaunchKernel(void *kernel, intptr_t gridX, intptr_t gridY,
     return;
   const intptr_t grid[3] = {gridX, gridY, gridZ};
   const intptr_t block[3] = {blockX, blockY, blockZ};
-  if (!kernel) {
-    report(function, "no kernel (its lookup failed)");
-    return;
-  }
-  if (!validLaunch(function, grid, block, sharedMemBytes))
+  if (!validLaunch(function, kernel, grid, block, sharedMemBytes))
     return;
   succeeded(function, *scope.get(),
             scope.get()->launchKernel(kernel, gridX, gridY, gridZ, blockX,
@@ -456,11 +455,7 @@ void mgpuLaunchClusterKernel(void *kernel, intptr_t clusterX, intptr_t clusterY,
   const intptr_t grid[3] = {gridX, gridY, gridZ};
   const intptr_t block[3] = {blockX, blockY, blockZ};
   const intptr_t cluster[3] = {clusterX, clusterY, clusterZ};
-  if (!kernel) {
-    report(function, "no kernel (its lookup failed)");
-    return;
-  }
-  if (!validLaunch(function, grid, block, sharedMemBytes))
+  if (!validLaunch(function, kernel, grid, block, sharedMemBytes))
     return;
   for (int i = 0; i < 3; ++i)
     if (cluster[i] < 1 || grid[i] % cluster[i]) {

@@ -108,8 +108,7 @@ struct Driver {
       getErrorString(result, &text);
     else if (hipErrorString)
       text = hipErrorString(result);
-    return std::string(hip ? "HIP" : "CUDA") + " error " +
-           std::to_string(result) + (text ? std::string(": ") + text : "");
+    return attnres::driver::describeResult(hip ? "HIP" : "CUDA", result, text);
   }
 };
 
@@ -128,23 +127,16 @@ LaunchConfig clusterLaunchConfig(const unsigned grid[3], unsigned block,
 }
 
 Failure openDriver(bool hip, Driver &driver) {
-  const char *names[] = {hip ? "libamdhip64.so" : "libcuda.so.1",
-                         hip ? "libamdhip64.so.6" : "libcuda.so"};
-  // dlerror() is cleared by each call: keep the first name's reason, the one
-  // the message names.
+  const char *const names[2] = {hip ? "libamdhip64.so" : "libcuda.so.1",
+                                hip ? "libamdhip64.so.6" : "libcuda.so"};
   std::string reason;
-  for (const char *name : names) {
-    if ((driver.library = dlopen(name, RTLD_NOW | RTLD_LOCAL)))
-      break;
-    if (const char *message = dlerror(); message && reason.empty())
-      reason = message;
-  }
+  driver.library = attnres::driver::openLibrary(names, reason);
   if (!driver.library)
     return {
         ATTNRES_ERROR_NO_DRIVER,
         std::string("cannot load the ") +
-            (hip ? "HIP runtime" : "CUDA driver") + " (" + names[0] + "): " +
-            (reason.empty() ? "not found" : reason) + "; this bundle needs " +
+            (hip ? "HIP runtime" : "CUDA driver") + " (" + names[0] +
+            "): " + reason + "; this bundle needs " +
             (hip ? "an AMD GPU with ROCm" : "an NVIDIA GPU and its driver")};
   driver.hip = hip;
   bool found = true;
@@ -728,7 +720,7 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
       return bundleError("kernel " + name + " has a negative grid rule");
     if (size == 0)
       return ok(); // nothing to do
-    if (size > (dim == 0 ? 2147483647 : 65535))
+    if (size > attnres::driver::kMaxGrid[dim])
       return invalid("grid of " + name + " too large");
     grid[dim] = static_cast<unsigned>(size);
   }
