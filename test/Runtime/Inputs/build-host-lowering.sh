@@ -1,7 +1,7 @@
 #!/bin/sh
-# Lowers host-lowering.mlir with upstream MLIR (Debian's mlir-opt-22 and
-# mlir-translate-22) and links it with host-lowering-main.c against
-# libAttnResRuntime. Usage:
+# Lowers host-lowering.mlir with upstream MLIR (Debian's mlir-opt-22) and
+# links it with host-lowering-main.c against libAttnResRuntime
+# (test/Inputs/link-host-program.sh). Usage:
 #   build-host-lowering.sh TOOLS_DIR CUDA_TOOLKIT CC SOURCE_ROOT LIBRARY_DIR OUTPUT
 set -eu
 tools=$1 cuda=$2 cc=$3 src=$4 lib=$5 out=$6
@@ -12,9 +12,5 @@ export PATH
 "$tools/mlir-opt" "$here/host-lowering.mlir" --gpu-async-region \
   --gpu-lower-to-nvvm-pipeline="cubin-chip=sm_90 cubin-features=+ptx80 cubin-format=fatbin" \
   -o "$out.mlir"
-"$tools/mlir-translate" --mlir-to-llvmir "$out.mlir" -o "$out.ll"
-"$tools/llc" -O2 -relocation-model=pic -filetype=obj "$out.ll" -o "$out.o"
-# The sanitizer build's library leaves the sanitizer runtime to be preloaded.
-"$cc" -std=c11 -I"$src/include" "$here/host-lowering-main.c" "$out.o" \
-  -L"$lib" -lAttnResRuntime -Wl,-rpath,"$lib" -Wl,--allow-shlib-undefined \
-  -o "$out"
+sh "$here/../../Inputs/link-host-program.sh" "$tools" "$cc" "$src" "$lib" \
+  "$here/host-lowering-main.c" "$out"
