@@ -11,10 +11,12 @@
 
 #include "DriverApi.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -60,6 +62,8 @@ struct CudaDriver {
   Result (*memHostRegister)(void *, size_t, unsigned) = nullptr;
   Result (*memHostUnregister)(void *) = nullptr;
   Result (*getErrorString)(Result, const char **) = nullptr;
+  Result (*deviceGetAttribute)(int *, int, int) = nullptr;
+  Result (*occupancy)(int *, void *, int, size_t) = nullptr;
 
   std::string describe(Result result) const {
     const char *text = nullptr;
@@ -122,7 +126,10 @@ const CudaDriver &driver() {
         bind(library, "cuMemsetD32Async", d.memsetD32Async) &&
         bind(library, "cuMemsetD16Async", d.memsetD16Async) &&
         bind(library, "cuMemHostRegister_v2", d.memHostRegister) &&
-        bind(library, "cuMemHostUnregister", d.memHostUnregister);
+        bind(library, "cuMemHostUnregister", d.memHostUnregister) &&
+        bind(library, "cuDeviceGetAttribute", d.deviceGetAttribute) &&
+        bind(library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+             d.occupancy);
     bind(library, "cuGetErrorString", d.getErrorString);
     // CUDA 12 and later: cluster launches.
     bind(library, "cuLaunchKernelEx", d.launchKernelEx);
@@ -327,6 +334,44 @@ void withEvent(const char *function, void *event, Use use) {
   succeeded(function, *d, use(*d, event));
 }
 
+/// The modules loaded and not unloaded, for attnresGpuResidentBlocks, which
+/// looks a kernel up by name (the host code that asks has no module handle:
+/// upstream's lowering keeps it in a private global).
+class LoadedModules {
+public:
+  static void add(void *module) {
+    std::lock_guard<std::mutex> lock(mutex());
+    modules().push_back(module);
+  }
+  static void remove(void *module) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto &all = modules();
+    all.erase(std::remove(all.begin(), all.end(), module), all.end());
+  }
+  /// The kernel named `name` of the latest loaded module that has one, or
+  /// null.
+  static void *find(const CudaDriver &d, const char *name) {
+    std::lock_guard<std::mutex> lock(mutex());
+    for (auto it = modules().rbegin(); it != modules().rend(); ++it) {
+      void *kernel = nullptr;
+      if (!d.moduleGetFunction(&kernel, *it, name))
+        return kernel;
+    }
+    return nullptr;
+  }
+
+private:
+  // Never destroyed, as the state above: modules unload from destructors.
+  static std::mutex &mutex() {
+    static std::mutex *instance = new std::mutex;
+    return *instance;
+  }
+  static std::vector<void *> &modules() {
+    static std::vector<void *> *instance = new std::vector<void *>;
+    return *instance;
+  }
+};
+
 /// Issues a fill of `count` elements at `destination` with `fill`.
 template <typename Fill>
 void fillDevice(const char *function, void *destination, size_t count,
@@ -373,6 +418,7 @@ void *mgpuModuleLoad(void *data, size_t size) {
   if (!succeeded(function, *scope.get(),
                  scope.get()->moduleLoadData(&module, data)))
     return nullptr;
+  LoadedModules::add(module);
   return module;
 }
 
@@ -397,10 +443,12 @@ void *mgpuModuleLoadJIT(void *data, int optLevel) {
           function, *scope.get(),
           scope.get()->moduleLoadDataEx(&module, data, 1, options, values)))
     return nullptr;
+  LoadedModules::add(module);
   return module;
 }
 
 void mgpuModuleUnload(void *module) {
+  LoadedModules::remove(module);
   releaseHandle("mgpuModuleUnload", module,
                 [](const CudaDriver &d, void *h) { return d.moduleUnload(h); });
 }
@@ -422,6 +470,36 @@ void *mgpuModuleGetFunction(void *module, const char *name) {
     return nullptr;
   }
   return kernel;
+}
+
+int64_t attnresGpuResidentBlocks(const char *kernelName, int64_t blockThreads) {
+  const char *function = "attnresGpuResidentBlocks";
+  DeviceScope scope(function);
+  const CudaDriver *d = scope.get();
+  if (!d)
+    return 0;
+  if (!kernelName || blockThreads < 1 || blockThreads > 1024) {
+    report(function, "no kernel name, or a block of " +
+                         std::to_string(blockThreads) +
+                         " threads (outside [1, 1024])");
+    return 0;
+  }
+  void *kernel = LoadedModules::find(*d, kernelName);
+  if (!kernel) {
+    report(function,
+           std::string("no loaded module has a kernel '") + kernelName + "'");
+    return 0;
+  }
+  int perMultiprocessor = 0, multiprocessors = 0, device = 0;
+  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16.
+  if (!succeeded(function, *d,
+                 d->occupancy(&perMultiprocessor, kernel,
+                              static_cast<int>(blockThreads), 0)) ||
+      !succeeded(function, *d, d->deviceGet(&device, defaultDevice)) ||
+      !succeeded(function, *d,
+                 d->deviceGetAttribute(&multiprocessors, 16, device)))
+    return 0;
+  return int64_t(perMultiprocessor) * multiprocessors;
 }
 
 void mgpuLaunchKernel(void *kernel, intptr_t gridX, intptr_t gridY,

@@ -859,15 +859,16 @@ int64_t backwardPartialRows(const Op &op, int64_t blocks, int64_t partitions) {
          op.integer("partial_rows_per_block", op.integer("rows_per_block", 1));
 }
 
-size_t backwardWorkspace(const Op &op, int64_t blocks, int64_t partitions) {
+/// The backward's workspace layout (LaunchRules.h, which keep-host's host
+/// code computes too).
+attnres::launch::BackwardWorkspace<attnres::launch::Integers>
+backwardWorkspace(const Op &op, int64_t blocks, int64_t partitions) {
   int64_t M = op.integer("num_queries", 1), D = op.integer("width");
   int64_t R = op.integer("rank");
   int64_t weightRows = op.flag("output_norm_per_query") ? M : 1;
-  int64_t rows = backwardPartialRows(op, blocks, partitions);
-  size_t bytes = align256(rows * M * R * 4);
-  if (op.has("output_norm_type"))
-    bytes += align256(rows * weightRows * D * 4);
-  return bytes;
+  return attnres::launch::backwardWorkspace(
+      attnres::launch::Integers(), backwardPartialRows(op, blocks, partitions),
+      M * R, op.has("output_norm_type") ? weightRows * D : 0);
 }
 
 } // namespace
@@ -1044,7 +1045,7 @@ AttnresStatus attnresBackwardWorkspaceSize(const AttnresRuntime *runtime,
     blocks = backwardBlocks(*runtime, entry, numTokens);
   if (!partitions)
     partitions = backwardPartitions(*runtime, entry, blocks);
-  *size = backwardWorkspace(entry, blocks, partitions);
+  *size = backwardWorkspace(entry, blocks, partitions).bytes;
   return ATTNRES_OK;
 }
 
@@ -1064,13 +1065,13 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
   int64_t P = args->partitions ? args->partitions
                                : backwardPartitions(*runtime, entry, B);
   ATTNRES_TRY(checkPartitions(P, L));
-  size_t needed = backwardWorkspace(entry, B, P);
+  auto layout = backwardWorkspace(entry, B, P);
+  size_t needed = layout.bytes;
   if (!args->workspace || args->workspace_size < needed)
     return report(invalid("the backward (B = " + std::to_string(B) + ", P = " +
                           std::to_string(P) + ") needs a workspace of " +
                           std::to_string(needed) + " bytes"),
                   error);
-  int64_t M = entry.integer("num_queries", 1), R = entry.integer("rank");
   int64_t rows = backwardPartialRows(entry, B, P);
   char *workspace = static_cast<char *>(args->workspace);
   Values values;
@@ -1087,7 +1088,7 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
                      {"dg", args->dg},
                      {"dh", args->dh},
                      {"partial_da", workspace},
-                     {"partial_dh", workspace + align256(rows * M * R * 4)}};
+                     {"partial_dh", workspace + layout.dhOffset}};
   values.integers = {{"num_tokens", N},
                      {"num_blocks", B},
                      {"num_partitions", P},

@@ -43,6 +43,24 @@ inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /// partitions of the clustered forward, whose blocks of a row form one.
 inline constexpr int64_t kMaxClusterBlocks = 8;
 
+// The rules are written once, over an arithmetic `A` that supplies
+// `Value`, `constant`, `min`, `max`, `div` (of non-negative values, rounded
+// down), `ceilDiv`, `mul` and `add`: Integers below for the runtime and the
+// split passes, IR values for the host code convert-attnres-to-gpu keeps
+// (keep-host), which computes them at run time from the token count.
+
+/// Plain integers.
+struct Integers {
+  using Value = int64_t;
+  Value constant(int64_t value) const { return value; }
+  Value min(Value a, Value b) const { return std::min(a, b); }
+  Value max(Value a, Value b) const { return std::max(a, b); }
+  Value div(Value a, Value b) const { return a / b; }
+  Value ceilDiv(Value a, Value b) const { return launch::ceilDiv(a, b); }
+  Value mul(Value a, Value b) const { return a * b; }
+  Value add(Value a, Value b) const { return a + b; }
+};
+
 /// Partitions of a forward's L sources when `tokenBlocks` blocks cover its
 /// rows and the device holds `residentBlocks` at once:
 /// floor(residentBlocks / tokenBlocks), rounded down because a partition
@@ -50,34 +68,81 @@ inline constexpr int64_t kMaxClusterBlocks = 8;
 /// which costs more than the parallelism it adds; at most
 /// L / sourcesPerPartition and rowSourceBytes / partitionBytes
 /// (rowSourceBytes = L * D * element size); in [1, L].
-inline int64_t forwardPartitions(int64_t residentBlocks, int64_t tokenBlocks,
-                                 int64_t numSources, int64_t rowSourceBytes,
-                                 const Rules &rules) {
-  int64_t wanted = residentBlocks / std::max<int64_t>(1, tokenBlocks);
-  int64_t partitions = std::min({wanted, numSources / rules.sourcesPerPartition,
-                                 rowSourceBytes / rules.partitionBytes});
-  return std::clamp<int64_t>(partitions, 1, std::max<int64_t>(numSources, 1));
+template <typename A>
+typename A::Value
+forwardPartitions(const A &a, typename A::Value residentBlocks,
+                  typename A::Value tokenBlocks, int64_t numSources,
+                  int64_t rowSourceBytes, const Rules &rules) {
+  auto wanted = a.div(residentBlocks, a.max(a.constant(1), tokenBlocks));
+  auto partitions = a.min(
+      wanted, a.constant(std::min(numSources / rules.sourcesPerPartition,
+                                  rowSourceBytes / rules.partitionBytes)));
+  return a.min(a.max(partitions, a.constant(1)),
+               a.constant(std::max<int64_t>(numSources, 1)));
 }
 
 /// Blocks of tokens of a backward over `tokens` tokens, each block taking at
 /// least `leastTokens`: min(residentBlocks, ceil(tokens / leastTokens)), at
 /// least 1.
-inline int64_t backwardBlocks(int64_t residentBlocks, int64_t tokens,
-                              int64_t leastTokens) {
-  return std::max<int64_t>(
-      1, std::min(residentBlocks,
-                  ceilDiv(tokens, std::max<int64_t>(1, leastTokens))));
+template <typename A>
+typename A::Value backwardBlocks(const A &a, typename A::Value residentBlocks,
+                                 typename A::Value tokens,
+                                 int64_t leastTokens) {
+  auto blocks =
+      a.ceilDiv(tokens, a.constant(std::max<int64_t>(1, leastTokens)));
+  return a.max(a.constant(1), a.min(residentBlocks, blocks));
 }
 
 /// Partitions of a backward's L sources over `blocks` blocks of tokens:
 /// floor(residentBlocks / blocks) (rounded down, as for the forward), at
 /// most L / sourcesPerPartition; in [1, L].
+template <typename A>
+typename A::Value backwardPartitions(const A &a,
+                                     typename A::Value residentBlocks,
+                                     typename A::Value blocks,
+                                     int64_t numSources, const Rules &rules) {
+  auto wanted = a.div(residentBlocks, a.max(a.constant(1), blocks));
+  auto partitions =
+      a.min(wanted, a.constant(numSources / rules.sourcesPerPartition));
+  return a.min(a.max(partitions, a.constant(1)),
+               a.constant(std::max<int64_t>(numSources, 1)));
+}
+
+/// Where the backward's partial rows lie in its workspace: partial_da, the
+/// `partialRows` rows of `daFloats` floats of the query gradient's partial
+/// sums, at 0; partial_dh, rows of `dhFloats` floats of the output-norm
+/// weight gradient's (0: no output norm), at dhOffset; each 256-byte
+/// aligned.
+template <typename A> struct BackwardWorkspace {
+  typename A::Value dhOffset, bytes;
+};
+template <typename A>
+BackwardWorkspace<A> backwardWorkspace(const A &a,
+                                       typename A::Value partialRows,
+                                       int64_t daFloats, int64_t dhFloats) {
+  auto aligned = [&](int64_t floats) {
+    auto bytes = a.mul(partialRows, a.constant(floats * 4));
+    return a.mul(a.ceilDiv(bytes, a.constant(256)), a.constant(256));
+  };
+  auto daBytes = aligned(daFloats);
+  return {daBytes, dhFloats ? a.add(daBytes, aligned(dhFloats)) : daBytes};
+}
+
+/// The rules on plain integers.
+inline int64_t forwardPartitions(int64_t residentBlocks, int64_t tokenBlocks,
+                                 int64_t numSources, int64_t rowSourceBytes,
+                                 const Rules &rules) {
+  return forwardPartitions(Integers(), residentBlocks, tokenBlocks, numSources,
+                           rowSourceBytes, rules);
+}
+inline int64_t backwardBlocks(int64_t residentBlocks, int64_t tokens,
+                              int64_t leastTokens) {
+  return backwardBlocks(Integers(), residentBlocks, tokens, leastTokens);
+}
 inline int64_t backwardPartitions(int64_t residentBlocks, int64_t blocks,
                                   int64_t numSources, const Rules &rules) {
-  int64_t wanted = residentBlocks / std::max<int64_t>(1, blocks);
-  return std::clamp<int64_t>(
-      std::min(wanted, numSources / rules.sourcesPerPartition), 1,
-      std::max<int64_t>(numSources, 1));
+  return backwardPartitions(Integers(), residentBlocks, blocks, numSources,
+                            rules);
 }
 
 } // namespace attnres::launch

@@ -220,7 +220,7 @@ struct ConvertAttnResToGPUPass
     b.setInsertionPointToStart(&kernels.getBodyRegion().front());
     SmallVector<Attribute> ops;
     SmallVector<func::FuncOp> functions;
-    SmallVector<std::pair<ForwardOp, StringAttr>> launches;
+    SmallVector<std::pair<Operation *, DictionaryAttr>> launches;
     bool ok = true;
     for (auto function : module.getOps<func::FuncOp>()) {
       functions.push_back(function);
@@ -245,18 +245,8 @@ struct ConvertAttnResToGPUPass
         entry.append("index", b.getI64IntegerAttr(index));
         ops.push_back(entry.getDictionary(b.getContext()));
         ++index;
-        if (!keepHost)
-          return;
-        if (auto forward = dyn_cast<ForwardOp>(op)) {
-          launches.emplace_back(forward, (*facts).getAs<StringAttr>("forward"));
-        } else {
-          op->emitError() << "convert-attnres-to-gpu: keep-host=1 lowers "
-                             "attnres.forward to launches so far; "
-                          << op->getName()
-                          << " is launched by the runtime from a bundle "
-                             "(keep-host=0)";
-          ok = false;
-        }
+        if (keepHost)
+          launches.emplace_back(op, *facts);
       });
     }
     if (!ok || kernelTooLarge)
@@ -270,11 +260,9 @@ struct ConvertAttnResToGPUPass
     if (keepHost) {
       // The functions stay, each op replaced by the launch of its kernel.
       unsigned refusals = 0;
-      for (auto [forward, name] : launches) {
-        const auto &[kernel, info] = recorded.find(name)->second;
-        if (failed(replaceByLaunch(forward, kernel, info, refusals)))
+      for (auto [op, facts] : launches)
+        if (failed(replaceByLaunches(op, facts, recorded, refusals)))
           return signalPassFailure();
-      }
     } else {
       // The host side is the runtime's (see the manifest).
       for (func::FuncOp function : functions)
@@ -375,7 +363,7 @@ struct ConvertAttnResToGPUPass
 
   gpu::GPUFuncOp lastKernel;
   /// With keep-host, each kernel and its description, for the launches.
-  llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>> recorded;
+  RecordedKernels recorded;
   bool kernelTooLarge = false;
 
   /// Workgroup memory a kernel may declare statically: NVIDIA's 48 KiB

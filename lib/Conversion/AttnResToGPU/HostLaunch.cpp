@@ -2,16 +2,19 @@
 //
 // With keep-host, convert-attnres-to-gpu keeps the functions and replaces
 // each op by the host code that runs it: its operands as buffers, device
-// allocations for its results, the table of source rows, and a
-// gpu.launch_func of its kernel, whose grid and arguments come from the
-// description the kernel was recorded with (what the bundle manifest is
-// written from), so the launch rule exists once. Upstream's bufferization
-// and gpu-to-llvm lower the result like any host code.
+// allocations for its results and workspace, the tables of source rows, and
+// gpu.launch_func of its kernels, whose grids and arguments come from the
+// descriptions the kernels were recorded with (what the bundle manifest is
+// written from) and whose block and partition counts come from the launch
+// rules of attnres/Bundle/LaunchRules.h, computed here in IR from the token
+// count at run time: each rule exists once. Upstream's bufferization and
+// gpu-to-llvm lower the result like any host code.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Kernels.h"
 
+#include "attnres/Bundle/LaunchRules.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -22,251 +25,613 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
 using namespace mlir::attnres;
+using namespace mlir::attnres::gpu_kernels;
 
 namespace {
 
-/// The address of a buffer's first element, as the kernels take it.
-Value addressOf(OpBuilder &b, Location loc, Value buffer) {
-  Value index = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, buffer);
-  return arith::IndexCastOp::create(b, loc, b.getI64Type(), index);
-}
+/// The arithmetic of LaunchRules.h's rules on i64 IR values.
+struct IRIntegers {
+  using Value = mlir::Value;
+  OpBuilder &b;
+  Location loc;
 
-Value globalPointer(OpBuilder &b, Location loc, Value address) {
-  return LLVM::IntToPtrOp::create(
-      b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), address);
-}
+  Value constant(int64_t value) const {
+    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), value);
+  }
+  Value min(Value x, Value y) const {
+    return arith::MinSIOp::create(b, loc, x, y);
+  }
+  Value max(Value x, Value y) const {
+    return arith::MaxSIOp::create(b, loc, x, y);
+  }
+  Value div(Value x, Value y) const {
+    return arith::DivSIOp::create(b, loc, x, y);
+  }
+  Value ceilDiv(Value x, Value y) const {
+    return arith::CeilDivSIOp::create(b, loc, x, y);
+  }
+  Value mul(Value x, Value y) const {
+    return arith::MulIOp::create(b, loc, x, y);
+  }
+  Value add(Value x, Value y) const {
+    return arith::AddIOp::create(b, loc, x, y);
+  }
+};
 
 MemRefType bufferTypeOf(Type tensor) {
   auto type = cast<RankedTensorType>(tensor);
   return MemRefType::get(type.getShape(), type.getElementType());
 }
 
-Value constantIndex(OpBuilder &b, Location loc, int64_t value) {
-  return arith::ConstantIndexOp::create(b, loc, value);
+int64_t bytesOf(Type type) {
+  return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
 }
 
-/// The runtime's attnresGpuRefuseLaunch(const char *reason), declared in the
-/// op's module once.
-func::FuncOp refusalEntryPoint(Operation *op) {
+/// A function of the runtime (libAttnResRuntime, attnres-c/GpuWrappers.h),
+/// declared in the op's module once.
+func::FuncOp runtimeFunction(Operation *op, StringRef name, FunctionType type) {
   auto module = op->getParentOfType<ModuleOp>();
-  constexpr StringLiteral name = "attnresGpuRefuseLaunch";
   if (auto existing = module.lookupSymbol<func::FuncOp>(name))
     return existing;
   OpBuilder b(module.getBodyRegion());
-  auto type = FunctionType::get(
-      op->getContext(), {LLVM::LLVMPointerType::get(op->getContext())}, {});
   auto function = func::FuncOp::create(b, module.getLoc(), name, type);
   function.setPrivate();
   return function;
 }
 
-} // namespace
-
-LogicalResult gpu_kernels::replaceByLaunch(ForwardOp op, gpu::GPUFuncOp kernel,
-                                           const KernelInfo &info,
-                                           unsigned &refusals) {
-  OpBuilder b(op);
-  Location loc = op.getLoc();
-  Type i64 = b.getI64Type();
-
-  // The token dimensions T... of the sources, and N, their product.
-  Value first = op.getSources().front();
-  int64_t lead = op.getPacked() ? 1 : 0;
-  RankedTensorType sourceType = op.getSourceType();
-  SmallVector<Value> tokenSizes;
-  Value tokens = constantIndex(b, loc, 1);
-  for (int64_t dim = 0; dim + 1 < sourceType.getRank(); ++dim) {
-    Value size = tensor::DimOp::create(b, loc, first, dim + lead);
-    tokenSizes.push_back(size);
-    tokens = arith::MulIOp::create(b, loc, tokens, size);
+/// The host code of one op: buffers, allocations, checks and launches.
+/// Every alignment check comes before the first launch, which each check
+/// guards.
+class HostLauncher {
+public:
+  HostLauncher(Operation *op, unsigned &refusals)
+      : op(op), b(op), loc(op->getLoc()), rules{b, loc}, refusals(refusals) {
+    allAligned = arith::ConstantIntOp::create(b, loc, 1, 1);
   }
-  Value tokens64 = arith::IndexCastOp::create(b, loc, i64, tokens);
 
-  // The operands as buffers, read in place.
-  auto asBuffer = [&](Value tensor) -> Value {
+  OpBuilder &builder() { return b; }
+  const IRIntegers &arithmetic() const { return rules; }
+  Value index(int64_t value) {
+    return arith::ConstantIndexOp::create(b, loc, value);
+  }
+  Value i64(int64_t value) { return rules.constant(value); }
+  Value toI64(Value indexValue) {
+    return arith::IndexCastOp::create(b, loc, b.getI64Type(), indexValue);
+  }
+  Value toIndex(Value integer) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), integer);
+  }
+
+  /// An operand as a buffer, read in place (null for an absent operand).
+  Value readBuffer(Value tensor) {
     if (!tensor)
       return {};
-    auto buffer = bufferization::ToBufferOp::create(
+    return bufferization::ToBufferOp::create(
         b, loc, bufferTypeOf(tensor.getType()), tensor, /*readOnly=*/true);
-    return buffer;
-  };
-  SmallVector<Value> sourceBuffers;
-  for (Value source : op.getSources())
-    sourceBuffers.push_back(asBuffer(source));
-  Value query = asBuffer(op.getQuery());
-  Value keyNorm = asBuffer(op.getKeyNormWeight());
-  Value outputNorm = asBuffer(op.getOutputNormWeight());
+  }
 
-  // A device buffer for every result, its dynamic sizes from T...: results
-  // are [M?, T..., D], [M?, T...] or [M?, T..., D/2].
-  int64_t queryDims = op.isMultiQuery() ? 1 : 0;
-  auto allocate = [&](Value result) -> Value {
+  /// A device buffer for a result of type `type` (null for an absent
+  /// result), its dimension i as dimension i + `offset` of `twin`.
+  Value allocateLike(Value result, Value twin, int64_t offset = 0) {
     if (!result)
       return {};
     MemRefType type = bufferTypeOf(result.getType());
     SmallVector<Value> dynamic;
     for (int64_t dim = 0; dim < type.getRank(); ++dim)
       if (type.isDynamicDim(dim))
-        dynamic.push_back(tokenSizes[dim - queryDims]);
-    return gpu::AllocOp::create(b, loc, type, /*asyncToken=*/Type(),
-                                /*asyncDependencies=*/ValueRange(), dynamic,
-                                /*symbolOperands=*/ValueRange(),
-                                /*hostShared=*/false)
-        .getMemref();
-  };
-  Value o = allocate(op.getOutput()), lse = allocate(op.getLse());
-  Value oPre = allocate(op.getOPre());
-  Value residual = allocate(op.getOPreResidual());
+        dynamic.push_back(tensor::DimOp::create(b, loc, twin, dim + offset));
+    return allocate(type, dynamic);
+  }
 
-  // The kernel's vector loads need the alignments its description states;
-  // the runtime checks them before a launch, and so does this code (a
-  // caller's buffer may be a view at any offset): a misaligned buffer skips
-  // the launch and is reported through the runtime (attnresGpuRefuseLaunch),
-  // as a failing driver call is, instead of reading wrong rows.
-  func::FuncOp refuse = refusalEntryPoint(op);
-  Value allAligned = arith::ConstantIntOp::create(b, loc, 1, 1);
-  auto requireAligned = [&](Value address, int64_t alignment,
-                            const Twine &what) {
+  Value allocate(MemRefType type, ValueRange dynamicSizes) {
+    Value buffer =
+        gpu::AllocOp::create(b, loc, type, /*asyncToken=*/Type(),
+                             /*asyncDependencies=*/ValueRange(), dynamicSizes,
+                             /*symbolOperands=*/ValueRange(),
+                             /*hostShared=*/false)
+            .getMemref();
+    return buffer;
+  }
+
+  /// A device buffer freed after the launches (tables, workspaces).
+  Value allocateTemporary(MemRefType type, ValueRange dynamicSizes) {
+    Value buffer = allocate(type, dynamicSizes);
+    temporaries.push_back(buffer);
+    return buffer;
+  }
+
+  /// The address of a buffer's first element, as the kernels take it.
+  Value addressOf(Value buffer) {
+    Value index =
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, buffer);
+    return toI64(index);
+  }
+
+  /// Skips every launch of the op, with a message naming `what`, where
+  /// `address` is not a multiple of `alignment`: a caller's buffer may be a
+  /// view at any offset, and the kernel's vector loads would read wrong
+  /// rows. The runtime's bundle launches check the same.
+  void requireAligned(Value address, int64_t alignment, const Twine &what,
+                      StringRef kernel) {
     if (alignment <= 1)
       return;
-    Value remainder = arith::RemUIOp::create(
-        b, loc, address, arith::ConstantIntOp::create(b, loc, i64, alignment));
-    Value aligned =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, remainder,
-                              arith::ConstantIntOp::create(b, loc, i64, 0));
+    Value remainder = arith::RemUIOp::create(b, loc, address, i64(alignment));
+    Value aligned = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          remainder, i64(0));
     Value misaligned = arith::XOrIOp::create(
         b, loc, aligned, arith::ConstantIntOp::create(b, loc, 1, 1));
     std::string reason =
         (what + " must be aligned to " + Twine(alignment) +
-         " bytes for kernel " + info.name + "; the launch was skipped")
+         " bytes for kernel " + kernel + "; the launch was skipped")
             .str();
-    // The message's global is made here, where the builder is inside the
-    // module: the body of the scf.if is not attached while it is built.
-    Value message = LLVM::createGlobalString(
-        loc, b, ("attnres_refusal_" + Twine(++refusals)).str(),
-        StringRef(reason.c_str(), reason.size() + 1), LLVM::Linkage::Internal);
+    Value message =
+        globalString("attnres_refusal_" + Twine(++refusals), reason);
+    func::FuncOp refuse =
+        runtimeFunction(op, "attnresGpuRefuseLaunch",
+                        FunctionType::get(b.getContext(), {pointerType()}, {}));
     scf::IfOp::create(b, loc, misaligned, [&](OpBuilder &nested, Location at) {
       func::CallOp::create(nested, at, refuse, ValueRange{message});
       scf::YieldOp::create(nested, at);
     });
     allAligned = arith::AndIOp::create(b, loc, allAligned, aligned);
-  };
-  SmallVector<Value> callerBuffers = {query, keyNorm, outputNorm};
-  // Rows are read in vectors of the kernel's width.
-  int64_t elementBytes =
-      llvm::divideCeil(sourceType.getElementTypeBitWidth(), 8);
-  int64_t rowAlignment = info.vectorWidth * elementBytes;
-
-  // The table of the L source rows' addresses: each list source, or each
-  // row of the packed tensor. Filled on the host, copied to the device.
-  int64_t L = op.getNumSourceValues();
-  auto tableType = MemRefType::get({L}, i64);
-  Value hostTable = memref::AllocaOp::create(b, loc, tableType);
-  Value rowBytes;
-  if (op.getPacked()) {
-    rowBytes = arith::MulIOp::create(
-        b, loc, tokens64,
-        arith::ConstantIntOp::create(
-            b, loc, i64, sourceType.getShape().back() * elementBytes));
   }
-  for (int64_t l = 0; l < L; ++l) {
-    Value address;
-    if (op.getPacked())
-      address = arith::AddIOp::create(
-          b, loc, addressOf(b, loc, sourceBuffers[0]),
-          arith::MulIOp::create(b, loc, rowBytes,
-                                arith::ConstantIntOp::create(b, loc, i64, l)));
-    else
-      address = addressOf(b, loc, sourceBuffers[l]);
-    requireAligned(address, rowAlignment, "the row of source " + Twine(l));
-    memref::StoreOp::create(b, loc, address, hostTable,
-                            ValueRange{constantIndex(b, loc, l)});
-  }
-  Value table =
-      gpu::AllocOp::create(b, loc, tableType, Type(), ValueRange(),
-                           ValueRange(), ValueRange(), /*hostShared=*/false)
-          .getMemref();
-  gpu::MemcpyOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(), table,
-                        hostTable);
 
-  // The kernel's arguments, by the names its description gives them.
-  llvm::StringMap<Value> buffers = {{"sources", table},
-                                    {"query", query},
-                                    {"key_norm", keyNorm},
-                                    {"output_norm", outputNorm},
-                                    {"o", o},
-                                    {"lse", lse},
-                                    {"o_pre", oPre},
-                                    {"o_pre_residual", residual}};
-  Value queries = arith::ConstantIntOp::create(b, loc, i64, op.getNumQueries());
-  llvm::StringMap<Value> integers = {
-      {"num_tokens", tokens64},
-      {"num_rows", arith::MulIOp::create(b, loc, queries, tokens64)},
-      {"rows_per_weight", tokens64},
-      {"num_partitions", arith::ConstantIntOp::create(b, loc, i64, 1)}};
-  SmallVector<Value> arguments;
-  for (const auto &argument : info.arguments) {
-    StringRef argumentName = argument.name;
-    bool integer = argument.kind == "i64";
-    Value value =
-        integer ? integers.lookup(argumentName) : buffers.lookup(argumentName);
-    if (!value)
-      return op.emitError("convert-attnres-to-gpu: keep-host has no value for "
-                          "argument '")
-             << argumentName << "' of kernel " << info.name;
-    if (integer) {
-      arguments.push_back(value);
-      continue;
+  /// Checks the caller's buffers among `values` against the alignment of
+  /// the kernel argument each is bound to.
+  void checkArguments(const KernelInfo &info,
+                      const llvm::StringMap<Value> &values,
+                      const llvm::StringSet<> &callerBuffers) {
+    for (const auto &argument : info.arguments) {
+      if (argument.kind == "i64" || !callerBuffers.contains(argument.name))
+        continue;
+      // Once a buffer, at the first kernel's alignment unless a later one
+      // needs more.
+      int64_t &checked = checkedAlignment[argument.name];
+      if (Value address = values.lookup(argument.name);
+          address && argument.alignment > checked) {
+        requireAligned(address, argument.alignment, "'" + argument.name + "'",
+                       info.name);
+        checked = argument.alignment;
+      }
     }
-    Value address = addressOf(b, loc, value);
-    if (llvm::is_contained(callerBuffers, value))
-      requireAligned(address, argument.alignment, "'" + argumentName + "'");
-    arguments.push_back(globalPointer(b, loc, address));
   }
 
-  // The grid, from the kernel's rule: ceil(symbol * scale / divisor).
-  SmallVector<Value, 3> grid;
-  for (const GridDimension &rule : info.grid) {
-    if (rule.symbol != "1" && rule.symbol != "N")
-      return op.emitError("convert-attnres-to-gpu: keep-host cannot size the "
-                          "grid symbol '")
-             << rule.symbol << "' of kernel " << info.name;
-    Value value = rule.symbol == "N" ? tokens : constantIndex(b, loc, 1);
-    value =
-        arith::MulIOp::create(b, loc, value, constantIndex(b, loc, rule.scale));
-    grid.push_back(arith::CeilDivUIOp::create(
-        b, loc, value, constantIndex(b, loc, rule.divisor)));
+  /// A device table of the addresses `rows` (i64), filled on the host.
+  Value table(ArrayRef<Value> rows) {
+    auto type = MemRefType::get({int64_t(rows.size())}, b.getI64Type());
+    Value host = memref::AllocaOp::create(b, loc, type);
+    for (auto [l, address] : llvm::enumerate(rows))
+      memref::StoreOp::create(b, loc, address, host, ValueRange{index(l)});
+    Value device = allocateTemporary(type, {});
+    gpu::MemcpyOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(), device,
+                          host);
+    return device;
   }
-  Value block = constantIndex(b, loc, info.block);
-  Value one = constantIndex(b, loc, 1);
-  // No tokens, no launch (a grid of no blocks is an error for the driver);
-  // nor with a misaligned buffer.
-  Value anyTokens = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt,
-                                          tokens, constantIndex(b, loc, 0));
-  Value launch = arith::AndIOp::create(b, loc, anyTokens, allAligned);
-  scf::IfOp::create(b, loc, launch, [&](OpBuilder &nested, Location at) {
-    gpu::LaunchFuncOp::create(nested, at, kernel,
-                              gpu::KernelDim3{grid[0], grid[1], grid[2]},
-                              gpu::KernelDim3{block, one, one},
-                              /*dynamicSharedMemorySize=*/Value(), arguments);
-    scf::YieldOp::create(nested, at);
-  });
-  gpu::DeallocOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(), table);
 
-  // The results as tensors of the device buffers.
-  SmallVector<Value> buffersOfResults;
-  for (Value buffer : {o, lse, oPre, residual})
+  /// Blocks of `threads` threads of `kernel` the device holds at once
+  /// (attnresGpuResidentBlocks: the driver's occupancy times the
+  /// multiprocessors), as the bundle runtime sizes launches.
+  Value residentBlocks(const KernelInfo &kernel) {
+    func::FuncOp query = runtimeFunction(
+        op, "attnresGpuResidentBlocks",
+        FunctionType::get(b.getContext(), {pointerType(), b.getI64Type()},
+                          {b.getI64Type()}));
+    Value name =
+        globalString("attnres_kernel_name_" + Twine(kernel.name), kernel.name);
+    return func::CallOp::create(b, loc, query,
+                                ValueRange{name, i64(kernel.block)})
+        .getResult(0);
+  }
+
+  /// Launches `kernel` with the arguments `values` (addresses and integers,
+  /// by the names of its description) on the grid of its rule, whose
+  /// symbols `symbols` gives (index values); skipped where a grid
+  /// dimension is empty or a check failed.
+  LogicalResult launch(gpu::GPUFuncOp kernel, const KernelInfo &info,
+                       const llvm::StringMap<Value> &values,
+                       const llvm::StringMap<Value> &symbols) {
+    SmallVector<Value> arguments;
+    for (const auto &argument : info.arguments) {
+      Value value = values.lookup(argument.name);
+      if (!value)
+        return op->emitError("convert-attnres-to-gpu: keep-host has no value "
+                             "for argument '")
+               << argument.name << "' of kernel " << info.name;
+      if (argument.kind != "i64")
+        value = LLVM::IntToPtrOp::create(
+            b, loc, LLVM::LLVMPointerType::get(b.getContext(), 1), value);
+      arguments.push_back(value);
+    }
+    // ceil(symbol * scale / divisor).
+    SmallVector<Value, 3> grid;
+    Value go = allAligned;
+    for (const GridDimension &rule : info.grid) {
+      if (rule.symbol == "1") {
+        grid.push_back(index(llvm::divideCeil(rule.scale, rule.divisor)));
+        continue;
+      }
+      Value symbol = symbols.lookup(rule.symbol);
+      if (!symbol)
+        return op->emitError("convert-attnres-to-gpu: keep-host cannot size "
+                             "the grid symbol '")
+               << rule.symbol << "' of kernel " << info.name;
+      Value scaled = arith::MulIOp::create(b, loc, symbol, index(rule.scale));
+      grid.push_back(
+          arith::CeilDivUIOp::create(b, loc, scaled, index(rule.divisor)));
+      // A grid of no blocks is an error for the driver: no launch.
+      go = arith::AndIOp::create(
+          b, loc, go,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, grid.back(),
+                                index(0)));
+    }
+    Value one = index(1);
+    Value block = index(info.block);
+    scf::IfOp::create(b, loc, go, [&](OpBuilder &nested, Location at) {
+      gpu::LaunchFuncOp::create(nested, at, kernel,
+                                gpu::KernelDim3{grid[0], grid[1], grid[2]},
+                                gpu::KernelDim3{block, one, one},
+                                /*dynamicSharedMemorySize=*/Value(), arguments);
+      scf::YieldOp::create(nested, at);
+    });
+    return success();
+  }
+
+  /// Frees the temporaries and replaces the op's results by tensors of
+  /// `buffers` (its results' device buffers, absent ones null).
+  void finish(ArrayRef<Value> buffers) {
+    for (Value temporary : temporaries)
+      gpu::DeallocOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(),
+                             temporary);
+    SmallVector<Value> present;
+    for (Value buffer : buffers)
+      if (buffer)
+        present.push_back(buffer);
+    SmallVector<Value> results;
+    for (auto [result, buffer] : llvm::zip_equal(op->getResults(), present))
+      results.push_back(bufferization::ToTensorOp::create(
+          b, loc, result.getType(), buffer, /*restrict=*/true,
+          /*writable=*/true));
+    op->replaceAllUsesWith(results);
+    op->erase();
+  }
+
+private:
+  Type pointerType() { return LLVM::LLVMPointerType::get(b.getContext()); }
+
+  /// The address of a NUL-terminated global string. Made where the builder
+  /// is, inside the module: the body of an scf.if is not attached while it
+  /// is built.
+  Value globalString(const Twine &symbol, StringRef text) {
+    std::string terminated = (text + Twine('\0')).str();
+    return LLVM::createGlobalString(loc, b, symbol.str(), terminated,
+                                    LLVM::Linkage::Internal);
+  }
+
+  Operation *op;
+  OpBuilder b;
+  Location loc;
+  IRIntegers rules;
+  unsigned &refusals;
+  Value allAligned;
+  SmallVector<Value> temporaries;
+  llvm::StringMap<int64_t> checkedAlignment;
+};
+
+/// The token count N of an op over `sources`: the product of the token
+/// dimensions T... of its first source ([T..., D], or [L, T..., D] packed).
+Value tokenCount(HostLauncher &host, OpBuilder &b, Location loc, Value source,
+                 bool packed) {
+  auto type = cast<RankedTensorType>(source.getType());
+  Value tokens = host.index(1);
+  for (int64_t dim = packed ? 1 : 0; dim + 1 < type.getRank(); ++dim)
+    tokens = arith::MulIOp::create(b, loc, tokens,
+                                   tensor::DimOp::create(b, loc, source, dim));
+  return tokens;
+}
+
+/// The addresses of the L rows of the sources, each checked against
+/// `rowAlignment`: each listed source's buffer, or row l of the packed one
+/// at base + l * N * D * element size.
+SmallVector<Value> sourceRows(HostLauncher &host, OpBuilder &b, Location loc,
+                              ArrayRef<Value> buffers, bool packed,
+                              int64_t numSources, Value tokens64,
+                              int64_t rowElementBytes, int64_t rowAlignment,
+                              StringRef kernel, bool check) {
+  SmallVector<Value> rows;
+  Value rowBytes;
+  if (packed)
+    rowBytes =
+        arith::MulIOp::create(b, loc, tokens64, host.i64(rowElementBytes));
+  for (int64_t l = 0; l < numSources; ++l) {
+    Value address;
+    if (packed)
+      address = arith::AddIOp::create(
+          b, loc, host.addressOf(buffers[0]),
+          arith::MulIOp::create(b, loc, rowBytes, host.i64(l)));
+    else
+      address = host.addressOf(buffers[l]);
+    if (check)
+      host.requireAligned(address, rowAlignment,
+                          "the row of source " + Twine(l), kernel);
+    rows.push_back(address);
+  }
+  return rows;
+}
+
+const std::pair<gpu::GPUFuncOp, KernelInfo> *
+kernelOf(Operation *op, DictionaryAttr facts, StringRef role,
+         const RecordedKernels &kernels) {
+  auto name = facts.getAs<StringAttr>(role);
+  auto found = name ? kernels.find(name.getValue()) : kernels.end();
+  if (found == kernels.end()) {
+    op->emitError("convert-attnres-to-gpu: keep-host found no ")
+        << role << " kernel for the op";
+    return nullptr;
+  }
+  return &found->second;
+}
+
+int64_t integerFact(DictionaryAttr facts, StringRef name) {
+  auto value = facts.getAs<IntegerAttr>(name);
+  return value ? value.getInt() : 1;
+}
+
+LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
+                             const RecordedKernels &kernels,
+                             unsigned &refusals) {
+  const auto *forward = kernelOf(op, facts, "forward", kernels);
+  if (!forward)
+    return failure();
+  const auto &[kernel, info] = *forward;
+  HostLauncher host(op, refusals);
+  OpBuilder &b = host.builder();
+  Location loc = op.getLoc();
+
+  Value first = op.getSources().front();
+  int64_t lead = op.getPacked() ? 1 : 0;
+  Value tokens = tokenCount(host, b, loc, first, op.getPacked());
+  Value tokens64 = host.toI64(tokens);
+
+  SmallVector<Value> sourceBuffers;
+  for (Value source : op.getSources())
+    sourceBuffers.push_back(host.readBuffer(source));
+  Value query = host.readBuffer(op.getQuery());
+  Value keyNorm = host.readBuffer(op.getKeyNormWeight());
+  Value outputNorm = host.readBuffer(op.getOutputNormWeight());
+
+  // Results are [M?, T..., D], [M?, T...] or [M?, T..., D/2]: dimension i
+  // is dimension i + lead - (M? present) of a source.
+  int64_t offset = lead - (op.isMultiQuery() ? 1 : 0);
+  Value o = host.allocateLike(op.getOutput(), first, offset);
+  Value lse = host.allocateLike(op.getLse(), first, offset);
+  Value oPre = host.allocateLike(op.getOPre(), first, offset);
+  Value residual = host.allocateLike(op.getOPreResidual(), first, offset);
+
+  RankedTensorType sourceType = op.getSourceType();
+  int64_t elementBytes = bytesOf(sourceType.getElementType());
+  // Rows are read in vectors of the kernel's width.
+  SmallVector<Value> rows = sourceRows(
+      host, b, loc, sourceBuffers, op.getPacked(), op.getNumSourceValues(),
+      tokens64, sourceType.getShape().back() * elementBytes,
+      info.vectorWidth * elementBytes, info.name, /*check=*/true);
+  Value table = host.table(rows);
+
+  llvm::StringMap<Value> values;
+  auto bind = [&](StringRef name, Value buffer) {
     if (buffer)
-      buffersOfResults.push_back(buffer);
-  SmallVector<Value> results;
-  for (auto [result, buffer] : llvm::zip(op->getResults(), buffersOfResults))
-    results.push_back(bufferization::ToTensorOp::create(
-        b, loc, result.getType(), buffer, /*restrict=*/true,
-        /*writable=*/true));
-  op->replaceAllUsesWith(results);
-  op->erase();
+      values[name] = host.addressOf(buffer);
+  };
+  values["sources"] = host.addressOf(table);
+  bind("query", query);
+  bind("key_norm", keyNorm);
+  bind("output_norm", outputNorm);
+  bind("o", o);
+  bind("lse", lse);
+  bind("o_pre", oPre);
+  bind("o_pre_residual", residual);
+  values["num_tokens"] = tokens64;
+  values["num_rows"] =
+      arith::MulIOp::create(b, loc, host.i64(op.getNumQueries()), tokens64);
+  values["rows_per_weight"] = tokens64;
+  values["num_partitions"] = host.i64(1);
+  host.checkArguments(info, values, {"query", "key_norm", "output_norm"});
+  if (failed(host.launch(kernel, info, values, {{"N", tokens}})))
+    return failure();
+  host.finish({o, lse, oPre, residual});
   return success();
+}
+
+LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
+                              const RecordedKernels &kernels,
+                              unsigned &refusals) {
+  const auto *backward = kernelOf(op, facts, "backward", kernels);
+  const auto *finalize = kernelOf(op, facts, "finalize", kernels);
+  if (!backward || !finalize)
+    return failure();
+  const KernelInfo &info = backward->second;
+  HostLauncher host(op, refusals);
+  OpBuilder &b = host.builder();
+  Location loc = op.getLoc();
+  const IRIntegers &a = host.arithmetic();
+
+  Value first = op.getSources().front();
+  Value tokens = tokenCount(host, b, loc, first, op.getPacked());
+  Value tokens64 = host.toI64(tokens);
+
+  SmallVector<Value> sourceBuffers;
+  for (Value source : op.getSources())
+    sourceBuffers.push_back(host.readBuffer(source));
+  llvm::StringMap<Value> values;
+  auto bind = [&](StringRef name, Value buffer) {
+    if (buffer)
+      values[name] = host.addressOf(buffer);
+  };
+  bind("query", host.readBuffer(op.getQuery()));
+  bind("key_norm", host.readBuffer(op.getKeyNormWeight()));
+  bind("output_norm", host.readBuffer(op.getOutputNormWeight()));
+  bind("grad", host.readBuffer(op.getGradOutput()));
+  bind("lse", host.readBuffer(op.getLse()));
+  bind("saved", host.readBuffer(op.getSavedOutput()));
+  bind("saved_residual", host.readBuffer(op.getSavedResidual()));
+
+  // Gradients have the shapes of their operands.
+  SmallVector<Value> results;
+  for (auto [gradient, source] :
+       llvm::zip_equal(op.getGradSources(), op.getSources()))
+    results.push_back(host.allocateLike(gradient, source));
+  SmallVector<Value> gradientBuffers = results;
+  Value dq = host.allocateLike(op.getGradQuery(), op.getQuery());
+  Value dg =
+      host.allocateLike(op.getGradKeyNormWeight(), op.getKeyNormWeight());
+  Value dh =
+      host.allocateLike(op.getGradOutputNormWeight(), op.getOutputNormWeight());
+  results.append({dq, dg, dh});
+  bind("dq", dq);
+  bind("dg", dg);
+  bind("dh", dh);
+
+  RankedTensorType sourceType = op.getSourceType();
+  int64_t elementBytes = bytesOf(sourceType.getElementType());
+  int64_t rowElementBytes = sourceType.getShape().back() * elementBytes;
+  int64_t L = op.getNumSourceValues();
+  SmallVector<Value> rows =
+      sourceRows(host, b, loc, sourceBuffers, op.getPacked(), L, tokens64,
+                 rowElementBytes, info.vectorWidth * elementBytes, info.name,
+                 /*check=*/true);
+  // The gradient rows are this code's own allocations: aligned.
+  SmallVector<Value> gradientRows =
+      sourceRows(host, b, loc, gradientBuffers, op.getPacked(), L, tokens64,
+                 rowElementBytes, 1, info.name, /*check=*/false);
+  values["sources"] = host.addressOf(host.table(rows));
+  values["grad_sources"] = host.addressOf(host.table(gradientRows));
+
+  // Blocks B and source partitions P by the runtime's rules, from the
+  // device's occupancy of the backward kernel; the workspace of their
+  // partial rows.
+  int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
+  int64_t partialRowsPerBlock = integerFact(facts, "partial_rows_per_block");
+  Value resident = host.residentBlocks(info);
+  const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
+  Value blocks = ::attnres::launch::backwardBlocks(
+      a, resident, tokens64, rowsPerBlock * rules.tokensPerBlock);
+  Value partitions =
+      ::attnres::launch::backwardPartitions(a, resident, blocks, L, rules);
+  Value partialRows =
+      a.mul(a.mul(partitions, blocks), a.constant(partialRowsPerBlock));
+  int64_t M = op.getNumQueries(), R = op.getRank(), D = op.getWidth();
+  bool perQueryNorm =
+      op.getOutputNormWeight() &&
+      cast<RankedTensorType>(op.getOutputNormWeight().getType()).getRank() == 2;
+  auto layout = ::attnres::launch::backwardWorkspace(
+      a, partialRows, M * R,
+      op.getOutputNormWeight() ? (perQueryNorm ? M : 1) * D : 0);
+  Value workspace = host.allocateTemporary(
+      MemRefType::get({ShapedType::kDynamic}, b.getI8Type()),
+      {host.toIndex(layout.bytes)});
+  Value base = host.addressOf(workspace);
+  values["partial_da"] = base;
+  values["partial_dh"] = a.add(base, layout.dhOffset);
+  values["num_tokens"] = tokens64;
+  values["num_blocks"] = blocks;
+  values["num_partitions"] = partitions;
+  values["num_partial_rows"] = partialRows;
+
+  llvm::StringSet<> callerBuffers = {"query",         "key_norm", "output_norm",
+                                     "grad",          "lse",      "saved",
+                                     "saved_residual"};
+  host.checkArguments(info, values, callerBuffers);
+  host.checkArguments(finalize->second, values, callerBuffers);
+  llvm::StringMap<Value> symbols = {{"N", tokens},
+                                    {"B", host.toIndex(blocks)},
+                                    {"P", host.toIndex(partitions)}};
+  if (failed(host.launch(backward->first, info, values, symbols)) ||
+      failed(host.launch(finalize->first, finalize->second, values, symbols)))
+    return failure();
+  host.finish(results);
+  return success();
+}
+
+LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
+                                     const RecordedKernels &kernels,
+                                     unsigned &refusals) {
+  bool sum = op.getKind() == ReduceKind::Sum;
+  const auto *kernel = kernelOf(op, facts, sum ? "sum" : "merge", kernels);
+  if (!kernel)
+    return failure();
+  HostLauncher host(op, refusals);
+  OpBuilder &b = host.builder();
+  Location loc = op.getLoc();
+  Value partials = op.getPartials();
+
+  // The results are the partials' [T..., D] (or [S...]) without their
+  // leading P; rows are the product of T... (elements of S... for a sum).
+  Value output = op.getOutput();
+  auto outputType = cast<RankedTensorType>(output.getType());
+  int64_t rowDims = sum ? outputType.getRank() : outputType.getRank() - 1;
+  Value rows = host.index(1);
+  for (int64_t dim = 0; dim < rowDims; ++dim)
+    rows = arith::MulIOp::create(
+        b, loc, rows, tensor::DimOp::create(b, loc, partials, dim + 1));
+  Value rows64 = host.toI64(rows);
+
+  llvm::StringMap<Value> values;
+  auto bind = [&](StringRef name, Value buffer) {
+    if (buffer)
+      values[name] = host.addressOf(buffer);
+  };
+  Value o = host.allocateLike(output, partials, 1);
+  Value lse = host.allocateLike(op.getLse(), partials, 1);
+  Value oPre = host.allocateLike(op.getOPre(), partials, 1);
+  Value residual = host.allocateLike(op.getOPreResidual(), partials, 1);
+  llvm::StringSet<> callerBuffers;
+  if (sum) {
+    bind("partials", host.readBuffer(partials));
+    bind("output", o);
+    values["num_elements"] = rows64;
+    callerBuffers = {"partials"};
+  } else {
+    bind("partial_o", host.readBuffer(partials));
+    bind("partial_lse", host.readBuffer(op.getPartialLse()));
+    bind("sink", host.readBuffer(op.getSink()));
+    bind("output_norm", host.readBuffer(op.getOutputNormWeight()));
+    bind("o", o);
+    bind("lse", lse);
+    bind("o_pre", oPre);
+    bind("o_pre_residual", residual);
+    values["num_rows"] = rows64;
+    values["num_partitions"] = host.i64(op.getNumPartitions());
+    // A weight per row group ([K, D] weights over [K, T..., D] rows).
+    Value weightRows = rows64;
+    if (auto weight = op.getOutputNormWeight();
+        weight && cast<RankedTensorType>(weight.getType()).getRank() == 2)
+      weightRows = arith::DivUIOp::create(
+          b, loc, rows64,
+          host.i64(cast<RankedTensorType>(weight.getType()).getShape()[0]));
+    values["rows_per_weight"] = weightRows;
+    callerBuffers = {"partial_o", "partial_lse", "sink", "output_norm"};
+  }
+  host.checkArguments(kernel->second, values, callerBuffers);
+  if (failed(host.launch(kernel->first, kernel->second, values,
+                         {{"N", rows}, {"rows", rows}})))
+    return failure();
+  host.finish({o, lse, oPre, residual});
+  return success();
+}
+
+} // namespace
+
+LogicalResult gpu_kernels::replaceByLaunches(Operation *op,
+                                             DictionaryAttr facts,
+                                             const RecordedKernels &kernels,
+                                             unsigned &refusals) {
+  if (auto forward = dyn_cast<ForwardOp>(op))
+    return replaceForward(forward, facts, kernels, refusals);
+  if (auto backward = dyn_cast<BackwardOp>(op))
+    return replaceBackward(backward, facts, kernels, refusals);
+  return replacePartitionReduce(cast<PartitionReduceOp>(op), facts, kernels,
+                                refusals);
 }

@@ -20,9 +20,8 @@
 #include <string>
 #include <vector>
 
-namespace mlir::attnres {
-class ForwardOp;
-} // namespace mlir::attnres
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace mlir::attnres::gpu_kernels {
 
@@ -121,13 +120,20 @@ KernelInfo emitSumKernel(OpBuilder &b, Location loc, StringRef name,
 /// The name of an element type in the manifest ("bf16", "f32", ...).
 std::string typeName(Type type);
 
-/// Replaces a forward op by host code that launches `kernel`, its unsplit
-/// forward kernel, as `info` (the description the kernel was recorded with)
-/// says: the keep-host mode of convert-attnres-to-gpu (HostLaunch.cpp).
+/// The kernels the pass emitted, by name, each with the description it was
+/// recorded with (keep-host).
+using RecordedKernels = llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>>;
+
+/// Replaces an attnres op by host code that runs it with its kernels (named
+/// by role in `facts`, the op's manifest entry): the keep-host mode of
+/// convert-attnres-to-gpu (HostLaunch.cpp). A forward launches its unsplit
+/// kernel; a backward its kernel on B x P blocks (the runtime's rules, at
+/// run time) and its finalize; a partition_reduce its merge or sum.
 /// `refusals` numbers the messages of the alignment checks across the
 /// module's ops.
-LogicalResult replaceByLaunch(ForwardOp op, gpu::GPUFuncOp kernel,
-                              const KernelInfo &info, unsigned &refusals);
+LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
+                                const RecordedKernels &kernels,
+                                unsigned &refusals);
 
 } // namespace mlir::attnres::gpu_kernels
 

@@ -22,20 +22,23 @@
 // CHECK-DAG: %[[VB:.*]] = bufferization.to_buffer %[[V]] read_only : tensor<4x?x256xbf16> to memref<4x?x256xbf16>
 // CHECK-DAG: bufferization.to_buffer %[[Q]] read_only
 // CHECK-DAG: bufferization.to_buffer %[[G]] read_only
-// CHECK: %[[O:.*]] = gpu.alloc  (%[[N]]) : memref<?x256xbf16>
-// CHECK: %[[LSE:.*]] = gpu.alloc  (%[[N]]) : memref<?xf32>
-// CHECK: %[[HOST:.*]] = memref.alloca() : memref<4xi64>
+// CHECK: %[[O:.*]] = gpu.alloc  (%{{.*}}) : memref<?x256xbf16>
+// CHECK: %[[LSE:.*]] = gpu.alloc  (%{{.*}}) : memref<?xf32>
 // CHECK: %[[ROW:.*]] = arith.muli %[[N64]], %c512_i64
+// CHECK: arith.remui %{{.*}}, %c16_i64
+// CHECK: llvm.mlir.addressof @attnres_refusal_1
+// CHECK: scf.if
+// CHECK-NEXT: func.call @attnresGpuRefuseLaunch
+// CHECK: %[[HOST:.*]] = memref.alloca() : memref<4xi64>
 // CHECK: memref.store %{{.*}}, %[[HOST]][%c3{{.*}}] : memref<4xi64>
 // CHECK: %[[TABLE:.*]] = gpu.alloc  () : memref<4xi64>
 // CHECK: gpu.memcpy  %[[TABLE]], %[[HOST]]
-// CHECK: %[[REM:.*]] = arith.remui %{{.*}}, %c16_i64
 // CHECK: llvm.mlir.addressof @attnres_refusal_5
 // CHECK: scf.if
 // CHECK-NEXT: func.call @attnresGpuRefuseLaunch
 // CHECK: %[[BLOCKS:.*]] = arith.ceildivui %{{.*}}, %c4
-// CHECK: %[[ANY:.*]] = arith.cmpi ugt, %{{.*}}, %c0
-// CHECK: %[[GO:.*]] = arith.andi %[[ANY]], %{{.*}} : i1
+// CHECK: %[[ANY:.*]] = arith.cmpi ugt, %[[BLOCKS]], %c0
+// CHECK: %[[GO:.*]] = arith.andi %{{.*}}, %[[ANY]] : i1
 // CHECK: scf.if %[[GO]] {
 // CHECK-NEXT: gpu.launch_func  @attnres_kernels::@packed_0_forward blocks in (%[[BLOCKS]], %{{.*}}, %{{.*}}) threads in (%c128, %{{.*}}, %{{.*}}) args(%{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[N64]] : i64)
 // CHECK: gpu.dealloc  %[[TABLE]]
@@ -63,9 +66,12 @@ func.func @packed(%v: tensor<4x?x256xbf16>, %q: tensor<256xbf16>,
 // CHECK: arith.muli %{{.*}}, %[[T1]]
 // CHECK-DAG: %[[AB:.*]] = bufferization.to_buffer %[[A]] read_only
 // CHECK-DAG: %[[BB:.*]] = bufferization.to_buffer %[[B]] read_only
-// CHECK: gpu.alloc  (%[[T1]]) : memref<2x?x64xf32>
-// CHECK: gpu.alloc  (%[[T1]]) : memref<2x?xf32>
-// CHECK: gpu.alloc  (%[[T1]]) : memref<2x?x64xf32>
+// CHECK: %[[D1:.*]] = tensor.dim %[[A]], %c1
+// CHECK-NEXT: gpu.alloc  (%[[D1]]) : memref<2x?x64xf32>
+// CHECK: %[[D2:.*]] = tensor.dim %[[A]], %c1
+// CHECK-NEXT: gpu.alloc  (%[[D2]]) : memref<2x?xf32>
+// CHECK: %[[D3:.*]] = tensor.dim %[[A]], %c1
+// CHECK-NEXT: gpu.alloc  (%[[D3]]) : memref<2x?x64xf32>
 // CHECK: memref.extract_aligned_pointer_as_index %[[AB]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[BB]]
 // CHECK: gpu.launch_func  @attnres_kernels::@list_0_forward
@@ -84,10 +90,14 @@ func.func @list(%a: tensor<2x?x64xf32>, %b: tensor<2x?x64xf32>,
 // Three queries with per-query output norms: o, lse and o_pre gain a
 // leading dimension of 3, the token count stays the dynamic size.
 // CHECK-LABEL: func.func @queries(
-// CHECK: %[[T:.*]] = tensor.dim %{{.*}}, %c1
-// CHECK: gpu.alloc  (%[[T]]) : memref<3x?x64xbf16>
-// CHECK: gpu.alloc  (%[[T]]) : memref<3x?xf32>
-// CHECK: gpu.alloc  (%[[T]]) : memref<3x?x64xbf16>
+// CHECK-SAME: %[[V:[^:]*]]: tensor<5x?x64xbf16>
+// CHECK: to_buffer
+// CHECK: %[[T1:.*]] = tensor.dim %[[V]], %c1
+// CHECK-NEXT: gpu.alloc  (%[[T1]]) : memref<3x?x64xbf16>
+// CHECK: %[[T2:.*]] = tensor.dim %[[V]], %c1
+// CHECK-NEXT: gpu.alloc  (%[[T2]]) : memref<3x?xf32>
+// CHECK: %[[T3:.*]] = tensor.dim %[[V]], %c1
+// CHECK-NEXT: gpu.alloc  (%[[T3]]) : memref<3x?x64xbf16>
 // CHECK: gpu.launch_func  @attnres_kernels::@queries_0_forward
 func.func @queries(%v: tensor<5x?x64xbf16>, %q: tensor<3x64xbf16>,
                    %h: tensor<3x64xbf16>) -> tensor<3x?x64xbf16> {
@@ -99,14 +109,109 @@ func.func @queries(%v: tensor<5x?x64xbf16>, %q: tensor<3x64xbf16>,
 
 // -----
 
-// Only the forward is lowered to launches so far: a backward says so.
-func.func @backward(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>,
-                    %do: tensor<?x64xf32>, %lse: tensor<?xf32>)
-    -> (tensor<2x?x64xf32>, tensor<64xf32>) {
-  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 lowers attnres.forward to launches so far; attnres.backward is launched by the runtime from a bundle (keep-host=0)}}
-  %dv, %dq = attnres.backward packed(%v : tensor<2x?x64xf32>)
-      query(%q : tensor<64xf32>) grad(%do : tensor<?x64xf32>)
-      lse(%lse : tensor<?xf32>)
-      -> tensor<2x?x64xf32>, tensor<64xf32>
-  return %dv, %dq : tensor<2x?x64xf32>, tensor<64xf32>
+// A backward: the gradients allocated with the shapes of their operands,
+// two tables (the source rows, checked; the gradient rows, this code's own
+// allocations), then the blocks B and partitions P of the runtime's rules
+// from the device's occupancy of the kernel (attnresGpuResidentBlocks):
+// B = max(1, min(resident, ceil(N / 16))) (16 rows a block),
+// P = clamp(min(resident / B, L / 4), 1, L), the workspace of P * B partial
+// rows (da: 256 bytes a row, dh: 256 bytes a row, each part 256-byte
+// aligned), the backward on B x P blocks and the finalize on its fixed grid.
+// Each caller buffer is checked once, at the larger of the two kernels'
+// alignments.
+// CHECK-DAG: llvm.mlir.global internal constant @attnres_kernel_name_backward_0_backward("backward_0_backward\00")
+// CHECK-DAG: func.func private @attnresGpuResidentBlocks(!llvm.ptr, i64) -> i64
+// CHECK-LABEL: func.func @backward(
+// CHECK-SAME: %[[V:[^:]*]]: tensor<8x?x64xbf16>
+// CHECK: %[[N:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[DVN:.*]] = tensor.dim %[[V]], %c1
+// CHECK: %[[DV:.*]] = gpu.alloc  (%[[DVN]]) : memref<8x?x64xbf16>
+// CHECK: %[[DQ:.*]] = gpu.alloc  () : memref<64xbf16>
+// CHECK: %[[DG:.*]] = gpu.alloc  () : memref<64xbf16>
+// CHECK: %[[DH:.*]] = gpu.alloc  () : memref<64xbf16>
+// CHECK: llvm.mlir.addressof @attnres_refusal_8
+// CHECK: %[[ROWS:.*]] = gpu.alloc  () : memref<8xi64>
+// CHECK: %[[GRADS:.*]] = gpu.alloc  () : memref<8xi64>
+// CHECK: %[[RESIDENT:.*]] = call @attnresGpuResidentBlocks(%{{.*}}, %c128_i64
+// CHECK: %[[TB:.*]] = arith.ceildivsi %[[N]], %c16_i64
+// CHECK: %[[B0:.*]] = arith.minsi %[[RESIDENT]], %[[TB]]
+// CHECK: %[[B:.*]] = arith.maxsi %c1_i64{{.*}}, %[[B0]]
+// CHECK: %[[P0:.*]] = arith.divsi %[[RESIDENT]], %{{.*}}
+// CHECK: arith.minsi %[[P0]], %c2_i64
+// CHECK: %[[P:.*]] = arith.minsi %{{.*}}, %c8_i64
+// CHECK: %[[PB:.*]] = arith.muli %[[P]], %[[B]]
+// CHECK: %[[PARTIAL:.*]] = arith.muli %[[PB]], %c1_i64
+// CHECK: %[[BYTES:.*]] = arith.index_cast %{{.*}} : i64 to index
+// CHECK: %[[WORK:.*]] = gpu.alloc  (%[[BYTES]]) : memref<?xi8>
+// CHECK: llvm.mlir.addressof @attnres_refusal_14
+// CHECK-NOT: @attnres_refusal_15
+// CHECK: %[[BI:.*]] = arith.index_cast %[[B]] : i64 to index
+// CHECK: %[[PI:.*]] = arith.index_cast %[[P]] : i64 to index
+// CHECK: arith.muli %[[BI]], %c1
+// CHECK: arith.muli %[[PI]], %c1
+// CHECK: gpu.launch_func  @attnres_kernels::@backward_0_backward blocks in (%{{.*}}, %{{.*}}, %c1{{.*}}) threads in (%c128, {{.*}}) args({{.*}}, %[[N]] : i64, %[[B]] : i64, %[[P]] : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@backward_0_finalize blocks in (%c4{{.*}}, %c1{{.*}}, %c1{{.*}}) threads in (%c512, {{.*}}) args({{.*}}, %[[PARTIAL]] : i64)
+// CHECK-DAG: gpu.dealloc  %[[ROWS]]
+// CHECK-DAG: gpu.dealloc  %[[GRADS]]
+// CHECK-DAG: gpu.dealloc  %[[WORK]]
+// CHECK: %[[DVT:.*]] = bufferization.to_tensor %[[DV]] restrict writable
+// CHECK: %[[DQT:.*]] = bufferization.to_tensor %[[DQ]] restrict writable
+// CHECK: %[[DGT:.*]] = bufferization.to_tensor %[[DG]] restrict writable
+// CHECK: %[[DHT:.*]] = bufferization.to_tensor %[[DH]] restrict writable
+// CHECK: return %[[DVT]], %[[DQT]], %[[DGT]], %[[DHT]]
+func.func @backward(%v: tensor<8x?x64xbf16>, %q: tensor<64xbf16>,
+                    %g: tensor<64xbf16>, %h: tensor<64xbf16>,
+                    %do: tensor<?x64xbf16>, %lse: tensor<?xf32>,
+                    %o: tensor<?x64xbf16>)
+    -> (tensor<8x?x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+        tensor<64xbf16>) {
+  %dv, %dq, %dg, %dh = attnres.backward packed(%v : tensor<8x?x64xbf16>)
+      query(%q : tensor<64xbf16>) key_norm(%g : tensor<64xbf16>)
+      output_norm(%h : tensor<64xbf16>) grad(%do : tensor<?x64xbf16>)
+      lse(%lse : tensor<?xf32>) saved(%o : tensor<?x64xbf16>)
+      -> tensor<8x?x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>
+  return %dv, %dq, %dg, %dh
+      : tensor<8x?x64xbf16>, tensor<64xbf16>, tensor<64xbf16>, tensor<64xbf16>
+}
+
+// -----
+
+// A softmax partition_reduce: rows are the partials' dimensions after P
+// (here N), the merge kernel's grid ceil(N / 16), P = 4 a constant; the
+// partials, their lse, the sink and the weight checked.
+// CHECK-LABEL: func.func @merge(
+// CHECK-SAME: %[[OP:[^:]*]]: tensor<4x?x64xf32>
+// CHECK: %[[N:.*]] = tensor.dim %[[OP]], %c1
+// CHECK: %[[ROWS:.*]] = arith.muli %c1{{.*}}, %[[N]] : index
+// CHECK: %[[ROWS64:.*]] = arith.index_cast %[[ROWS]] : index to i64
+// CHECK: gpu.alloc  (%{{.*}}) : memref<?x64xbf16>
+// CHECK: gpu.alloc  (%{{.*}}) : memref<?xf32>
+// CHECK: llvm.mlir.addressof @attnres_refusal_4
+// CHECK: %[[GRID:.*]] = arith.ceildivui %{{.*}}, %c16
+// CHECK: gpu.launch_func  @attnres_kernels::@merge_0_merge blocks in (%[[GRID]], {{.*}}) threads in (%c128, {{.*}}) args({{.*}}, %[[ROWS64]] : i64, %c4_i64 : i64)
+func.func @merge(%op: tensor<4x?x64xf32>, %lp: tensor<4x?xf32>,
+                 %s: tensor<?xf32>, %h: tensor<64xbf16>)
+    -> (tensor<?x64xbf16>, tensor<?xf32>) {
+  %o, %lse = attnres.partition_reduce softmax %op : tensor<4x?x64xf32>
+      lse(%lp : tensor<4x?xf32>) sink(%s : tensor<?xf32>)
+      output_norm(%h : tensor<64xbf16>) -> tensor<?x64xbf16>, tensor<?xf32>
+  return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
+}
+
+// -----
+
+// A sum partition_reduce: every element of the result, N * 16, in blocks
+// of 256.
+// CHECK-LABEL: func.func @finalize(
+// CHECK: %[[D:.*]] = tensor.dim %{{.*}}, %c2
+// CHECK: %[[ELEMENTS:.*]] = arith.muli %{{.*}}, %[[D]] : index
+// CHECK: %[[ELEMENTS64:.*]] = arith.index_cast %[[ELEMENTS]] : index to i64
+// CHECK: gpu.alloc  (%{{.*}}) : memref<?x16xbf16>
+// CHECK: %[[GRID:.*]] = arith.ceildivui %{{.*}}, %c256
+// CHECK: gpu.launch_func  @attnres_kernels::@finalize_0_sum blocks in (%[[GRID]], {{.*}}) threads in (%c256{{.*}}, {{.*}}) args(%{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[ELEMENTS64]] : i64)
+func.func @finalize(%partials: tensor<7x?x16xf32>) -> tensor<?x16xbf16> {
+  %dq = attnres.partition_reduce sum %partials : tensor<7x?x16xf32>
+      -> tensor<?x16xbf16>
+  return %dq : tensor<?x16xbf16>
 }
