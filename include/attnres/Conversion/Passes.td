@@ -148,12 +148,13 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "Partial rows a merge with a run-time partition count loads before "
            "it adds any: 0 chooses 4">,
     Option<"keepHost", "keep-host", "bool", /*default=*/"false",
-           "Keep the functions and replace each attnres.forward by host code "
-           "that launches its unsplit forward kernel (gpu.alloc for the "
-           "results, the table of source rows copied to the device, "
-           "gpu.launch_func with the grid of the kernel's own rule), for "
-           "upstream bufferization and gpu-to-llvm to lower; other attnres "
-           "ops are refused (the runtime launches them from a bundle)">
+           "Keep the functions and replace each attnres op by host code "
+           "that launches its kernels (gpu.alloc for the results and "
+           "workspace, the tables of source rows copied to the device, "
+           "gpu.launch_func with the grids of the kernels' own rules; a "
+           "forward's unsplit kernel, a backward's on blocks and partitions "
+           "sized at run time by the runtime's rules, and its finalize), for "
+           "upstream bufferization and gpu-to-llvm to lower">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -44,8 +44,8 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
       llvm::cl::init(defaultCudaToolkit())};
   PassOptions::Option<bool> keepHost{
       *this, "keep-host",
-      llvm::cl::desc("Keep the functions: each attnres.forward becomes the "
-                     "launch of its kernel, and the host code is lowered to "
+      llvm::cl::desc("Keep the functions: each attnres op becomes the "
+                     "launches of its kernels, and the host code is lowered to "
                      "the LLVM dialect calling the mgpu* functions "
                      "(libAttnResRuntime), ready for mlir-translate"),
       llvm::cl::init(false)};
