@@ -10,12 +10,15 @@
 #include "attnres-c/GpuWrappers.h"
 
 #include "DriverApi.h"
+#include "attnres/Bundle/LaunchRules.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -64,6 +67,8 @@ struct CudaDriver {
   Result (*getErrorString)(Result, const char **) = nullptr;
   Result (*deviceGetAttribute)(int *, int, int) = nullptr;
   Result (*occupancy)(int *, void *, int, size_t) = nullptr;
+  Result (*occupancyMaxActiveClusters)(
+      int *, void *, const attnres::driver::LaunchConfig *) = nullptr;
 
   std::string describe(Result result) const {
     const char *text = nullptr;
@@ -133,6 +138,7 @@ const CudaDriver &driver() {
     bind(library, "cuGetErrorString", d.getErrorString);
     // CUDA 12 and later: cluster launches.
     bind(library, "cuLaunchKernelEx", d.launchKernelEx);
+    bind(library, "cuOccupancyMaxActiveClusters", d.occupancyMaxActiveClusters);
     if (!found) {
       d.unusable = "the CUDA driver (libcuda.so.1) lacks an entry point the "
                    "mgpu* functions need (CUDA 11 or later is)";
@@ -334,19 +340,28 @@ void withEvent(const char *function, void *event, Use use) {
   succeeded(function, *d, use(*d, event));
 }
 
-/// The modules loaded and not unloaded, for attnresGpuResidentBlocks, which
-/// looks a kernel up by name (the host code that asks has no module handle:
-/// upstream's lowering keeps it in a private global).
+/// The modules loaded and not unloaded, for the occupancy queries
+/// (attnresGpuResidentBlocks, attnresGpuClusterCapacity), which look a
+/// kernel up by name: the host code that asks has no module handle
+/// (upstream's lowering keeps it in a private global). The answers are
+/// kept, since generated code asks at every call and a kernel's occupancy
+/// does not change; loading or unloading a module forgets them.
 class LoadedModules {
 public:
+  /// A kernel's name, its block threads, its cluster's blocks (0: the
+  /// resident-blocks query) and the device.
+  using Question = std::tuple<std::string, int64_t, int64_t, int>;
+
   static void add(void *module) {
     std::lock_guard<std::mutex> lock(mutex());
     modules().push_back(module);
+    answers().clear();
   }
   static void remove(void *module) {
     std::lock_guard<std::mutex> lock(mutex());
     auto &all = modules();
     all.erase(std::remove(all.begin(), all.end(), module), all.end());
+    answers().clear();
   }
   /// The kernel named `name` of the latest loaded module that has one, or
   /// null.
@@ -359,6 +374,18 @@ public:
     }
     return nullptr;
   }
+  static bool answered(const Question &question, int64_t &answer) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto found = answers().find(question);
+    if (found == answers().end())
+      return false;
+    answer = found->second;
+    return true;
+  }
+  static void remember(const Question &question, int64_t answer) {
+    std::lock_guard<std::mutex> lock(mutex());
+    answers()[question] = answer;
+  }
 
 private:
   // Never destroyed, as the state above: modules unload from destructors.
@@ -370,7 +397,49 @@ private:
     static std::vector<void *> *instance = new std::vector<void *>;
     return *instance;
   }
+  static std::map<Question, int64_t> &answers() {
+    static auto *instance = new std::map<Question, int64_t>;
+    return *instance;
+  }
 };
+
+/// An occupancy query of the kernel named `kernelName` in blocks of
+/// `blockThreads` threads (`clusterBlocks` > 0: in clusters of that many
+/// blocks): the kept answer, else `ask`'s (kept where it succeeded). 0
+/// (reported) where the arguments are wrong, the kernel is not loaded or
+/// the driver fails.
+template <typename Ask>
+int64_t occupancyQuery(const char *function, const char *kernelName,
+                       int64_t blockThreads, int64_t clusterBlocks, Ask ask) {
+  if (!kernelName || blockThreads < 1 || blockThreads > 1024 ||
+      clusterBlocks < 0 || clusterBlocks > attnres::launch::kMaxClusterBlocks) {
+    report(function,
+           "no kernel name, a block of " + std::to_string(blockThreads) +
+               " threads (outside [1, 1024]) or a cluster of " +
+               std::to_string(clusterBlocks) + " blocks (outside [1, " +
+               std::to_string(attnres::launch::kMaxClusterBlocks) + "])");
+    return 0;
+  }
+  LoadedModules::Question question{kernelName, blockThreads, clusterBlocks,
+                                   defaultDevice};
+  int64_t answer = 0;
+  if (LoadedModules::answered(question, answer))
+    return answer;
+  DeviceScope scope(function);
+  const CudaDriver *d = scope.get();
+  if (!d)
+    return 0;
+  void *kernel = LoadedModules::find(*d, kernelName);
+  if (!kernel) {
+    report(function,
+           std::string("no loaded module has a kernel '") + kernelName + "'");
+    return 0;
+  }
+  if (!ask(*d, kernel, answer))
+    return 0;
+  LoadedModules::remember(question, answer);
+  return answer;
+}
 
 /// Issues a fill of `count` elements at `destination` with `fill`.
 template <typename Fill>
@@ -474,32 +543,59 @@ void *mgpuModuleGetFunction(void *module, const char *name) {
 
 int64_t attnresGpuResidentBlocks(const char *kernelName, int64_t blockThreads) {
   const char *function = "attnresGpuResidentBlocks";
-  DeviceScope scope(function);
-  const CudaDriver *d = scope.get();
-  if (!d)
-    return 0;
-  if (!kernelName || blockThreads < 1 || blockThreads > 1024) {
-    report(function, "no kernel name, or a block of " +
-                         std::to_string(blockThreads) +
-                         " threads (outside [1, 1024])");
-    return 0;
-  }
-  void *kernel = LoadedModules::find(*d, kernelName);
-  if (!kernel) {
+  return occupancyQuery(
+      function, kernelName, blockThreads, 0,
+      [&](const CudaDriver &d, void *kernel, int64_t &answer) {
+        int perMultiprocessor = 0, multiprocessors = 0, device = 0;
+        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16.
+        if (!succeeded(function, d,
+                       d.occupancy(&perMultiprocessor, kernel,
+                                   static_cast<int>(blockThreads), 0)) ||
+            !succeeded(function, d, d.deviceGet(&device, defaultDevice)) ||
+            !succeeded(function, d,
+                       d.deviceGetAttribute(&multiprocessors, 16, device)))
+          return false;
+        answer = int64_t(perMultiprocessor) * multiprocessors;
+        return true;
+      });
+}
+
+int64_t attnresGpuClusterCapacity(const char *kernelName, int64_t blockThreads,
+                                  int64_t clusterBlocks) {
+  const char *function = "attnresGpuClusterCapacity";
+  if (clusterBlocks < 1) {
     report(function,
-           std::string("no loaded module has a kernel '") + kernelName + "'");
+           "a cluster of " + std::to_string(clusterBlocks) + " blocks");
     return 0;
   }
-  int perMultiprocessor = 0, multiprocessors = 0, device = 0;
-  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16.
-  if (!succeeded(function, *d,
-                 d->occupancy(&perMultiprocessor, kernel,
-                              static_cast<int>(blockThreads), 0)) ||
-      !succeeded(function, *d, d->deviceGet(&device, defaultDevice)) ||
-      !succeeded(function, *d,
-                 d->deviceGetAttribute(&multiprocessors, 16, device)))
+  // ATTNRES_NO_CLUSTERS=1 keeps clustered kernels out, for comparisons, as
+  // it does in the bundle runtime.
+  const char *noClusters = std::getenv("ATTNRES_NO_CLUSTERS");
+  if (noClusters && *noClusters && *noClusters != '0')
     return 0;
-  return int64_t(perMultiprocessor) * multiprocessors;
+  return occupancyQuery(
+      function, kernelName, blockThreads, clusterBlocks,
+      [&](const CudaDriver &d, void *kernel, int64_t &answer) {
+        // A driver before CUDA 12 has no clusters: none fit.
+        if (!d.occupancyMaxActiveClusters) {
+          answer = 0;
+          return true;
+        }
+        const unsigned blocks = static_cast<unsigned>(clusterBlocks);
+        const unsigned grid[3] = {1, blocks, 1};
+        const unsigned block[3] = {static_cast<unsigned>(blockThreads), 1, 1};
+        const unsigned cluster[3] = {1, blocks, 1};
+        attnres::driver::LaunchAttribute attribute;
+        attnres::driver::LaunchConfig config = attnres::driver::clusterLaunch(
+            grid, block, cluster, 0, nullptr, attribute);
+        int clusters = 0;
+        if (!succeeded(
+                function, d,
+                d.occupancyMaxActiveClusters(&clusters, kernel, &config)))
+          return false;
+        answer = clusters;
+        return true;
+      });
 }
 
 void mgpuLaunchKernel(void *kernel, intptr_t gridX, intptr_t gridY,

@@ -233,8 +233,6 @@ int64_t elementBytes(const std::string &type) {
   return 1;
 }
 
-int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
-
 using attnres::launch::ceilDiv;
 
 } // namespace
@@ -846,9 +844,11 @@ size_t forwardWorkspace(const AttnresRuntime &runtime, const Op &op,
                         int64_t tokens, int64_t partitions) {
   if (partitions <= 1 || clusteredForward(runtime, op, tokens, partitions))
     return 0;
-  int64_t M = op.integer("num_queries", 1), D = op.integer("width");
-  return align256(partitions * M * tokens * D * 4) +
-         align256(partitions * M * tokens * 4);
+  int64_t M = op.integer("num_queries", 1);
+  return attnres::launch::forwardWorkspace(attnres::launch::Integers(),
+                                           partitions * M * tokens,
+                                           op.integer("width"))
+      .bytes;
 }
 
 /// The partial rows of a backward: partial_rows_per_block for every block
@@ -1011,7 +1011,10 @@ AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
   char *workspace = static_cast<char *>(args->workspace);
   values.pointers["partial_o"] = workspace;
   values.pointers["partial_lse"] =
-      workspace + align256(P * M * N * entry.integer("width") * 4);
+      workspace + attnres::launch::forwardWorkspace(attnres::launch::Integers(),
+                                                    P * M * N,
+                                                    entry.integer("width"))
+                      .lseOffset;
   ATTNRES_TRY(launch(*runtime, partial, values, {{"N", N}, {"P", P}}, stream));
   ATTNRES_TRY(launch(*runtime, merge, values, {{"rows", M * N}}, stream));
   return ATTNRES_OK;

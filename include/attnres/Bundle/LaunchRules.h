@@ -61,22 +61,29 @@ struct Integers {
   Value add(Value a, Value b) const { return a + b; }
 };
 
+/// The most partitions a forward's L sources split into, whatever the
+/// device: L / sourcesPerPartition and rowSourceBytes / partitionBytes
+/// (rowSourceBytes = L * D * element size), at least 1.
+inline int64_t forwardPartitionLimit(int64_t numSources, int64_t rowSourceBytes,
+                                     const Rules &rules) {
+  return std::max<int64_t>(1, std::min(numSources / rules.sourcesPerPartition,
+                                       rowSourceBytes / rules.partitionBytes));
+}
+
 /// Partitions of a forward's L sources when `tokenBlocks` blocks cover its
 /// rows and the device holds `residentBlocks` at once:
 /// floor(residentBlocks / tokenBlocks), rounded down because a partition
 /// more than the device holds at once starts a second wave of blocks,
 /// which costs more than the parallelism it adds; at most
-/// L / sourcesPerPartition and rowSourceBytes / partitionBytes
-/// (rowSourceBytes = L * D * element size); in [1, L].
+/// forwardPartitionLimit; in [1, L].
 template <typename A>
 typename A::Value
 forwardPartitions(const A &a, typename A::Value residentBlocks,
                   typename A::Value tokenBlocks, int64_t numSources,
                   int64_t rowSourceBytes, const Rules &rules) {
   auto wanted = a.div(residentBlocks, a.max(a.constant(1), tokenBlocks));
-  auto partitions = a.min(
-      wanted, a.constant(std::min(numSources / rules.sourcesPerPartition,
-                                  rowSourceBytes / rules.partitionBytes)));
+  auto partitions = a.min(wanted, a.constant(forwardPartitionLimit(
+                                      numSources, rowSourceBytes, rules)));
   return a.min(a.max(partitions, a.constant(1)),
                a.constant(std::max<int64_t>(numSources, 1)));
 }
@@ -108,6 +115,27 @@ typename A::Value backwardPartitions(const A &a,
                a.constant(std::max<int64_t>(numSources, 1)));
 }
 
+/// Bytes of `count` floats rounded up to 256 (each part of a workspace
+/// starts 256-byte aligned).
+template <typename A>
+typename A::Value alignedFloatBytes(const A &a, typename A::Value count) {
+  auto bytes = a.mul(count, a.constant(4));
+  return a.mul(a.ceilDiv(bytes, a.constant(256)), a.constant(256));
+}
+
+/// Where the split forward's partial results lie in its workspace:
+/// partial_o, `partialRows` (P * M * N) rows of `width` floats, at 0;
+/// partial_lse, a float a row, at lseOffset.
+template <typename A> struct ForwardWorkspace {
+  typename A::Value lseOffset, bytes;
+};
+template <typename A>
+ForwardWorkspace<A> forwardWorkspace(const A &a, typename A::Value partialRows,
+                                     int64_t width) {
+  auto oBytes = alignedFloatBytes(a, a.mul(partialRows, a.constant(width)));
+  return {oBytes, a.add(oBytes, alignedFloatBytes(a, partialRows))};
+}
+
 /// Where the backward's partial rows lie in its workspace: partial_da, the
 /// `partialRows` rows of `daFloats` floats of the query gradient's partial
 /// sums, at 0; partial_dh, rows of `dhFloats` floats of the output-norm
@@ -121,8 +149,7 @@ BackwardWorkspace<A> backwardWorkspace(const A &a,
                                        typename A::Value partialRows,
                                        int64_t daFloats, int64_t dhFloats) {
   auto aligned = [&](int64_t floats) {
-    auto bytes = a.mul(partialRows, a.constant(floats * 4));
-    return a.mul(a.ceilDiv(bytes, a.constant(256)), a.constant(256));
+    return alignedFloatBytes(a, a.mul(partialRows, a.constant(floats)));
   };
   auto daBytes = aligned(daFloats);
   return {daBytes, dhFloats ? a.add(daBytes, aligned(dhFloats)) : daBytes};

@@ -220,10 +220,23 @@ public:
         op, "attnresGpuResidentBlocks",
         FunctionType::get(b.getContext(), {pointerType(), b.getI64Type()},
                           {b.getI64Type()}));
-    Value name =
-        globalString("attnres_kernel_name_" + Twine(kernel.name), kernel.name);
+    return func::CallOp::create(
+               b, loc, query, ValueRange{kernelName(kernel), i64(kernel.block)})
+        .getResult(0);
+  }
+
+  /// Clusters of `clusterBlocks` blocks of `kernel` the device holds at
+  /// once (attnresGpuClusterCapacity).
+  Value clusterCapacity(const KernelInfo &kernel, int64_t clusterBlocks) {
+    func::FuncOp query = runtimeFunction(
+        op, "attnresGpuClusterCapacity",
+        FunctionType::get(b.getContext(),
+                          {pointerType(), b.getI64Type(), b.getI64Type()},
+                          {b.getI64Type()}));
     return func::CallOp::create(b, loc, query,
-                                ValueRange{name, i64(kernel.block)})
+                                ValueRange{kernelName(kernel),
+                                           i64(kernel.block),
+                                           i64(clusterBlocks)})
         .getResult(0);
   }
 
@@ -270,11 +283,17 @@ public:
     }
     Value one = index(1);
     Value block = index(info.block);
+    // The blocks along y of a clustered kernel form one cluster.
+    std::optional<gpu::KernelDim3> cluster;
+    if (info.clusterY)
+      cluster = gpu::KernelDim3{one, grid[1], one};
     scf::IfOp::create(b, loc, go, [&](OpBuilder &nested, Location at) {
       gpu::LaunchFuncOp::create(nested, at, kernel,
                                 gpu::KernelDim3{grid[0], grid[1], grid[2]},
                                 gpu::KernelDim3{block, one, one},
-                                /*dynamicSharedMemorySize=*/Value(), arguments);
+                                /*dynamicSharedMemorySize=*/Value(), arguments,
+                                /*asyncTokenType=*/Type(),
+                                /*asyncDependencies=*/ValueRange(), cluster);
       scf::YieldOp::create(nested, at);
     });
     return success();
@@ -300,6 +319,18 @@ public:
   }
 
 private:
+  /// The address of the kernel's name, a global string made once.
+  Value kernelName(const KernelInfo &kernel) {
+    std::string symbol = "attnres_kernel_name_" + kernel.name;
+    auto module = op->getParentOfType<ModuleOp>();
+    if (auto existing = module.lookupSymbol<LLVM::GlobalOp>(symbol)) {
+      Value address = LLVM::AddressOfOp::create(b, loc, existing);
+      return LLVM::GEPOp::create(b, loc, pointerType(), existing.getType(),
+                                 address, ArrayRef<LLVM::GEPArg>{0, 0});
+    }
+    return globalString(symbol, kernel.name);
+  }
+
   Type pointerType() { return LLVM::LLVMPointerType::get(b.getContext()); }
 
   /// The address of a NUL-terminated global string. Made where the builder
@@ -383,13 +414,20 @@ int64_t integerFact(DictionaryAttr facts, StringRef name) {
 LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
                              const RecordedKernels &kernels,
                              unsigned &refusals) {
-  const auto *forward = kernelOf(op, facts, "forward", kernels);
-  if (!forward)
+  const auto *whole = kernelOf(op, facts, "forward", kernels);
+  const auto *partial = kernelOf(op, facts, "forward_partial", kernels);
+  const auto *merge = kernelOf(op, facts, "merge", kernels);
+  if (!whole || !partial || !merge)
     return failure();
-  const auto &[kernel, info] = *forward;
+  // Where the pass emitted one (sm_90 with clusters=1).
+  const std::pair<gpu::GPUFuncOp, KernelInfo> *clustered = nullptr;
+  if (facts.get("forward_cluster") &&
+      !(clustered = kernelOf(op, facts, "forward_cluster", kernels)))
+    return failure();
   HostLauncher host(op, refusals);
   OpBuilder &b = host.builder();
   Location loc = op.getLoc();
+  const IRIntegers &a = host.arithmetic();
 
   Value first = op.getSources().front();
   int64_t lead = op.getPacked() ? 1 : 0;
@@ -411,13 +449,18 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   Value oPre = host.allocateLike(op.getOPre(), first, offset);
   Value residual = host.allocateLike(op.getOPreResidual(), first, offset);
 
+  // Rows are read in vectors of the kernels' width.
   RankedTensorType sourceType = op.getSourceType();
   int64_t elementBytes = bytesOf(sourceType.getElementType());
-  // Rows are read in vectors of the kernel's width.
+  int64_t vectorWidth =
+      std::max(whole->second.vectorWidth, partial->second.vectorWidth);
+  if (clustered)
+    vectorWidth = std::max(vectorWidth, clustered->second.vectorWidth);
+  int64_t L = op.getNumSourceValues(), D = op.getWidth();
   SmallVector<Value> rows = sourceRows(
-      host, b, loc, sourceBuffers, op.getPacked(), op.getNumSourceValues(),
-      tokens64, sourceType.getShape().back() * elementBytes,
-      info.vectorWidth * elementBytes, info.name, /*check=*/true);
+      host, b, loc, sourceBuffers, op.getPacked(), L, tokens64,
+      D * elementBytes, vectorWidth * elementBytes, whole->second.name,
+      /*check=*/true);
   Value table = host.table(rows);
 
   llvm::StringMap<Value> values;
@@ -433,14 +476,93 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   bind("lse", lse);
   bind("o_pre", oPre);
   bind("o_pre_residual", residual);
+  Value mergedRows = a.mul(a.constant(op.getNumQueries()), tokens64);
   values["num_tokens"] = tokens64;
-  values["num_rows"] =
-      arith::MulIOp::create(b, loc, host.i64(op.getNumQueries()), tokens64);
+  values["num_rows"] = mergedRows;
   values["rows_per_weight"] = tokens64;
-  values["num_partitions"] = host.i64(1);
-  host.checkArguments(info, values, {"query", "key_norm", "output_norm"});
-  if (failed(host.launch(kernel, info, values, {{"N", tokens}})))
-    return failure();
+  llvm::StringSet<> callerBuffers = {"query", "key_norm", "output_norm"};
+  for (const auto *kernel : {whole, partial, merge, clustered})
+    if (kernel)
+      host.checkArguments(kernel->second, values, callerBuffers);
+
+  // The split over sources, as the bundle runtime chooses it: P partitions
+  // by LaunchRules.h's rule from the device's occupancy of the partial
+  // kernel; with P = 1 the kernel that walks all sources, else the
+  // clustered kernel with the most partitions up to P whose clusters (one
+  // a token) all fit on the device at once, else the partial kernel and
+  // the merge over a workspace.
+  int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
+  const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
+  // Sources too few or rows too short ever to split: the whole kernel.
+  values["num_partitions"] = a.constant(1);
+  if (::attnres::launch::forwardPartitionLimit(L, L * D * elementBytes,
+                                               rules) == 1) {
+    if (failed(
+            host.launch(whole->first, whole->second, values, {{"N", tokens}})))
+      return failure();
+    host.finish({o, lse, oPre, residual});
+    return success();
+  }
+  Value partitions = ::attnres::launch::forwardPartitions(
+      a, host.residentBlocks(partial->second),
+      a.ceilDiv(tokens64, a.constant(rowsPerBlock)), L, L * D * elementBytes,
+      rules);
+  Value split = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
+                                      partitions, a.constant(1));
+  auto ifSplit = scf::IfOp::create(b, loc, split, /*withElseRegion=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(ifSplit.elseBlock()->getTerminator());
+    if (failed(
+            host.launch(whole->first, whole->second, values, {{"N", tokens}})))
+      return failure();
+
+    b.setInsertionPoint(ifSplit.thenBlock()->getTerminator());
+    Value clusterPartitions = a.constant(0);
+    for (int64_t p = 2;
+         clustered && p <= std::min(L, ::attnres::launch::kMaxClusterBlocks);
+         ++p) {
+      Value capacity = host.clusterCapacity(clustered->second, p);
+      Value fits = arith::AndIOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
+                                a.constant(p), partitions),
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, tokens64,
+                                capacity));
+      clusterPartitions = arith::SelectOp::create(b, loc, fits, a.constant(p),
+                                                  clusterPartitions);
+    }
+    Value useCluster = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                                             clusterPartitions, a.constant(2));
+    auto ifCluster =
+        scf::IfOp::create(b, loc, useCluster, /*withElseRegion=*/true);
+    if (clustered) {
+      b.setInsertionPoint(ifCluster.thenBlock()->getTerminator());
+      values["num_partitions"] = clusterPartitions;
+      if (failed(host.launch(
+              clustered->first, clustered->second, values,
+              {{"N", tokens}, {"P", host.toIndex(clusterPartitions)}})))
+        return failure();
+    }
+
+    b.setInsertionPoint(ifCluster.elseBlock()->getTerminator());
+    values["num_partitions"] = partitions;
+    auto layout = ::attnres::launch::forwardWorkspace(
+        a, a.mul(partitions, mergedRows), D);
+    Value workspace =
+        host.allocate(MemRefType::get({ShapedType::kDynamic}, b.getI8Type()),
+                      {host.toIndex(layout.bytes)});
+    Value base = host.addressOf(workspace);
+    values["partial_o"] = base;
+    values["partial_lse"] = a.add(base, layout.lseOffset);
+    if (failed(host.launch(partial->first, partial->second, values,
+                           {{"N", tokens}, {"P", host.toIndex(partitions)}})) ||
+        failed(host.launch(merge->first, merge->second, values,
+                           {{"rows", host.toIndex(mergedRows)}})))
+      return failure();
+    gpu::DeallocOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(),
+                           workspace);
+  }
   host.finish({o, lse, oPre, residual});
   return success();
 }

@@ -7,7 +7,9 @@
 // (base + l * N * D * 2 bytes) is filled on the host and copied to the
 // device, and the forward kernel is launched with the grid of its own rule,
 // ceil(N / 4) blocks of 128 threads (4 rows a block), only when there are
-// tokens.
+// tokens. Four sources of 512-byte rows never split over sources (at most
+// min(4 / 4, 4 * 512 / 32 KiB) partitions): no split is emitted.
+// CHECK-NOT: attnresGpuResidentBlocks
 // Each source row and each caller buffer is checked against the alignment
 // the kernel's loads need (rows: 8 bf16 vectors, 16 bytes); a misaligned one
 // is reported through the runtime and the launch skipped.
@@ -105,6 +107,45 @@ func.func @queries(%v: tensor<5x?x64xbf16>, %q: tensor<3x64xbf16>,
       query(%q : tensor<3x64xbf16>) output_norm(%h : tensor<3x64xbf16>)
       -> tensor<3x?x64xbf16>, tensor<3x?xf32>, tensor<3x?x64xbf16>
   return %o : tensor<3x?x64xbf16>
+}
+
+// -----
+
+// Sixteen sources of 8 KiB rows can split (at most min(16 / 4, 16 * 8 KiB /
+// 32 KiB) = 4 partitions): P is the runtime's rule, computed from the token
+// count and the device's occupancy of the partial kernel; with P = 1 the
+// whole kernel, else the clustered kernel with the most partitions up to P
+// whose clusters all fit at once (attnresGpuClusterCapacity for 2..8 blocks),
+// else the partial kernel and the merge over a workspace freed after them.
+// CHECK-LABEL: func.func @decode(
+// CHECK: %[[N:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[RESIDENT:.*]] = call @attnresGpuResidentBlocks(%{{.*}}, %c128_i64{{.*}})
+// CHECK: %[[WANTED:.*]] = arith.divsi %[[RESIDENT]], %{{.*}}
+// CHECK: arith.minsi %[[WANTED]], %c4_i64
+// CHECK: %[[P:.*]] = arith.minsi %{{.*}}, %c16_i64
+// CHECK: %[[SPLIT:.*]] = arith.cmpi sgt, %[[P]], %c1_i64
+// CHECK: scf.if %[[SPLIT]] {
+// CHECK: %[[CAP2:.*]] = func.call @attnresGpuClusterCapacity(%{{.*}}, %c128_i64{{.*}}, %c2_i64{{.*}})
+// CHECK: arith.cmpi sle, %[[N]], %[[CAP2]]
+// CHECK: %[[CAP8:.*]] = func.call @attnresGpuClusterCapacity(%{{.*}}, %c128_i64{{.*}}, %c8_i64{{.*}})
+// CHECK: %[[CP:.*]] = arith.select %{{.*}}, %c8_i64{{.*}}, %{{.*}} : i64
+// CHECK: %[[CLUSTER:.*]] = arith.cmpi sge, %[[CP]], %c2_i64
+// CHECK: scf.if %[[CLUSTER]] {
+// CHECK: gpu.launch_func  @attnres_kernels::@decode_0_forward_cluster clusters in (%c1{{.*}}, %[[Y:.*]], %c1{{.*}}) blocks in (%{{.*}}, %[[Y]], %c1{{.*}}) threads in (%c128, {{.*}}) args({{.*}}, %[[N]] : i64, %[[CP]] : i64)
+// CHECK: } else {
+// CHECK: %[[WORK:.*]] = gpu.alloc  (%{{.*}}) : memref<?xi8>
+// CHECK: gpu.launch_func  @attnres_kernels::@decode_0_forward_partial {{.*}} args({{.*}}, %[[N]] : i64, %[[P]] : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@decode_0_merge {{.*}} args({{.*}}, %[[P]] : i64)
+// CHECK: gpu.dealloc  %[[WORK]]
+// CHECK: } else {
+// CHECK: gpu.launch_func  @attnres_kernels::@decode_0_forward blocks
+// CHECK: return
+func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
+    -> tensor<?x4096xbf16> {
+  %o, %lse = attnres.forward packed(%v : tensor<16x?x4096xbf16>)
+      query(%q : tensor<4096xbf16>) save(lse)
+      -> tensor<?x4096xbf16>, tensor<?xf32>
+  return %o : tensor<?x4096xbf16>
 }
 
 // -----

@@ -1,9 +1,9 @@
-/* Calls @mix of host-forward.mlir (compiled with keep-host=1 into a host
- * object that launches the forward kernel, linked against
- * libAttnResRuntime) on N tokens, and checks o and lse against a float64
- * computation of the same formulas (docs/Math.md section 1). Prints
- * "host forward: ok" and exits 0 when every element is within bf16
- * rounding; prints the runtime's message and exits 1 where a GPU call
+/* Calls @decode and @mix of host-forward.mlir (compiled with keep-host=1
+ * into a host object that launches their kernels, linked against
+ * libAttnResRuntime) on several token counts, and checks o and lse against
+ * a float64 computation of the same formulas (docs/Math.md section 1).
+ * Prints "host forward: NAME ok" for each and exits 0 when every element
+ * is within bf16 rounding; prints the runtime's message and exits 1 where a GPU call
  * failed. With the argument "misaligned", passes a query the kernel cannot
  * read and expects the lowered code to refuse the launch with a message. */
 
@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { L = 4, D = 256, N = 1001 };
@@ -35,6 +36,7 @@ typedef struct {
 } Results;
 
 void _mlir_ciface_mix(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
+void _mlir_ciface_decode(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
 
 static uint16_t toBf16(float x) { /* round to nearest even */
   uint32_t bits;
@@ -82,43 +84,47 @@ static int misaligned(void) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc > 1 && strcmp(argv[1], "misaligned") == 0)
-    return misaligned();
-  uint16_t *v = mgpuMemAlloc(sizeof(uint16_t) * L * N * D, NULL, true);
-  uint16_t *q = mgpuMemAlloc(sizeof(uint16_t) * D, NULL, true);
-  uint16_t *g = mgpuMemAlloc(sizeof(uint16_t) * D, NULL, true);
+/* Calls `function` (@mix or @decode) on `tokens` tokens of `sources`
+ * sources of width `width` and checks o and lse against float64. */
+typedef void (*Forward)(Results *, Desc3 *, Desc1 *, Desc1 *);
+static int run(const char *name, Forward function, int64_t sources,
+               int64_t width, int64_t tokens) {
+  int64_t count = sources * tokens * width;
+  uint16_t *v = mgpuMemAlloc(sizeof(uint16_t) * count, NULL, true);
+  uint16_t *q = mgpuMemAlloc(sizeof(uint16_t) * width, NULL, true);
+  uint16_t *g = mgpuMemAlloc(sizeof(uint16_t) * width, NULL, true);
+  uint16_t *o = malloc(sizeof(uint16_t) * tokens * width);
+  float *lse = malloc(sizeof(float) * tokens);
   if (!v || !q || !g)
     return failed("mgpuMemAlloc");
-  for (int64_t i = 0; i < (int64_t)L * N * D; ++i)
+  for (int64_t i = 0; i < count; ++i)
     v[i] = toBf16(2.0f * uniform());
-  for (int64_t d = 0; d < D; ++d) {
-    q[d] = toBf16(0.3f * uniform());
+  for (int64_t d = 0; d < width; ++d) {
+    q[d] = toBf16(0.3f * uniform() * sqrtf(256.0f / (float)width));
     g[d] = toBf16(1.0f + 0.2f * uniform());
   }
   /* Larger rows for source 2 of some tokens: the softmax is not uniform. */
-  for (int64_t n = 0; n < N; n += 3)
-    for (int64_t d = 0; d < D; ++d)
-      v[(2 * N + n) * D + d] = toBf16(4.0f * (float)fromBf16(q[d]) / 0.3f);
+  for (int64_t n = 0; n < tokens; n += 3)
+    for (int64_t d = 0; d < width; ++d)
+      v[(2 * tokens + n) * width + d] = toBf16(4.0f * (float)fromBf16(q[d]) /
+                                               0.3f * sqrtf(width / 256.0f));
 
-  Desc3 vd = {v, v, 0, {L, N, D}, {(int64_t)N * D, D, 1}};
-  Desc1 qd = {q, q, 0, {D}, {1}}, gd = {g, g, 0, {D}, {1}};
+  Desc3 vd = {v, v, 0, {sources, tokens, width}, {tokens * width, width, 1}};
+  Desc1 qd = {q, q, 0, {width}, {1}}, gd = {g, g, 0, {width}, {1}};
   Results results;
   memset(&results, 0, sizeof(results));
-  _mlir_ciface_mix(&results, &vd, &qd, &gd);
+  function(&results, &vd, &qd, &gd);
   if (attnresGpuLastError())
-    return failed("mix");
-  if (results.o.sizes[0] != N || results.o.sizes[1] != D ||
-      results.lse.sizes[0] != N) {
+    return failed(name);
+  if (results.o.sizes[0] != tokens || results.o.sizes[1] != width ||
+      results.lse.sizes[0] != tokens) {
     printf("host forward: results of shape [%lld, %lld] and [%lld]\n",
            (long long)results.o.sizes[0], (long long)results.o.sizes[1],
            (long long)results.lse.sizes[0]);
     return 1;
   }
-  static uint16_t o[N * D];
-  static float lse[N];
-  mgpuMemcpy(o, results.o.aligned, sizeof(o), NULL);
-  mgpuMemcpy(lse, results.lse.aligned, sizeof(lse), NULL);
+  mgpuMemcpy(o, results.o.aligned, sizeof(uint16_t) * tokens * width, NULL);
+  mgpuMemcpy(lse, results.lse.aligned, sizeof(float) * tokens, NULL);
   mgpuStreamSynchronize(NULL);
   mgpuMemFree(results.o.allocated, NULL);
   mgpuMemFree(results.lse.allocated, NULL);
@@ -126,34 +132,36 @@ int main(int argc, char **argv) {
     return failed("copying the results back");
 
   double errorSquares = 0, referenceSquares = 0, worstLse = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    double logit[L], top = -INFINITY;
-    for (int64_t l = 0; l < L; ++l) {
-      const uint16_t *row = v + (l * N + n) * D;
+  double logit[16];
+  for (int64_t n = 0; n < tokens; ++n) {
+    double top = -INFINITY;
+    for (int64_t l = 0; l < sources; ++l) {
+      const uint16_t *row = v + (l * tokens + n) * width;
       double squares = 0, dot = 0;
-      for (int64_t d = 0; d < D; ++d)
+      for (int64_t d = 0; d < width; ++d)
         squares += fromBf16(row[d]) * fromBf16(row[d]);
-      double rho = 1.0 / sqrt(squares / D + kEps);
-      for (int64_t d = 0; d < D; ++d)
+      double rho = 1.0 / sqrt(squares / width + kEps);
+      for (int64_t d = 0; d < width; ++d)
         dot += rho * fromBf16(row[d]) * fromBf16(g[d]) * fromBf16(q[d]);
       logit[l] = kScale * dot;
       top = fmax(top, logit[l]);
     }
     double sum = 0;
-    for (int64_t l = 0; l < L; ++l)
+    for (int64_t l = 0; l < sources; ++l)
       sum += exp(logit[l] - top);
     double expected = top + log(sum);
     worstLse = fmax(worstLse, fabs(lse[n] - expected));
-    for (int64_t d = 0; d < D; ++d) {
+    for (int64_t d = 0; d < width; ++d) {
       double mixed = 0;
-      for (int64_t l = 0; l < L; ++l)
-        mixed += exp(logit[l] - expected) * fromBf16(v[(l * N + n) * D + d]);
+      for (int64_t l = 0; l < sources; ++l)
+        mixed += exp(logit[l] - expected) *
+                 fromBf16(v[(l * tokens + n) * width + d]);
       /* bf16 keeps 8 bits: half an ulp is 2^-9 of the value. */
-      double error = fabs(fromBf16(o[n * D + d]) - mixed);
+      double error = fabs(fromBf16(o[n * width + d]) - mixed);
       double allowed = ldexp(fabs(mixed), -8) + 1e-6;
       if (error > allowed) {
-        printf("host forward: o[%lld][%lld] = %g, expected %g\n", (long long)n,
-               (long long)d, fromBf16(o[n * D + d]), mixed);
+        printf("host forward: %s: o[%lld][%lld] = %g, expected %g\n", name,
+               (long long)n, (long long)d, fromBf16(o[n * width + d]), mixed);
         return 1;
       }
       errorSquares += error * error;
@@ -161,14 +169,29 @@ int main(int argc, char **argv) {
     }
   }
   if (worstLse > 1e-4) {
-    printf("host forward: lse off by %g\n", worstLse);
+    printf("host forward: %s: lse off by %g\n", name, worstLse);
     return 1;
   }
   mgpuMemFree(v, NULL);
   mgpuMemFree(q, NULL);
   mgpuMemFree(g, NULL);
-  printf("host forward: ok (%d tokens; relative (Frobenius) error of o "
+  free(o);
+  free(lse);
+  printf("host forward: %s ok (%lld tokens; relative (Frobenius) error of o "
          "%.1e, worst error of lse %.1e)\n",
-         N, sqrt(errorSquares / referenceSquares), worstLse);
+         name, (long long)tokens, sqrt(errorSquares / referenceSquares),
+         worstLse);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "misaligned") == 0)
+    return misaligned();
+  /* @decode at token counts that split over sources and one that does not
+   * (which path each takes depends on the device's occupancy). */
+  static const int64_t decodeTokens[] = {5, 48, 300, 5000};
+  for (unsigned i = 0; i < sizeof(decodeTokens) / sizeof(*decodeTokens); ++i)
+    if (run("decode", _mlir_ciface_decode, 16, 4096, decodeTokens[i]))
+      return 1;
+  return run("mix", _mlir_ciface_mix, L, D, N);
 }
