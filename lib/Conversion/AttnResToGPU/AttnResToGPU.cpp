@@ -215,6 +215,14 @@ struct ConvertAttnResToGPUPass
       return signalPassFailure();
     }
 
+    if (keepHost) {
+      bool hostOnly = true;
+      for (auto function : module.getOps<func::FuncOp>())
+        hostOnly &= succeeded(checkKeptFunction(function));
+      if (!hostOnly)
+        return signalPassFailure();
+    }
+
     b.setInsertionPointToEnd(module.getBody());
     auto kernels = gpu::GPUModuleOp::create(b, loc, "attnres_kernels");
     b.setInsertionPointToStart(&kernels.getBodyRegion().front());
@@ -270,6 +278,45 @@ struct ConvertAttnResToGPUPass
     }
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
+  }
+
+  /// Under keep-host every tensor of a function is a device buffer: a
+  /// function argument the caller allocated on the device, or a result of
+  /// an attnres op, which the pass allocates there. Any other op that takes
+  /// or makes a tensor would run on the host over device memory (a slice
+  /// copied by the host, a loop of launches writing into host buffers), so
+  /// it is refused, as is an attnres op inside a region (an scf.forall of
+  /// attnres-split-sources, say), whose operands are such slices.
+  LogicalResult checkKeptFunction(func::FuncOp function) {
+    auto isTensor = [](Type type) { return isa<TensorType>(type); };
+    WalkResult result = function.walk([&](Operation *op) {
+      if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)) {
+        if (op->getParentOp() == function)
+          return WalkResult::advance();
+        op->emitError() << "convert-attnres-to-gpu: keep-host=1 launches "
+                           "attnres ops at the top level of a function; this "
+                           "one is inside '"
+                        << op->getParentOp()->getName()
+                        << "' (a decomposition of the split passes runs "
+                           "through bundles: keep-host=0)";
+        return WalkResult::interrupt();
+      }
+      if (isa<func::ReturnOp>(op) ||
+          (!llvm::any_of(op->getOperandTypes(), isTensor) &&
+           !llvm::any_of(op->getResultTypes(), isTensor)))
+        return WalkResult::advance();
+      // tensor.dim reads a size from the descriptor, not the data.
+      if (isa<tensor::DimOp>(op))
+        return WalkResult::advance();
+      op->emitError() << "convert-attnres-to-gpu: keep-host=1 keeps every "
+                         "tensor in device memory, which only attnres ops "
+                         "and tensor.dim may use; '"
+                      << op->getName()
+                      << "' is neither (keep-host=0 compiles the attnres ops "
+                         "alone)";
+      return WalkResult::interrupt();
+    });
+    return failure(result.wasInterrupted());
   }
 
   /// The row layout of a kernel streaming `streamed` types. `lanes` is the

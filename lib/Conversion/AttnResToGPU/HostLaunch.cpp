@@ -114,8 +114,8 @@ public:
         b, loc, bufferTypeOf(tensor.getType()), tensor, /*readOnly=*/true);
   }
 
-  /// A device buffer for a result of type `type` (null for an absent
-  /// result), its dimension i as dimension i + `offset` of `twin`.
+  /// A device buffer of the shape of `result` (null for an absent result),
+  /// its dynamic dimension i as dimension i + `offset` of `twin`.
   Value allocateLike(Value result, Value twin, int64_t offset = 0) {
     if (!result)
       return {};
@@ -128,13 +128,11 @@ public:
   }
 
   Value allocate(MemRefType type, ValueRange dynamicSizes) {
-    Value buffer =
-        gpu::AllocOp::create(b, loc, type, /*asyncToken=*/Type(),
-                             /*asyncDependencies=*/ValueRange(), dynamicSizes,
-                             /*symbolOperands=*/ValueRange(),
-                             /*hostShared=*/false)
-            .getMemref();
-    return buffer;
+    return gpu::AllocOp::create(b, loc, type, /*asyncToken=*/Type(),
+                                /*asyncDependencies=*/ValueRange(),
+                                dynamicSizes, /*symbolOperands=*/ValueRange(),
+                                /*hostShared=*/false)
+        .getMemref();
   }
 
   /// A device buffer freed after the launches (tables, workspaces).
