@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -340,36 +341,60 @@ void withEvent(const char *function, void *event, Use use) {
   succeeded(function, *d, use(*d, event));
 }
 
-/// The modules loaded and not unloaded, for the occupancy queries
+/// A kernel image given to mgpuModuleLoad or mgpuModuleLoadJIT, loaded into
+/// a device's context on its first use there (a kernel lookup, an
+/// occupancy query) rather than when it is given: upstream's host code
+/// gives its images from a constructor, when the process (or a library
+/// loading into it) starts, and initializing CUDA then would make a process
+/// that forks before using the GPU (a data loader's workers) unable to use
+/// it in the children, and would start the driver before a tool that must
+/// come first (compute-sanitizer). The image is copied: a caller may free
+/// its buffer once the call returns, as with the driver's own load.
+struct LazyModule {
+  std::string image;
+  bool jit = false;
+  int optLevel = 0;
+  std::map<int, void *> loaded; // device ordinal -> CUmodule
+};
+
+/// The modules given and not unloaded, for the occupancy queries
 /// (attnresGpuResidentBlocks, attnresGpuClusterCapacity), which look a
 /// kernel up by name: the host code that asks has no module handle
 /// (upstream's lowering keeps it in a private global). The answers are
 /// kept, since generated code asks at every call and a kernel's occupancy
-/// does not change; loading or unloading a module forgets them.
+/// does not change; giving or unloading a module forgets them.
 class LoadedModules {
 public:
   /// A kernel's name, its block threads, its cluster's blocks (0: the
   /// resident-blocks query) and the device.
   using Question = std::tuple<std::string, int64_t, int64_t, int>;
 
-  static void add(void *module) {
+  static void add(LazyModule *module) {
     std::lock_guard<std::mutex> lock(mutex());
     modules().push_back(module);
     answers().clear();
   }
-  static void remove(void *module) {
+  static void remove(LazyModule *module) {
     std::lock_guard<std::mutex> lock(mutex());
     auto &all = modules();
     all.erase(std::remove(all.begin(), all.end(), module), all.end());
     answers().clear();
   }
-  /// The kernel named `name` of the latest loaded module that has one, or
+  /// The module's CUmodule in the context of the thread's default device,
+  /// loaded there first if need be; null (reported) where that fails.
+  static void *load(const char *function, LazyModule &module) {
+    std::lock_guard<std::mutex> lock(mutex());
+    return loadLocked(function, module);
+  }
+  /// The kernel named `name` of the latest given module that has one, or
   /// null.
-  static void *find(const CudaDriver &d, const char *name) {
+  static void *find(const char *function, const CudaDriver &d,
+                    const char *name) {
     std::lock_guard<std::mutex> lock(mutex());
     for (auto it = modules().rbegin(); it != modules().rend(); ++it) {
       void *kernel = nullptr;
-      if (!d.moduleGetFunction(&kernel, *it, name))
+      if (void *loaded = loadLocked(function, **it);
+          loaded && !d.moduleGetFunction(&kernel, loaded, name))
         return kernel;
     }
     return nullptr;
@@ -388,13 +413,38 @@ public:
   }
 
 private:
+  static void *loadLocked(const char *function, LazyModule &module) {
+    auto found = module.loaded.find(defaultDevice);
+    if (found != module.loaded.end())
+      return found->second;
+    DeviceScope scope(function);
+    const CudaDriver *d = scope.get();
+    if (!d)
+      return nullptr;
+    void *loaded = nullptr;
+    Result result;
+    if (module.jit) {
+      int options[] = {kJitOptimizationLevel};
+      void *values[] = {
+          reinterpret_cast<void *>(static_cast<intptr_t>(module.optLevel))};
+      result =
+          d->moduleLoadDataEx(&loaded, module.image.data(), 1, options, values);
+    } else {
+      result = d->moduleLoadData(&loaded, module.image.data());
+    }
+    if (!succeeded(function, *d, result))
+      return nullptr;
+    module.loaded[defaultDevice] = loaded;
+    return loaded;
+  }
+
   // Never destroyed, as the state above: modules unload from destructors.
   static std::mutex &mutex() {
     static std::mutex *instance = new std::mutex;
     return *instance;
   }
-  static std::vector<void *> &modules() {
-    static std::vector<void *> *instance = new std::vector<void *>;
+  static std::vector<LazyModule *> &modules() {
+    static auto *instance = new std::vector<LazyModule *>;
     return *instance;
   }
   static std::map<Question, int64_t> &answers() {
@@ -429,7 +479,7 @@ int64_t occupancyQuery(const char *function, const char *kernelName,
   const CudaDriver *d = scope.get();
   if (!d)
     return 0;
-  void *kernel = LoadedModules::find(*d, kernelName);
+  void *kernel = LoadedModules::find(function, *d, kernelName);
   if (!kernel) {
     report(function,
            std::string("no loaded module has a kernel '") + kernelName + "'");
@@ -475,27 +525,18 @@ void attnresGpuClearError(void) {
 }
 
 void *mgpuModuleLoad(void *data, size_t size) {
-  const char *function = "mgpuModuleLoad";
-  DeviceScope scope(function);
-  if (!scope.get())
-    return nullptr;
   if (!data || !size) {
-    report(function, "no kernel image (null or empty)");
+    report("mgpuModuleLoad", "no kernel image (null or empty)");
     return nullptr;
   }
-  void *module = nullptr;
-  if (!succeeded(function, *scope.get(),
-                 scope.get()->moduleLoadData(&module, data)))
-    return nullptr;
+  auto *module = new LazyModule;
+  module->image.assign(static_cast<const char *>(data), size);
   LoadedModules::add(module);
   return module;
 }
 
 void *mgpuModuleLoadJIT(void *data, int optLevel) {
   const char *function = "mgpuModuleLoadJIT";
-  DeviceScope scope(function);
-  if (!scope.get())
-    return nullptr;
   if (!data) {
     report(function, "no PTX (null)");
     return nullptr;
@@ -505,21 +546,26 @@ void *mgpuModuleLoadJIT(void *data, int optLevel) {
                          " is outside [0, 4]");
     return nullptr;
   }
-  int options[] = {kJitOptimizationLevel};
-  void *values[] = {reinterpret_cast<void *>(static_cast<intptr_t>(optLevel))};
-  void *module = nullptr;
-  if (!succeeded(
-          function, *scope.get(),
-          scope.get()->moduleLoadDataEx(&module, data, 1, options, values)))
-    return nullptr;
+  auto *module = new LazyModule;
+  // The PTX text with its terminating NUL, as the driver reads it.
+  module->image.assign(static_cast<const char *>(data),
+                       std::strlen(static_cast<const char *>(data)) + 1);
+  module->jit = true;
+  module->optLevel = optLevel;
   LoadedModules::add(module);
   return module;
 }
 
-void mgpuModuleUnload(void *module) {
+void mgpuModuleUnload(void *handle) {
+  if (!handle)
+    return;
+  auto *module = static_cast<LazyModule *>(handle);
   LoadedModules::remove(module);
-  releaseHandle("mgpuModuleUnload", module,
-                [](const CudaDriver &d, void *h) { return d.moduleUnload(h); });
+  for (auto [device, loaded] : module->loaded)
+    releaseHandle("mgpuModuleUnload", loaded, [](const CudaDriver &d, void *h) {
+      return d.moduleUnload(h);
+    });
+  delete module;
 }
 
 void *mgpuModuleGetFunction(void *module, const char *name) {
@@ -533,8 +579,12 @@ void *mgpuModuleGetFunction(void *module, const char *name) {
                          (name ? name : "(null)") + "'");
     return nullptr;
   }
+  void *loaded =
+      LoadedModules::load(function, *static_cast<LazyModule *>(module));
+  if (!loaded)
+    return nullptr;
   void *kernel = nullptr;
-  if (d->moduleGetFunction(&kernel, module, name)) {
+  if (d->moduleGetFunction(&kernel, loaded, name)) {
     report(function, std::string("the module has no kernel '") + name + "'");
     return nullptr;
   }

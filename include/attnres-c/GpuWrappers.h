@@ -65,7 +65,13 @@ ATTNRES_RUNTIME_EXPORT int64_t attnresGpuClusterCapacity(const char *kernelName,
                                                          int64_t clusterBlocks);
 
 /* Kernel images: a cubin or fatbin (mgpuModuleLoad; `size` is the image's
- * length) or PTX compiled by the driver (mgpuModuleLoadJIT). */
+ * length) or PTX compiled by the driver (mgpuModuleLoadJIT). The image is
+ * copied and loaded into a device on its first use there (a kernel lookup
+ * or an occupancy query, in the thread's default device), not when it is
+ * given: upstream's host code gives images from constructors, and starting
+ * the driver when a library loads breaks processes that fork before they
+ * use the GPU, and tools that must start first (compute-sanitizer). A
+ * broken image is reported at its first use. */
 ATTNRES_RUNTIME_EXPORT void *mgpuModuleLoad(void *data, size_t size);
 ATTNRES_RUNTIME_EXPORT void *mgpuModuleLoadJIT(void *data, int optLevel);
 ATTNRES_RUNTIME_EXPORT void mgpuModuleUnload(void *module);

@@ -114,6 +114,9 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   kernels.asyncCopies = hasAsyncCopies(options.chip);
   kernels.clusters = hasClusters(options.chip);
   kernels.keepHost = options.keepHost;
+  kernels.forwardPartitions = options.forwardPartitions;
+  kernels.backwardBlocks = options.backwardBlocks;
+  kernels.backwardPartitions = options.backwardPartitions;
   pm.addPass(createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {
     buildGPUModuleToNVVMBinary(pm, options);

@@ -154,7 +154,20 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "gpu.launch_func with the grids of the kernels' own rules; a "
            "forward's unsplit kernel, a backward's on blocks and partitions "
            "sized at run time by the runtime's rules, and its finalize), for "
-           "upstream bufferization and gpu-to-llvm to lower">
+           "upstream bufferization and gpu-to-llvm to lower">,
+    Option<"forwardPartitions", "forward-partitions", "int64_t",
+           /*default=*/"0",
+           "With keep-host: partitions P of the sources every forward splits "
+           "into (1: none; clustered where P <= 8 and its clusters fit, else "
+           "the partial kernel and the merge); 0: the runtime's rule at run "
+           "time">,
+    Option<"backwardBlocks", "backward-blocks", "int64_t", /*default=*/"0",
+           "With keep-host: blocks of tokens B of every backward; 0: the "
+           "runtime's rule at run time">,
+    Option<"backwardPartitions", "backward-partitions", "int64_t",
+           /*default=*/"0",
+           "With keep-host: partitions P of the sources of every backward; "
+           "0: the runtime's rule at run time">
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -49,6 +49,21 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
                      "the LLVM dialect calling the mgpu* functions "
                      "(libAttnResRuntime), ready for mlir-translate"),
       llvm::cl::init(false)};
+  PassOptions::Option<int64_t> forwardPartitions{
+      *this, "forward-partitions",
+      llvm::cl::desc("With keep-host: partitions of the sources every "
+                     "forward splits into (0: the runtime's rule)"),
+      llvm::cl::init(0)};
+  PassOptions::Option<int64_t> backwardBlocks{
+      *this, "backward-blocks",
+      llvm::cl::desc("With keep-host: blocks of tokens of every backward (0: "
+                     "the runtime's rule)"),
+      llvm::cl::init(0)};
+  PassOptions::Option<int64_t> backwardPartitions{
+      *this, "backward-partitions",
+      llvm::cl::desc("With keep-host: partitions of the sources of every "
+                     "backward (0: the runtime's rule)"),
+      llvm::cl::init(0)};
 };
 
 /// Options of attnres-lower-to-rocdl-pipeline.

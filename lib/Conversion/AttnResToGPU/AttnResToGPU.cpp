@@ -215,6 +215,21 @@ struct ConvertAttnResToGPUPass
       return signalPassFailure();
     }
 
+    if (forwardPartitions < 0 || backwardBlocks < 0 || backwardPartitions < 0) {
+      emitError(loc) << "convert-attnres-to-gpu: forward-partitions, "
+                        "backward-blocks and backward-partitions must be >= "
+                        "0 (0: the runtime's rules)";
+      return signalPassFailure();
+    }
+    if (!keepHost &&
+        (forwardPartitions || backwardBlocks || backwardPartitions)) {
+      emitError(loc) << "convert-attnres-to-gpu: forward-partitions, "
+                        "backward-blocks and backward-partitions fix the "
+                        "launches of keep-host=1; a bundle's launches take "
+                        "them per call (the runtime's AttnresForwardArgs and "
+                        "AttnresBackwardArgs)";
+      return signalPassFailure();
+    }
     if (keepHost) {
       bool hostOnly = true;
       for (auto function : module.getOps<func::FuncOp>())
@@ -268,8 +283,10 @@ struct ConvertAttnResToGPUPass
     if (keepHost) {
       // The functions stay, each op replaced by the launch of its kernel.
       unsigned refusals = 0;
+      LaunchCounts counts{forwardPartitions, backwardBlocks,
+                          backwardPartitions};
       for (auto [op, facts] : launches)
-        if (failed(replaceByLaunches(op, facts, recorded, refusals)))
+        if (failed(replaceByLaunches(op, facts, recorded, counts, refusals)))
           return signalPassFailure();
     } else {
       // The host side is the runtime's (see the manifest).

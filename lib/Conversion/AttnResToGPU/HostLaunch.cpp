@@ -411,7 +411,7 @@ int64_t integerFact(DictionaryAttr facts, StringRef name) {
 
 LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
                              const RecordedKernels &kernels,
-                             unsigned &refusals) {
+                             const LaunchCounts &counts, unsigned &refusals) {
   const auto *whole = kernelOf(op, facts, "forward", kernels);
   const auto *partial = kernelOf(op, facts, "forward_partial", kernels);
   const auto *merge = kernelOf(op, facts, "merge", kernels);
@@ -491,20 +491,26 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   // the merge over a workspace.
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
-  // Sources too few or rows too short ever to split: the whole kernel.
+  int64_t fixed = counts.forwardPartitions;
+  if (fixed > L)
+    return op.emitError("convert-attnres-to-gpu: forward-partitions = ")
+           << fixed << " is more than the op's " << L << " sources";
+  // Sources too few or rows too short ever to split (or one partition
+  // asked for): the whole kernel.
   values["num_partitions"] = a.constant(1);
-  if (::attnres::launch::forwardPartitionLimit(L, L * D * elementBytes,
-                                               rules) == 1) {
+  if (fixed == 1 || (fixed == 0 && ::attnres::launch::forwardPartitionLimit(
+                                       L, L * D * elementBytes, rules) == 1)) {
     if (failed(
             host.launch(whole->first, whole->second, values, {{"N", tokens}})))
       return failure();
     host.finish({o, lse, oPre, residual});
     return success();
   }
-  Value partitions = ::attnres::launch::forwardPartitions(
-      a, host.residentBlocks(partial->second),
-      a.ceilDiv(tokens64, a.constant(rowsPerBlock)), L, L * D * elementBytes,
-      rules);
+  Value partitions = fixed ? a.constant(fixed)
+                           : ::attnres::launch::forwardPartitions(
+                                 a, host.residentBlocks(partial->second),
+                                 a.ceilDiv(tokens64, a.constant(rowsPerBlock)),
+                                 L, L * D * elementBytes, rules);
   Value split = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
                                       partitions, a.constant(1));
   auto ifSplit = scf::IfOp::create(b, loc, split, /*withElseRegion=*/true);
@@ -517,8 +523,11 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
 
     b.setInsertionPoint(ifSplit.thenBlock()->getTerminator());
     Value clusterPartitions = a.constant(0);
-    for (int64_t p = 2;
-         clustered && p <= std::min(L, ::attnres::launch::kMaxClusterBlocks);
+    // A fixed count is clustered only as asked, as the runtime does with a
+    // count given to a call.
+    for (int64_t p = fixed ? fixed : 2;
+         clustered && p <= std::min(L, ::attnres::launch::kMaxClusterBlocks) &&
+         (!fixed || p == fixed);
          ++p) {
       Value capacity = host.clusterCapacity(clustered->second, p);
       Value fits = arith::AndIOp::create(
@@ -567,7 +576,7 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
 
 LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
                               const RecordedKernels &kernels,
-                              unsigned &refusals) {
+                              const LaunchCounts &counts, unsigned &refusals) {
   const auto *backward = kernelOf(op, facts, "backward", kernels);
   const auto *finalize = kernelOf(op, facts, "finalize", kernels);
   if (!backward || !finalize)
@@ -634,12 +643,23 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   // partial rows.
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   int64_t partialRowsPerBlock = integerFact(facts, "partial_rows_per_block");
-  Value resident = host.residentBlocks(info);
+  if (counts.backwardPartitions > L)
+    return op.emitError("convert-attnres-to-gpu: backward-partitions = ")
+           << counts.backwardPartitions << " is more than the op's " << L
+           << " sources";
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
-  Value blocks = ::attnres::launch::backwardBlocks(
-      a, resident, tokens64, rowsPerBlock * rules.tokensPerBlock);
-  Value partitions =
-      ::attnres::launch::backwardPartitions(a, resident, blocks, L, rules);
+  Value resident;
+  if (!counts.backwardBlocks || !counts.backwardPartitions)
+    resident = host.residentBlocks(info);
+  Value blocks =
+      counts.backwardBlocks
+          ? a.constant(counts.backwardBlocks)
+          : ::attnres::launch::backwardBlocks(
+                a, resident, tokens64, rowsPerBlock * rules.tokensPerBlock);
+  Value partitions = counts.backwardPartitions
+                         ? a.constant(counts.backwardPartitions)
+                         : ::attnres::launch::backwardPartitions(
+                               a, resident, blocks, L, rules);
   Value partialRows =
       a.mul(a.mul(partitions, blocks), a.constant(partialRowsPerBlock));
   int64_t M = op.getNumQueries(), R = op.getRank(), D = op.getWidth();
@@ -747,11 +767,12 @@ LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
 LogicalResult gpu_kernels::replaceByLaunches(Operation *op,
                                              DictionaryAttr facts,
                                              const RecordedKernels &kernels,
+                                             const LaunchCounts &counts,
                                              unsigned &refusals) {
   if (auto forward = dyn_cast<ForwardOp>(op))
-    return replaceForward(forward, facts, kernels, refusals);
+    return replaceForward(forward, facts, kernels, counts, refusals);
   if (auto backward = dyn_cast<BackwardOp>(op))
-    return replaceBackward(backward, facts, kernels, refusals);
+    return replaceBackward(backward, facts, kernels, counts, refusals);
   return replacePartitionReduce(cast<PartitionReduceOp>(op), facts, kernels,
                                 refusals);
 }

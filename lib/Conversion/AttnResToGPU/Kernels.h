@@ -128,12 +128,18 @@ using RecordedKernels = llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>>;
 /// by role in `facts`, the op's manifest entry): the keep-host mode of
 /// convert-attnres-to-gpu (HostLaunch.cpp). A forward launches its unsplit
 /// kernel; a backward its kernel on B x P blocks (the runtime's rules, at
-/// run time) and its finalize; a partition_reduce its merge or sum.
+/// run time, or `counts`) and its finalize; a partition_reduce its merge or
+/// sum.
 /// `refusals` numbers the messages of the alignment checks across the
 /// module's ops.
+/// Launch counts the user fixed (0: the runtime's rules, at run time).
+struct LaunchCounts {
+  int64_t forwardPartitions = 0, backwardBlocks = 0, backwardPartitions = 0;
+};
+
 LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
                                 const RecordedKernels &kernels,
-                                unsigned &refusals);
+                                const LaunchCounts &counts, unsigned &refusals);
 
 } // namespace mlir::attnres::gpu_kernels
 

@@ -3,13 +3,14 @@
 # and its backward) with attnres-opt's NVVM pipeline keeping the host
 # functions (keep-host=1; llvm-request-c-wrappers gives them C interfaces)
 # into a shared library with the kernels' binary embedded, and links
-# host-layer-main.c against it (test/Inputs/link-host-program.sh). Usage:
-#   build-host-layer.sh ATTNRES_OPT TOOLS_DIR CC SOURCE_ROOT LIBRARY_DIR OUTPUT CUDA_TOOLKIT
+# host-layer-main.c against it (test/Inputs/link-host-program.sh). OPTIONS
+# are more options of the pipeline (a fixed decomposition, say). Usage:
+#   build-host-layer.sh ATTNRES_OPT TOOLS_DIR CC SOURCE_ROOT LIBRARY_DIR OUTPUT CUDA_TOOLKIT [OPTIONS]
 set -eu
-opt=$1 tools=$2 cc=$3 src=$4 lib=$5 out=$6 cuda=$7
+opt=$1 tools=$2 cc=$3 src=$4 lib=$5 out=$6 cuda=$7 options=${8:-}
 here=$(dirname "$0")
 "$opt" "$src/examples/full_attnres_layer.mlir" --llvm-request-c-wrappers \
-  --attnres-lower-to-nvvm-pipeline="chip=sm_90 keep-host=1 toolkit=$cuda" \
+  --attnres-lower-to-nvvm-pipeline="chip=sm_90 keep-host=1 toolkit=$cuda $options" \
   -o "$out.mlir"
 sh "$here/../../../Inputs/link-host-program.sh" "$tools" "$cc" "$src" "$lib" \
   "$here/host-layer-main.c" "$out" shared
