@@ -1,0 +1,49 @@
+// RUN: attnres-opt %s --split-input-file \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 forward-partitions=3 backward-blocks=5 backward-partitions=2" \
+// RUN:   | FileCheck %s
+// RUN: not attnres-opt %s --split-input-file \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 forward-partitions=9 backward-partitions=9" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=TOO-MANY
+// RUN: not attnres-opt %s --convert-attnres-to-gpu="forward-partitions=2" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=BUNDLE
+// RUN: not attnres-opt %s --convert-attnres-to-gpu="keep-host=1 backward-blocks=-1" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=NEGATIVE
+
+// Counts the user fixed replace the runtime's rules: no occupancy query, the
+// forward always split into 3 partitions (clustered only with 3 blocks a
+// cluster, where its clusters fit, else the partial kernel and the merge).
+// CHECK-LABEL: func.func @forward(
+// CHECK-NOT: attnresGpuResidentBlocks
+// CHECK: %[[CAP:.*]] = func.call @attnresGpuClusterCapacity(%{{.*}}, %c128_i64{{.*}}, %c3_i64{{.*}})
+// CHECK-NOT: attnresGpuClusterCapacity
+// CHECK: gpu.launch_func  @attnres_kernels::@forward_0_forward_cluster
+// CHECK: gpu.launch_func  @attnres_kernels::@forward_0_forward_partial {{.*}} %c3_i64{{.*}} : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@forward_0_merge
+// TOO-MANY: error: convert-attnres-to-gpu: forward-partitions = 9 is more than the op's 8 sources
+// BUNDLE: error: convert-attnres-to-gpu: forward-partitions, backward-blocks and backward-partitions fix the launches of keep-host=1; a bundle's launches take them per call (the runtime's AttnresForwardArgs and AttnresBackwardArgs)
+// NEGATIVE: error: convert-attnres-to-gpu: forward-partitions, backward-blocks and backward-partitions must be >= 0 (0: the runtime's rules)
+func.func @forward(%v: tensor<8x?x4096xbf16>, %q: tensor<4096xbf16>)
+    -> tensor<?x4096xbf16> {
+  %o, %lse = attnres.forward packed(%v : tensor<8x?x4096xbf16>)
+      query(%q : tensor<4096xbf16>) save(lse)
+      -> tensor<?x4096xbf16>, tensor<?xf32>
+  return %o : tensor<?x4096xbf16>
+}
+
+// -----
+
+// The backward on 5 x 2 blocks: its grid and integer arguments are the
+// constants, and its workspace 2 * 5 partial rows.
+// CHECK-LABEL: func.func @backward(
+// CHECK-NOT: attnresGpuResidentBlocks
+// CHECK: gpu.launch_func  @attnres_kernels::@backward_0_backward blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in ({{.*}}) args({{.*}}, %c5_i64{{.*}} : i64, %c2_i64{{.*}} : i64)
+// TOO-MANY: error: convert-attnres-to-gpu: backward-partitions = 9 is more than the op's 8 sources
+func.func @backward(%v: tensor<8x?x64xf32>, %q: tensor<64xf32>,
+                    %do: tensor<?x64xf32>, %lse: tensor<?xf32>)
+    -> (tensor<8x?x64xf32>, tensor<64xf32>) {
+  %dv, %dq = attnres.backward packed(%v : tensor<8x?x64xf32>)
+      query(%q : tensor<64xf32>) grad(%do : tensor<?x64xf32>)
+      lse(%lse : tensor<?xf32>)
+      -> tensor<8x?x64xf32>, tensor<64xf32>
+  return %dv, %dq : tensor<8x?x64xf32>, tensor<64xf32>
+}
