@@ -210,9 +210,9 @@ public:
     return device;
   }
 
-  /// Blocks of `threads` threads of `kernel` the device holds at once
-  /// (attnresGpuResidentBlocks: the driver's occupancy times the
-  /// multiprocessors), as the bundle runtime sizes launches.
+  /// Blocks of `kernel` the device holds at once (attnresGpuResidentBlocks:
+  /// the driver's occupancy times the multiprocessors), from which the
+  /// bundle runtime sizes launches too.
   Value residentBlocks(const KernelInfo &kernel) {
     func::FuncOp query = runtimeFunction(
         op, "attnresGpuResidentBlocks",
