@@ -13,11 +13,13 @@
 #include "attnres/Bundle/LaunchRules.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -67,6 +69,14 @@ struct CudaDriver {
   Result (*memHostUnregister)(void *) = nullptr;
   Result (*getErrorString)(Result, const char **) = nullptr;
   Result (*deviceGetAttribute)(int *, int, int) = nullptr;
+  Result (*ctxSynchronize)() = nullptr;
+  // Stream-ordered allocation (CUDA 11.2 and later; null before).
+  Result (*memPoolCreate)(void **, const void *) = nullptr;
+  Result (*memPoolSetAttribute)(void *, int, void *) = nullptr;
+  Result (*memPoolTrimTo)(void *, size_t) = nullptr;
+  Result (*memAllocFromPoolAsync)(unsigned long long *, size_t, void *,
+                                  void *) = nullptr;
+  Result (*memFreeAsync)(unsigned long long, void *) = nullptr;
   Result (*occupancy)(int *, void *, int, size_t) = nullptr;
   Result (*occupancyMaxActiveClusters)(
       int *, void *, const attnres::driver::LaunchConfig *) = nullptr;
@@ -140,6 +150,14 @@ const CudaDriver &driver() {
     // CUDA 12 and later: cluster launches.
     bind(library, "cuLaunchKernelEx", d.launchKernelEx);
     bind(library, "cuOccupancyMaxActiveClusters", d.occupancyMaxActiveClusters);
+    // CUDA 11.2 and later: stream-ordered allocation.
+    if (!(bind(library, "cuCtxSynchronize", d.ctxSynchronize) &&
+          bind(library, "cuMemPoolCreate", d.memPoolCreate) &&
+          bind(library, "cuMemPoolSetAttribute", d.memPoolSetAttribute) &&
+          bind(library, "cuMemPoolTrimTo", d.memPoolTrimTo) &&
+          bind(library, "cuMemAllocFromPoolAsync", d.memAllocFromPoolAsync) &&
+          bind(library, "cuMemFreeAsync", d.memFreeAsync)))
+      d.memPoolCreate = nullptr;
     if (!found) {
       d.unusable = "the CUDA driver (libcuda.so.1) lacks an entry point the "
                    "mgpu* functions need (CUDA 11 or later is)";
@@ -491,6 +509,88 @@ int64_t occupancyQuery(const char *function, const char *kernelName,
   return answer;
 }
 
+/// CUmemPoolProps (cuMemPoolCreate): pinned memory of one device.
+struct PoolProperties {
+  int allocType = 1;    // CU_MEM_ALLOCATION_TYPE_PINNED
+  int handleTypes = 0;  // CU_MEM_HANDLE_TYPE_NONE
+  int locationType = 1; // CU_MEM_LOCATION_TYPE_DEVICE
+  int locationId = 0;
+  void *win32SecurityAttributes = nullptr;
+  unsigned char rest[64] = {}; // maxSize (0: the default), usage, reserved
+};
+static_assert(sizeof(PoolProperties) == 88, "CUmemPoolProps is 88 bytes");
+constexpr int kPoolReleaseThreshold = 4; // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+constexpr int kMemoryPoolsSupported =
+    115; // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+
+/// Where mgpuMemAlloc's device memory comes from: a stream-ordered pool per
+/// device that keeps what is freed for the next allocation. Upstream's host
+/// code allocates its results and workspaces at every call and frees them
+/// after it, and cuMemAlloc and cuMemFree (which waits for the device) cost
+/// more than a small call's kernels (docs/Performance.md, "The keep-host
+/// path").
+class DevicePools {
+public:
+  /// The pool of the thread's default device (whose context must be
+  /// current), or null where the driver or the device has none.
+  static void *pool(const CudaDriver &d) {
+    if (!d.memPoolCreate)
+      return nullptr;
+    std::lock_guard<std::mutex> lock(mutex());
+    auto found = pools().find(defaultDevice);
+    if (found != pools().end())
+      return found->second;
+    void *pool = nullptr;
+    int device = 0, supported = 0;
+    PoolProperties properties;
+    if (!d.deviceGet(&device, defaultDevice) &&
+        !d.deviceGetAttribute(&supported, kMemoryPoolsSupported, device) &&
+        supported) {
+      properties.locationId = device;
+      // Kept until attnresGpuReleaseCachedMemory rather than released at
+      // each synchronization (the default threshold, 0).
+      uint64_t keepAll = UINT64_MAX;
+      if (d.memPoolCreate(&pool, &properties) ||
+          d.memPoolSetAttribute(pool, kPoolReleaseThreshold, &keepAll))
+        pool = nullptr;
+    }
+    pools()[defaultDevice] = pool; // null: cuMemAlloc on this device
+    return pool;
+  }
+  /// Whether `pointer` came from a pool; forgets it.
+  static bool take(const void *pointer) {
+    std::lock_guard<std::mutex> lock(mutex());
+    return pointers().erase(pointer) > 0;
+  }
+  static void remember(const void *pointer) {
+    std::lock_guard<std::mutex> lock(mutex());
+    pointers().insert(pointer);
+  }
+  static std::vector<void *> all() {
+    std::lock_guard<std::mutex> lock(mutex());
+    std::vector<void *> result;
+    for (auto [device, pool] : pools())
+      if (pool)
+        result.push_back(pool);
+    return result;
+  }
+
+private:
+  // Never destroyed, as the state above.
+  static std::mutex &mutex() {
+    static std::mutex *instance = new std::mutex;
+    return *instance;
+  }
+  static std::map<int, void *> &pools() {
+    static auto *instance = new std::map<int, void *>;
+    return *instance;
+  }
+  static std::set<const void *> &pointers() {
+    static auto *instance = new std::set<const void *>;
+    return *instance;
+  }
+};
+
 /// Issues a fill of `count` elements at `destination` with `fill`.
 template <typename Fill>
 void fillDevice(const char *function, void *destination, size_t count,
@@ -755,33 +855,70 @@ void mgpuEventRecord(void *event, void *stream) {
   });
 }
 
-void *mgpuMemAlloc(uint64_t sizeBytes, void * /*stream*/, bool hostShared) {
+void *mgpuMemAlloc(uint64_t sizeBytes, void *stream, bool hostShared) {
   const char *function = "mgpuMemAlloc";
   if (!sizeBytes)
     return nullptr; // an empty buffer; freeing it is a no-op
   DeviceScope scope(function);
-  if (!scope.get())
+  const CudaDriver *d = scope.get();
+  if (!d)
     return nullptr;
   unsigned long long pointer = 0;
-  Result result = hostShared ? scope.get()->memAllocManaged(&pointer, sizeBytes,
-                                                            kMemAttachGlobal)
-                             : scope.get()->memAlloc(&pointer, sizeBytes);
+  void *pool = hostShared ? nullptr : DevicePools::pool(*d);
+  Result result;
+  if (hostShared)
+    result = d->memAllocManaged(&pointer, sizeBytes, kMemAttachGlobal);
+  else if (pool)
+    result = d->memAllocFromPoolAsync(&pointer, sizeBytes, pool, stream);
+  else
+    result = d->memAlloc(&pointer, sizeBytes);
   if (result) {
     report(function, "allocating " + std::to_string(sizeBytes) + " bytes" +
                          (hostShared ? " of managed memory" : "") + ": " +
-                         scope.get()->describe(result));
+                         d->describe(result));
     return nullptr;
+  }
+  if (pool) {
+    DevicePools::remember(reinterpret_cast<void *>(pointer));
+    // Without a stream the memory is usable at once, from any stream, as
+    // cuMemAlloc's is.
+    if (!stream && !succeeded(function, *d, d->streamSynchronize(nullptr)))
+      return nullptr;
   }
   return reinterpret_cast<void *>(pointer);
 }
 
-void mgpuMemFree(void *pointer, void * /*stream*/) {
+void mgpuMemFree(void *pointer, void *stream) {
   const char *function = "mgpuMemFree";
   if (!pointer)
     return;
   DeviceScope scope(function, /*release=*/true);
-  if (scope.get())
-    released(function, *scope.get(), scope.get()->memFree(address(pointer)));
+  const CudaDriver *d = scope.get();
+  if (!d)
+    return;
+  if (!DevicePools::take(pointer)) {
+    released(function, *d, d->memFree(address(pointer)));
+    return;
+  }
+  // Back to the pool once `stream` reaches the free; without a stream once
+  // the device has finished what it was given, as cuMemFree waits.
+  if (!stream) {
+    if (Result result = d->ctxSynchronize()) {
+      released(function, *d, result);
+      return;
+    }
+  }
+  released(function, *d, d->memFreeAsync(address(pointer), stream));
+}
+
+void attnresGpuReleaseCachedMemory(void) {
+  const char *function = "attnresGpuReleaseCachedMemory";
+  DeviceScope scope(function);
+  const CudaDriver *d = scope.get();
+  if (!d)
+    return;
+  for (void *pool : DevicePools::all())
+    succeeded(function, *d, d->memPoolTrimTo(pool, 0));
 }
 
 void mgpuMemcpy(void *destination, void *source, size_t sizeBytes,

@@ -103,11 +103,20 @@ ATTNRES_RUNTIME_EXPORT void mgpuEventSynchronize(void *event);
 ATTNRES_RUNTIME_EXPORT void mgpuEventRecord(void *event, void *stream);
 
 /* Memory. `hostShared` allocates managed memory the host can also touch; a
- * size of 0 gives NULL without an error. Copies and fills are ordered on
- * `stream`; host pointers may be pageable. */
+ * size of 0 gives NULL without an error. Device memory comes from a pool
+ * per device (where the driver has stream-ordered allocation, CUDA 11.2 and
+ * later), ordered on `stream`: usable there at once, and from any stream
+ * when `stream` is NULL; freed memory returns to the pool once `stream`
+ * reaches the free (with NULL, once the device has finished its work, as
+ * cuMemFree waits) and is kept for the next allocation until
+ * attnresGpuReleaseCachedMemory. Copies and fills are ordered on `stream`;
+ * host pointers may be pageable. */
 ATTNRES_RUNTIME_EXPORT void *mgpuMemAlloc(uint64_t sizeBytes, void *stream,
                                           bool hostShared);
 ATTNRES_RUNTIME_EXPORT void mgpuMemFree(void *pointer, void *stream);
+/* Gives the memory the pools keep back to the driver (after the GPU work
+ * that freed it has finished). */
+ATTNRES_RUNTIME_EXPORT void attnresGpuReleaseCachedMemory(void);
 ATTNRES_RUNTIME_EXPORT void mgpuMemcpy(void *destination, void *source,
                                        size_t sizeBytes, void *stream);
 ATTNRES_RUNTIME_EXPORT void mgpuMemset32(void *destination, uint32_t value,
