@@ -591,6 +591,62 @@ private:
   }
 };
 
+/// Streams mgpuStreamDestroy was given, kept for the next mgpuStreamCreate
+/// on the same device: upstream's host code (gpu-async-region) creates and
+/// destroys a stream at every call of a function, and cuStreamCreate /
+/// cuStreamDestroy cost as much as a small call's kernels. At most
+/// kKeptStreams a device; work still queued on a kept stream runs before
+/// what the next user gives it.
+class StreamCache {
+public:
+  static constexpr size_t kKeptStreams = 8;
+
+  /// A kept stream of the thread's default device, or null.
+  static void *take() {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto &kept = free()[defaultDevice];
+    if (kept.empty())
+      return nullptr;
+    void *stream = kept.back();
+    kept.pop_back();
+    return stream;
+  }
+  static void created(void *stream) {
+    std::lock_guard<std::mutex> lock(mutex());
+    owner()[stream] = defaultDevice;
+  }
+  /// Whether `stream` (one mgpuStreamCreate made) is kept; if not, the
+  /// caller destroys it.
+  static bool keep(void *stream) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto found = owner().find(stream);
+    if (found == owner().end())
+      return false;
+    auto &kept = free()[found->second];
+    if (kept.size() >= kKeptStreams) {
+      owner().erase(found);
+      return false;
+    }
+    kept.push_back(stream);
+    return true;
+  }
+
+private:
+  // Never destroyed, as the state above.
+  static std::mutex &mutex() {
+    static std::mutex *instance = new std::mutex;
+    return *instance;
+  }
+  static std::map<int, std::vector<void *>> &free() {
+    static auto *instance = new std::map<int, std::vector<void *>>;
+    return *instance;
+  }
+  static std::map<void *, int> &owner() {
+    static auto *instance = new std::map<void *, int>;
+    return *instance;
+  }
+};
+
 /// Issues a fill of `count` elements at `destination` with `fill`.
 template <typename Fill>
 void fillDevice(const char *function, void *destination, size_t count,
@@ -809,12 +865,19 @@ void mgpuLaunchClusterKernel(void *kernel, intptr_t clusterX, intptr_t clusterY,
 }
 
 void *mgpuStreamCreate(void) {
-  return created("mgpuStreamCreate", [](const CudaDriver &d, void **h) {
+  if (void *kept = StreamCache::take())
+    return kept;
+  void *stream = created("mgpuStreamCreate", [](const CudaDriver &d, void **h) {
     return d.streamCreate(h, kStreamNonBlocking);
   });
+  if (stream)
+    StreamCache::created(stream);
+  return stream;
 }
 
 void mgpuStreamDestroy(void *stream) {
+  if (!stream || StreamCache::keep(stream))
+    return;
   releaseHandle("mgpuStreamDestroy", stream, [](const CudaDriver &d, void *h) {
     return d.streamDestroy(h);
   });

@@ -92,7 +92,9 @@ mgpuLaunchClusterKernel(void *function, intptr_t clusterX, intptr_t clusterY,
                         void **params, void **extra);
 
 /* Streams (non-blocking with respect to the legacy default stream) and
- * events (without timing). */
+ * events (without timing). A destroyed stream is kept (up to 8 a device)
+ * for the next mgpuStreamCreate on its device, since generated code makes
+ * and destroys one at every call; work still queued on it runs first. */
 ATTNRES_RUNTIME_EXPORT void *mgpuStreamCreate(void);
 ATTNRES_RUNTIME_EXPORT void mgpuStreamDestroy(void *stream);
 ATTNRES_RUNTIME_EXPORT void mgpuStreamSynchronize(void *stream);
