@@ -519,9 +519,10 @@ struct PoolProperties {
   unsigned char rest[64] = {}; // maxSize (0: the default), usage, reserved
 };
 static_assert(sizeof(PoolProperties) == 88, "CUmemPoolProps is 88 bytes");
-constexpr int kPoolReleaseThreshold = 4; // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
-constexpr int kMemoryPoolsSupported =
-    115; // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+// CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+// CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED.
+constexpr int kPoolReleaseThreshold = 4;
+constexpr int kMemoryPoolsSupported = 115;
 
 /// Where mgpuMemAlloc's device memory comes from: a stream-ordered pool per
 /// device that keeps what is freed for the next allocation. Upstream's host
@@ -604,31 +605,34 @@ public:
   /// A kept stream of the thread's default device, or null.
   static void *take() {
     std::lock_guard<std::mutex> lock(mutex());
-    auto &kept = free()[defaultDevice];
-    if (kept.empty())
+    auto &streams = kept()[defaultDevice];
+    if (streams.empty())
       return nullptr;
-    void *stream = kept.back();
-    kept.pop_back();
+    void *stream = streams.back();
+    streams.pop_back();
     return stream;
   }
   static void created(void *stream) {
     std::lock_guard<std::mutex> lock(mutex());
     owner()[stream] = defaultDevice;
   }
-  /// Whether `stream` (one mgpuStreamCreate made) is kept; if not, the
-  /// caller destroys it.
-  static bool keep(void *stream) {
+  enum class Kept { Yes, No, Already };
+  /// Keeps `stream` (one mgpuStreamCreate made) where there is room; if not,
+  /// the caller destroys it. A stream already kept was destroyed twice.
+  static Kept keep(void *stream) {
     std::lock_guard<std::mutex> lock(mutex());
     auto found = owner().find(stream);
     if (found == owner().end())
-      return false;
-    auto &kept = free()[found->second];
-    if (kept.size() >= kKeptStreams) {
+      return Kept::No;
+    auto &streams = kept()[found->second];
+    if (std::find(streams.begin(), streams.end(), stream) != streams.end())
+      return Kept::Already;
+    if (streams.size() >= kKeptStreams) {
       owner().erase(found);
-      return false;
+      return Kept::No;
     }
-    kept.push_back(stream);
-    return true;
+    streams.push_back(stream);
+    return Kept::Yes;
   }
 
 private:
@@ -637,7 +641,7 @@ private:
     static std::mutex *instance = new std::mutex;
     return *instance;
   }
-  static std::map<int, std::vector<void *>> &free() {
+  static std::map<int, std::vector<void *>> &kept() {
     static auto *instance = new std::map<int, std::vector<void *>>;
     return *instance;
   }
@@ -876,8 +880,17 @@ void *mgpuStreamCreate(void) {
 }
 
 void mgpuStreamDestroy(void *stream) {
-  if (!stream || StreamCache::keep(stream))
+  if (!stream)
     return;
+  switch (StreamCache::keep(stream)) {
+  case StreamCache::Kept::Yes:
+    return;
+  case StreamCache::Kept::Already:
+    report("mgpuStreamDestroy", "the stream was destroyed already");
+    return;
+  case StreamCache::Kept::No:
+    break;
+  }
   releaseHandle("mgpuStreamDestroy", stream, [](const CudaDriver &d, void *h) {
     return d.streamDestroy(h);
   });

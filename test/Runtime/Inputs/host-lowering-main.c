@@ -105,6 +105,20 @@ int main(void) {
   if (!attnresGpuLastError() || !strstr(attnresGpuLastError(), "no kernel"))
     return failed("refusing a null kernel");
   attnresGpuClearError();
+  /* A destroyed stream is kept for the next mgpuStreamCreate: destroying
+   * it again is refused, and a new stream is a working one. */
+  void *kept = mgpuStreamCreate();
+  mgpuStreamDestroy(kept);
+  mgpuStreamDestroy(kept);
+  if (!attnresGpuLastError() ||
+      !strstr(attnresGpuLastError(), "destroyed already"))
+    return failed("refusing to destroy a stream twice");
+  attnresGpuClearError();
+  void *again = mgpuStreamCreate();
+  mgpuStreamSynchronize(again);
+  mgpuStreamDestroy(again);
+  if (attnresGpuLastError())
+    return failed("reusing a kept stream");
 
   mgpuEventDestroy(filled);
   mgpuMemFree(halves, first);
