@@ -411,7 +411,9 @@ public:
     std::lock_guard<std::mutex> lock(mutex());
     for (auto it = modules().rbegin(); it != modules().rend(); ++it) {
       void *kernel = nullptr;
-      if (void *loaded = loadLocked(function, **it);
+      // A module that does not load here (one built for another device)
+      // is skipped quietly: its own lookups report it.
+      if (void *loaded = loadLocked(function, **it, /*quiet=*/true);
           loaded && !d.moduleGetFunction(&kernel, loaded, name))
         return kernel;
     }
@@ -431,7 +433,8 @@ public:
   }
 
 private:
-  static void *loadLocked(const char *function, LazyModule &module) {
+  static void *loadLocked(const char *function, LazyModule &module,
+                          bool quiet = false) {
     auto found = module.loaded.find(defaultDevice);
     if (found != module.loaded.end())
       return found->second;
@@ -450,8 +453,11 @@ private:
     } else {
       result = d->moduleLoadData(&loaded, module.image.data());
     }
-    if (!succeeded(function, *d, result))
+    if (result) {
+      if (!quiet)
+        report(function, d->describe(result));
       return nullptr;
+    }
     module.loaded[defaultDevice] = loaded;
     return loaded;
   }
@@ -479,13 +485,20 @@ private:
 template <typename Ask>
 int64_t occupancyQuery(const char *function, const char *kernelName,
                        int64_t blockThreads, int64_t clusterBlocks, Ask ask) {
-  if (!kernelName || blockThreads < 1 || blockThreads > 1024 ||
-      clusterBlocks < 0 || clusterBlocks > attnres::launch::kMaxClusterBlocks) {
-    report(function,
-           "no kernel name, a block of " + std::to_string(blockThreads) +
-               " threads (outside [1, 1024]) or a cluster of " +
-               std::to_string(clusterBlocks) + " blocks (outside [1, " +
-               std::to_string(attnres::launch::kMaxClusterBlocks) + "])");
+  if (!kernelName) {
+    report(function, "no kernel name");
+    return 0;
+  }
+  if (blockThreads < 1 || blockThreads > 1024) {
+    report(function, "a block of " + std::to_string(blockThreads) +
+                         " threads (outside [1, 1024])");
+    return 0;
+  }
+  if (clusterBlocks < 0 || clusterBlocks > attnres::launch::kMaxClusterBlocks) {
+    report(function, "a cluster of " + std::to_string(clusterBlocks) +
+                         " blocks (outside [1, " +
+                         std::to_string(attnres::launch::kMaxClusterBlocks) +
+                         "])");
     return 0;
   }
   LoadedModules::Question question{kernelName, blockThreads, clusterBlocks,
@@ -944,9 +957,12 @@ void *mgpuMemAlloc(uint64_t sizeBytes, void *stream, bool hostShared) {
   Result result;
   if (hostShared)
     result = d->memAllocManaged(&pointer, sizeBytes, kMemAttachGlobal);
-  else if (pool)
+  else if (pool) {
     result = d->memAllocFromPoolAsync(&pointer, sizeBytes, pool, stream);
-  else
+    // What the pool keeps may be what is missing: give it back and retry.
+    if (result && !d->ctxSynchronize() && !d->memPoolTrimTo(pool, 0))
+      result = d->memAllocFromPoolAsync(&pointer, sizeBytes, pool, stream);
+  } else
     result = d->memAlloc(&pointer, sizeBytes);
   if (result) {
     report(function, "allocating " + std::to_string(sizeBytes) + " bytes" +
