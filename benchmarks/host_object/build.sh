@@ -31,6 +31,6 @@ here=$(dirname "$0")
 "$tools/llc" -O2 -relocation-model=pic -filetype=obj "$out.ll" -o "$out.o"
 "$cc" -shared "$out.o" -L"$lib" -lAttnResRuntime \
   -Wl,-soname,"$(basename "$out").so" -o "$out.so"
-"$cc" -std=c11 -O2 -I"$src/include" -DSOURCES="$L" -DWIDTH="$D" \
+"$cc" -std=c11 -O2 -I"$src/include" -I"$src/test/Inputs" -DSOURCES="$L" -DWIDTH="$D" \
   "$here/host_object.c" "$out.so" -Wl,-rpath,\$ORIGIN -L"$lib" \
   -lAttnResRuntime -Wl,-rpath,"$lib" -lm -o "$out"

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 199309L
 
 #include "attnres-c/GpuWrappers.h"
+#include "host-program.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,18 +18,6 @@
 
 enum { L = SOURCES, D = WIDTH };
 
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[3], strides[3];
-} Desc3;
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[2], strides[2];
-} Desc2;
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[1], strides[1];
-} Desc1;
 typedef struct {
   Desc2 o;
   Desc1 lse;

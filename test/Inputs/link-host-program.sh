@@ -23,4 +23,4 @@ else
   host="$out.o"
 fi
 # shellcheck disable=SC2086
-"$cc" -std=c11 -O1 -I"$src/include" "$main" $host $runtime -lm -o "$out"
+"$cc" -std=c11 -O1 -I"$src/include" -I"$src/test/Inputs" "$main" $host $runtime -lm -o "$out"

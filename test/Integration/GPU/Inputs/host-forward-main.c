@@ -8,6 +8,7 @@
  * read and expects the lowered code to refuse the launch with a message. */
 
 #include "attnres-c/GpuWrappers.h"
+#include "host-program.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -19,18 +20,6 @@ enum { L = 4, D = 256, N = 1001 };
 static const double kScale = 0.5, kEps = 1e-6;
 
 typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[3], strides[3];
-} Desc3;
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[2], strides[2];
-} Desc2;
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[1], strides[1];
-} Desc1;
-typedef struct {
   Desc2 o;
   Desc1 lse;
 } Results;
@@ -38,18 +27,6 @@ typedef struct {
 void _mlir_ciface_mix(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
 void _mlir_ciface_decode(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
 
-static uint16_t toBf16(float x) { /* round to nearest even */
-  uint32_t bits;
-  memcpy(&bits, &x, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return (uint16_t)(bits >> 16);
-}
-static double fromBf16(uint16_t x) {
-  uint32_t bits = (uint32_t)x << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
 static uint32_t state = 12345;
 static float uniform(void) { /* in [-1, 1) */
   state = state * 1664525u + 1013904223u;

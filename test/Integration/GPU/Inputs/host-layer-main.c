@@ -12,6 +12,7 @@
  * "host layer: ok" and exits 0, or names the first failure and exits 1. */
 
 #include "attnres-c/GpuWrappers.h"
+#include "host-program.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -22,18 +23,6 @@
 enum { L = 4, B = 4, T = 257, N = B * T, D = 1024 };
 static const double kEps = 1e-6, kTolerance = 1e-2;
 
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[3], strides[3];
-} Desc3;
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[2], strides[2];
-} Desc2;
-typedef struct {
-  void *allocated, *aligned;
-  int64_t offset, sizes[1], strides[1];
-} Desc1;
 typedef struct {
   Desc3 o;
   Desc2 lse;
@@ -53,19 +42,6 @@ void _mlir_ciface_layer4_input_grad(Backward *results, Desc3 *embed,
                                     Desc1 *preNorm, Desc3 *grad, Desc2 *lse,
                                     Desc3 *oPre);
 
-static uint16_t toBf16(double value) { /* round to nearest even */
-  float x = (float)value;
-  uint32_t bits;
-  memcpy(&bits, &x, 4);
-  bits += 0x7fff + ((bits >> 16) & 1);
-  return (uint16_t)(bits >> 16);
-}
-static double fromBf16(uint16_t x) {
-  uint32_t bits = (uint32_t)x << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
 static uint32_t state = 2024;
 static double uniform(void) { /* in [-1, 1) */
   state = state * 1664525u + 1013904223u;
