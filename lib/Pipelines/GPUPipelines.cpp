@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "attnres/Conversion/Passes.h"
+#include "attnres/Dialect/AttnRes/Transforms/Passes.h"
 #include "attnres/Pipelines/Pipelines.h"
 
 #include "mlir/Conversion/Passes.h"
@@ -115,8 +116,14 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   kernels.clusters = hasClusters(options.chip);
   kernels.keepHost = options.keepHost;
   kernels.forwardPartitions = options.forwardPartitions;
-  kernels.backwardBlocks = options.backwardBlocks;
   kernels.backwardPartitions = options.backwardPartitions;
+  // The blocks of a backward are a decomposition of the op (the split
+  // pass's loop), which the conversion launches as the kernel's grid.
+  if (options.backwardBlocks != 0) {
+    AttnResSplitReductionOptions split;
+    split.blocks = std::to_string(options.backwardBlocks);
+    pm.addPass(createAttnResSplitReduction(split));
+  }
   pm.addPass(createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {
     buildGPUModuleToNVVMBinary(pm, options);

@@ -60,6 +60,16 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     options below set the lanes of a row, the batch, prefetching and
     unrolling; their defaults come from measurements on the H200
     (docs/Performance.md).
+
+    With `keep-host=1` the functions stay, each attnres op replaced by the
+    host code that launches its kernels. A backward that
+    `attnres-split-reduction` split into an `scf.forall` over B blocks of
+    tokens (its partial gradients summed by `partition_reduce sum` after
+    the loop) runs as the backward kernel on the loop's B blocks and its
+    finalize: block b of the kernel covers the tokens of iteration b. The
+    loop is checked to be of exactly that form; another is an error, as is
+    such a loop without keep-host (a bundle's backward is launched whole,
+    its blocks chosen per call).
   }];
   let options = [
     Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
@@ -153,17 +163,15 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "workspace, the tables of source rows copied to the device, "
            "gpu.launch_func with the grids of the kernels' own rules; a "
            "forward's unsplit kernel, a backward's on blocks and partitions "
-           "sized at run time by the runtime's rules, and its finalize), for "
-           "upstream bufferization and gpu-to-llvm to lower">,
+           "sized at run time by the runtime's rules (the blocks of "
+           "attnres-split-reduction's loop where it ran), and its finalize), "
+           "for upstream bufferization and gpu-to-llvm to lower">,
     Option<"forwardPartitions", "forward-partitions", "int64_t",
            /*default=*/"0",
            "With keep-host: partitions P of the sources every forward splits "
            "into (1: none; clustered where P <= 8 and its clusters fit, else "
            "the partial kernel and the merge); 0: the runtime's rule at run "
            "time">,
-    Option<"backwardBlocks", "backward-blocks", "int64_t", /*default=*/"0",
-           "With keep-host: blocks of tokens B of every backward; 0: the "
-           "runtime's rule at run time">,
     Option<"backwardPartitions", "backward-partitions", "int64_t",
            /*default=*/"0",
            "With keep-host: partitions P of the sources of every backward; "

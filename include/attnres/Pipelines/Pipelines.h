@@ -56,8 +56,9 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
       llvm::cl::init(0)};
   PassOptions::Option<int64_t> backwardBlocks{
       *this, "backward-blocks",
-      llvm::cl::desc("With keep-host: blocks of tokens of every backward (0: "
-                     "the runtime's rule)"),
+      llvm::cl::desc("With keep-host: blocks of tokens of every backward, "
+                     "by attnres-split-reduction{blocks=B} before the "
+                     "kernels (0: the runtime's rule at run time)"),
       llvm::cl::init(0)};
   PassOptions::Option<int64_t> backwardPartitions{
       *this, "backward-partitions",

@@ -215,20 +215,39 @@ struct ConvertAttnResToGPUPass
       return signalPassFailure();
     }
 
-    if (forwardPartitions < 0 || backwardBlocks < 0 || backwardPartitions < 0) {
-      emitError(loc) << "convert-attnres-to-gpu: forward-partitions, "
-                        "backward-blocks and backward-partitions must be >= "
-                        "0 (0: the runtime's rules)";
+    if (forwardPartitions < 0 || backwardPartitions < 0) {
+      emitError(loc) << "convert-attnres-to-gpu: forward-partitions and "
+                        "backward-partitions must be >= 0 (0: the runtime's "
+                        "rules)";
       return signalPassFailure();
     }
-    if (!keepHost &&
-        (forwardPartitions || backwardBlocks || backwardPartitions)) {
-      emitError(loc) << "convert-attnres-to-gpu: forward-partitions, "
-                        "backward-blocks and backward-partitions fix the "
-                        "launches of keep-host=1; a bundle's launches take "
-                        "them per call (the runtime's AttnresForwardArgs and "
+    if (!keepHost && (forwardPartitions || backwardPartitions)) {
+      emitError(loc) << "convert-attnres-to-gpu: forward-partitions and "
+                        "backward-partitions fix the launches of keep-host=1; "
+                        "a bundle's launches take them per call (the "
+                        "runtime's AttnresForwardArgs and "
                         "AttnresBackwardArgs)";
       return signalPassFailure();
+    }
+    // A backward split by attnres-split-reduction runs as the backward
+    // kernel on the loop's blocks (keep-host); a bundle's backward is
+    // launched whole by the runtime, which picks its blocks per call.
+    llvm::DenseMap<Operation *, int64_t> splitBlocks;
+    if (keepHost && failed(absorbSplitBackwards(module, splitBlocks)))
+      return signalPassFailure();
+    if (!keepHost) {
+      WalkResult split = module.walk([&](BackwardOp op) {
+        if (!isa<scf::ForallOp>(op->getParentOp()))
+          return WalkResult::advance();
+        op->emitError() << "convert-attnres-to-gpu: a bundle's backward is "
+                           "launched whole by the runtime, which picks its "
+                           "blocks per call (AttnresBackwardArgs.blocks); "
+                           "attnres-split-reduction's loop runs on the GPU "
+                           "with keep-host=1";
+        return WalkResult::interrupt();
+      });
+      if (split.wasInterrupted())
+        return signalPassFailure();
     }
     if (keepHost) {
       bool hostOnly = true;
@@ -283,11 +302,12 @@ struct ConvertAttnResToGPUPass
     if (keepHost) {
       // The functions stay, each op replaced by the launch of its kernel.
       unsigned refusals = 0;
-      LaunchCounts counts{forwardPartitions, backwardBlocks,
-                          backwardPartitions};
-      for (auto [op, facts] : launches)
+      for (auto [op, facts] : launches) {
+        LaunchCounts counts{forwardPartitions, backwardPartitions,
+                            splitBlocks.lookup(op)};
         if (failed(replaceByLaunches(op, facts, recorded, counts, refusals)))
           return signalPassFailure();
+      }
     } else {
       // The host side is the runtime's (see the manifest).
       for (func::FuncOp function : functions)
@@ -303,7 +323,8 @@ struct ConvertAttnResToGPUPass
   /// or makes a tensor would run on the host over device memory (a slice
   /// copied by the host, a loop of launches writing into host buffers), so
   /// it is refused, as is an attnres op inside a region (an scf.forall of
-  /// attnres-split-sources, say), whose operands are such slices.
+  /// attnres-tile, say), whose operands are such slices.
+  /// attnres-split-reduction's loops were replaced before this check.
   LogicalResult checkKeptFunction(func::FuncOp function) {
     auto isTensor = [](Type type) { return isa<TensorType>(type); };
     WalkResult result = function.walk([&](Operation *op) {
@@ -314,23 +335,27 @@ struct ConvertAttnResToGPUPass
                            "attnres ops at the top level of a function; this "
                            "one is inside '"
                         << op->getParentOp()->getName()
-                        << "' (a decomposition of the split passes runs "
-                           "through bundles: keep-host=0)";
+                        << "' (of the split and tile passes' loops, "
+                           "keep-host launches attnres-split-reduction's)";
         return WalkResult::interrupt();
       }
       if (isa<func::ReturnOp>(op) ||
           (!llvm::any_of(op->getOperandTypes(), isTensor) &&
            !llvm::any_of(op->getResultTypes(), isTensor)))
         return WalkResult::advance();
-      // tensor.dim reads a size from the descriptor, not the data.
-      if (isa<tensor::DimOp>(op))
+      // tensor.dim reads a size from the descriptor, not the data; the
+      // reshapes become views of the same buffer (attnres-split-reduction
+      // merges several token dimensions into one).
+      if (isa<tensor::DimOp, tensor::CollapseShapeOp, tensor::ExpandShapeOp>(
+              op))
         return WalkResult::advance();
-      op->emitError() << "convert-attnres-to-gpu: keep-host=1 keeps every "
-                         "tensor in device memory, which only attnres ops "
-                         "and tensor.dim may use; '"
-                      << op->getName()
-                      << "' is neither (keep-host=0 compiles the attnres ops "
-                         "alone)";
+      op->emitError()
+          << "convert-attnres-to-gpu: keep-host=1 keeps every "
+             "tensor in device memory, which only attnres ops, "
+             "tensor.dim and reshapes may use; '"
+          << op->getName()
+          << "' is none of them (keep-host=0 compiles the attnres ops "
+             "alone)";
       return WalkResult::interrupt();
     });
     return failure(result.wasInterrupted());

@@ -124,22 +124,31 @@ std::string typeName(Type type);
 /// recorded with (keep-host).
 using RecordedKernels = llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>>;
 
+/// Launch counts the user fixed (0: the runtime's rules, at run time); a
+/// backward's blocks of tokens come from attnres-split-reduction's loop.
+struct LaunchCounts {
+  int64_t forwardPartitions = 0, backwardPartitions = 0, backwardBlocks = 0;
+};
+
 /// Replaces an attnres op by host code that runs it with its kernels (named
 /// by role in `facts`, the op's manifest entry): the keep-host mode of
 /// convert-attnres-to-gpu (HostLaunch.cpp). A forward launches its unsplit
 /// kernel; a backward its kernel on B x P blocks (the runtime's rules, at
 /// run time, or `counts`) and its finalize; a partition_reduce its merge or
-/// sum.
-/// `refusals` numbers the messages of the alignment checks across the
+/// sum. `refusals` numbers the messages of the alignment checks across the
 /// module's ops.
-/// Launch counts the user fixed (0: the runtime's rules, at run time).
-struct LaunchCounts {
-  int64_t forwardPartitions = 0, backwardBlocks = 0, backwardPartitions = 0;
-};
-
 LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
                                 const RecordedKernels &kernels,
                                 const LaunchCounts &counts, unsigned &refusals);
+
+/// Replaces each scf.forall of attnres-split-reduction (a backward over
+/// each of B blocks of tokens, its partial gradients summed after the loop)
+/// by the backward over all tokens, mapping it to the loop's count B
+/// (SplitBackward.cpp): the backward kernel's blocks are the loop's. A loop
+/// around a backward that differs from that form is an error.
+LogicalResult
+absorbSplitBackwards(ModuleOp module,
+                     llvm::DenseMap<Operation *, int64_t> &blocks);
 
 } // namespace mlir::attnres::gpu_kernels
 

@@ -1,12 +1,12 @@
-// RUN: attnres-opt %s --split-input-file \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 forward-partitions=3 backward-blocks=5 backward-partitions=2" \
+// RUN: attnres-opt %s --split-input-file --attnres-split-reduction=blocks=5 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 forward-partitions=3 backward-partitions=2" \
 // RUN:   | FileCheck %s
 // RUN: not attnres-opt %s --split-input-file \
 // RUN:   --convert-attnres-to-gpu="keep-host=1 forward-partitions=9 backward-partitions=9" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=TOO-MANY
 // RUN: not attnres-opt %s --convert-attnres-to-gpu="forward-partitions=2" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BUNDLE
-// RUN: not attnres-opt %s --convert-attnres-to-gpu="keep-host=1 backward-blocks=-1" 2>&1 \
+// RUN: not attnres-opt %s --convert-attnres-to-gpu="keep-host=1 backward-partitions=-1" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NEGATIVE
 
 // Counts the user fixed replace the runtime's rules: no occupancy query, the
@@ -20,8 +20,8 @@
 // CHECK: gpu.launch_func  @attnres_kernels::@forward_0_forward_partial {{.*}} %c3_i64{{.*}} : i64)
 // CHECK: gpu.launch_func  @attnres_kernels::@forward_0_merge
 // TOO-MANY: error: convert-attnres-to-gpu: forward-partitions = 9 is more than the op's 8 sources
-// BUNDLE: error: convert-attnres-to-gpu: forward-partitions, backward-blocks and backward-partitions fix the launches of keep-host=1; a bundle's launches take them per call (the runtime's AttnresForwardArgs and AttnresBackwardArgs)
-// NEGATIVE: error: convert-attnres-to-gpu: forward-partitions, backward-blocks and backward-partitions must be >= 0 (0: the runtime's rules)
+// BUNDLE: error: convert-attnres-to-gpu: forward-partitions and backward-partitions fix the launches of keep-host=1; a bundle's launches take them per call (the runtime's AttnresForwardArgs and AttnresBackwardArgs)
+// NEGATIVE: error: convert-attnres-to-gpu: forward-partitions and backward-partitions must be >= 0 (0: the runtime's rules)
 func.func @forward(%v: tensor<8x?x4096xbf16>, %q: tensor<4096xbf16>)
     -> tensor<?x4096xbf16> {
   %o, %lse = attnres.forward packed(%v : tensor<8x?x4096xbf16>)
@@ -32,7 +32,8 @@ func.func @forward(%v: tensor<8x?x4096xbf16>, %q: tensor<4096xbf16>)
 
 // -----
 
-// The backward on 5 x 2 blocks: its grid and integer arguments are the
+// The backward on 5 x 2 blocks (5 blocks of tokens from
+// attnres-split-reduction's loop): its grid and integer arguments are the
 // constants, and its workspace 2 * 5 partial rows.
 // CHECK-LABEL: func.func @backward(
 // CHECK-NOT: attnresGpuResidentBlocks

@@ -263,7 +263,7 @@ func.func @finalize(%partials: tensor<7x?x16xf32>) -> tensor<?x16xbf16> {
 // ops and tensor.dim that uses one would touch device memory on the host.
 func.func @slice(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>)
     -> tensor<?x64xf32> {
-  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 keeps every tensor in device memory, which only attnres ops and tensor.dim may use; 'tensor.extract_slice' is neither (keep-host=0 compiles the attnres ops alone)}}
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 keeps every tensor in device memory, which only attnres ops, tensor.dim and reshapes may use; 'tensor.extract_slice' is none of them (keep-host=0 compiles the attnres ops alone)}}
   %low = tensor.extract_slice %v[0, 0, 0] [2, 16, 64] [1, 1, 1]
       : tensor<4x?x64xf32> to tensor<2x16x64xf32>
   %o, %lse = attnres.forward packed(%low : tensor<2x16x64xf32>)
@@ -279,7 +279,7 @@ func.func @slice(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>)
 // op inside named.
 func.func @in_loop(%v: tensor<4x8x64xf32>, %q: tensor<64xf32>) {
   scf.forall (%i) in (2) {
-    // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.forall' (a decomposition of the split passes runs through bundles: keep-host=0)}}
+    // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.forall' (of the split and tile passes' loops, keep-host launches attnres-split-reduction's)}}
     %o, %lse = attnres.forward packed(%v : tensor<4x8x64xf32>)
         query(%q : tensor<64xf32>) save(lse)
         -> tensor<8x64xf32>, tensor<8xf32>
