@@ -115,10 +115,15 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   kernels.asyncCopies = hasAsyncCopies(options.chip);
   kernels.clusters = hasClusters(options.chip);
   kernels.keepHost = options.keepHost;
-  kernels.forwardPartitions = options.forwardPartitions;
   kernels.backwardPartitions = options.backwardPartitions;
-  // The blocks of a backward are a decomposition of the op (the split
-  // pass's loop), which the conversion launches as the kernel's grid.
+  // A forward's partitions and a backward's blocks are decompositions of
+  // the op (the split passes' output), which the conversion launches on
+  // the grid they state.
+  if (options.forwardPartitions != 0) {
+    AttnResSplitSourcesOptions split;
+    split.partitions = std::to_string(options.forwardPartitions);
+    pm.addPass(createAttnResSplitSources(split));
+  }
   if (options.backwardBlocks != 0) {
     AttnResSplitReductionOptions split;
     split.blocks = std::to_string(options.backwardBlocks);

@@ -1,17 +1,19 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 --canonicalize --cse | FileCheck %s
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=100 --canonicalize --cse | FileCheck %s --check-prefix=CLAMP
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources | FileCheck %s --check-prefix=AUTO
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=1 | FileCheck %s --check-prefix=ONE
 // RUN: not attnres-opt %s --attnres-split-sources=partitions=0 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: attnres-split-sources: partitions must be a positive integer or 'auto', got '0'
 
-// Seven listed sources in three partitions of 3, 2 and 2; the partial
-// forwards return FP32 outputs and save only lse; the merge returns the
-// forward's output type.
+// Seven listed sources in three partitions of 2, 2 and 3 (partition p holds
+// sources [floor(7p / 3), floor(7(p + 1) / 3)), as the GPU kernels split
+// them); the partial forwards return FP32 outputs and save only lse; the
+// merge returns the forward's output type.
 // CHECK-LABEL: func.func @list
 // CHECK-SAME: (%[[V0:.*]]: tensor<?x64xbf16>, %[[V1:.*]]: tensor<?x64xbf16>, %[[V2:.*]]: tensor<?x64xbf16>, %[[V3:.*]]: tensor<?x64xbf16>, %[[V4:.*]]: tensor<?x64xbf16>, %[[V5:.*]]: tensor<?x64xbf16>, %[[V6:.*]]: tensor<?x64xbf16>, %[[Q:.*]]: tensor<16xf32>, %[[G:.*]]: tensor<16xf32>)
-// CHECK: %[[O0:.*]], %[[L0:.*]] = attnres.forward sources(%[[V0]], %[[V1]], %[[V2]] : tensor<?x64xbf16>) query(%[[Q]] : tensor<16xf32>) key_norm(%[[G]] : tensor<16xf32>) save(lse) {scale = 5.000000e-01 : f64} -> tensor<?x64xf32>, tensor<?xf32>
-// CHECK: %[[O1:.*]], %[[L1:.*]] = attnres.forward sources(%[[V3]], %[[V4]] : tensor<?x64xbf16>) {{.*}} save(lse) {scale = 5.000000e-01 : f64} -> tensor<?x64xf32>, tensor<?xf32>
-// CHECK: %[[O2:.*]], %[[L2:.*]] = attnres.forward sources(%[[V5]], %[[V6]] : tensor<?x64xbf16>)
+// CHECK: %[[O0:.*]], %[[L0:.*]] = attnres.forward sources(%[[V0]], %[[V1]] : tensor<?x64xbf16>) query(%[[Q]] : tensor<16xf32>) key_norm(%[[G]] : tensor<16xf32>) save(lse) {scale = 5.000000e-01 : f64} -> tensor<?x64xf32>, tensor<?xf32>
+// CHECK: %[[O1:.*]], %[[L1:.*]] = attnres.forward sources(%[[V2]], %[[V3]] : tensor<?x64xbf16>) {{.*}} save(lse) {scale = 5.000000e-01 : f64} -> tensor<?x64xf32>, tensor<?xf32>
+// CHECK: %[[O2:.*]], %[[L2:.*]] = attnres.forward sources(%[[V4]], %[[V5]], %[[V6]] : tensor<?x64xbf16>)
 // CHECK: %[[P:.*]] = tensor.concat dim(0) {{.*}} -> tensor<3x?x64xf32>
 // CHECK: %[[LS:.*]] = tensor.concat dim(0) {{.*}} -> tensor<3x?xf32>
 // CHECK: %[[O:.*]], %[[LSE:.*]] = attnres.partition_reduce softmax %[[P]] : tensor<3x?x64xf32> lse(%[[LS]] : tensor<3x?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
@@ -22,6 +24,10 @@
 // AUTO-LABEL: func.func @list
 // AUTO: attnres.forward sources(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x64xbf16>)
 // AUTO-NOT: partition_reduce
+// One partition asked for: one FP32 partial over all sources and the merge.
+// ONE-LABEL: func.func @list
+// ONE: attnres.forward sources(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<?x64xbf16>) {{.*}} save(lse) {{.*}} -> tensor<?x64xf32>, tensor<?xf32>
+// ONE: attnres.partition_reduce softmax %{{.*}} : tensor<1x?x64xf32>
 func.func @list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %v2: tensor<?x64xbf16>,
                 %v3: tensor<?x64xbf16>, %v4: tensor<?x64xbf16>, %v5: tensor<?x64xbf16>,
                 %v6: tensor<?x64xbf16>, %q: tensor<16xf32>, %g: tensor<16xf32>)
@@ -38,10 +44,10 @@ func.func @list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %v2: tensor<?x64
 // norm (and the saved o_pre) move to the merge.
 // CHECK-LABEL: func.func @packed_multi_query_output_norm
 // CHECK-SAME: (%[[V:.*]]: tensor<4x8x32xf32>, %[[Q:.*]]: tensor<2x8xf32>, %[[H:.*]]: tensor<2x32xf32>)
-// CHECK: %[[S0:.*]] = tensor.extract_slice %[[V]][0, 0, 0] [2, 8, 32] [1, 1, 1]
-// CHECK: attnres.forward packed(%[[S0]] : tensor<2x8x32xf32>) query(%[[Q]] : tensor<2x8xf32>) save(lse) {eps = 1.000000e-03 : f64} -> tensor<2x8x32xf32>, tensor<2x8xf32>
-// CHECK: %[[S1:.*]] = tensor.extract_slice %[[V]][2, 0, 0] [1, 8, 32] [1, 1, 1]
-// CHECK: %[[S2:.*]] = tensor.extract_slice %[[V]][3, 0, 0] [1, 8, 32] [1, 1, 1]
+// CHECK: %[[S0:.*]] = tensor.extract_slice %[[V]][0, 0, 0] [1, 8, 32] [1, 1, 1]
+// CHECK: attnres.forward packed(%[[S0]] : tensor<1x8x32xf32>) query(%[[Q]] : tensor<2x8xf32>) save(lse) {eps = 1.000000e-03 : f64} -> tensor<2x8x32xf32>, tensor<2x8xf32>
+// CHECK: %[[S1:.*]] = tensor.extract_slice %[[V]][1, 0, 0] [1, 8, 32] [1, 1, 1]
+// CHECK: %[[S2:.*]] = tensor.extract_slice %[[V]][2, 0, 0] [2, 8, 32] [1, 1, 1]
 // CHECK: attnres.partition_reduce softmax %{{.*}} : tensor<3x2x8x32xf32> lse(%{{.*}} : tensor<3x2x8xf32>) output_norm(%[[H]] : tensor<2x32xf32>) {eps = 1.000000e-03 : f64} -> tensor<2x8x32xf32>, tensor<2x8xf32>, tensor<2x8x32xf32>
 // AUTO-LABEL: func.func @packed_multi_query_output_norm
 // AUTO-NOT: partition_reduce

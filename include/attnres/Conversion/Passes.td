@@ -62,14 +62,18 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     (docs/Performance.md).
 
     With `keep-host=1` the functions stay, each attnres op replaced by the
-    host code that launches its kernels. A backward that
-    `attnres-split-reduction` split into an `scf.forall` over B blocks of
-    tokens (its partial gradients summed by `partition_reduce sum` after
-    the loop) runs as the backward kernel on the loop's B blocks and its
-    finalize: block b of the kernel covers the tokens of iteration b. The
-    loop is checked to be of exactly that form; another is an error, as is
-    such a loop without keep-host (a bundle's backward is launched whole,
-    its blocks chosen per call).
+    host code that launches its kernels. The split passes' decompositions
+    run as the kernels that implement them, on the grid the IR states: a
+    backward that `attnres-split-reduction` split into an `scf.forall` over
+    B blocks of tokens (its partial gradients summed by `partition_reduce
+    sum` after the loop) as the backward kernel on the loop's B blocks
+    (block b covers the tokens of iteration b) and its finalize; the P
+    partial forwards of `attnres-split-sources` and their softmax merge as
+    the forward split over P partitions of the sources (partition p of the
+    kernels reads the sources of partial forward p). Each is checked to be
+    of exactly that form; another is an error, as is the loop without
+    keep-host (a bundle's backward is launched whole, its blocks chosen per
+    call).
   }];
   let options = [
     Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
@@ -162,16 +166,10 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "that launches its kernels (gpu.alloc for the results and "
            "workspace, the tables of source rows copied to the device, "
            "gpu.launch_func with the grids of the kernels' own rules; a "
-           "forward's unsplit kernel, a backward's on blocks and partitions "
-           "sized at run time by the runtime's rules (the blocks of "
-           "attnres-split-reduction's loop where it ran), and its finalize), "
-           "for upstream bufferization and gpu-to-llvm to lower">,
-    Option<"forwardPartitions", "forward-partitions", "int64_t",
-           /*default=*/"0",
-           "With keep-host: partitions P of the sources every forward splits "
-           "into (1: none; clustered where P <= 8 and its clusters fit, else "
-           "the partial kernel and the merge); 0: the runtime's rule at run "
-           "time">,
+           "forward's kernels on partitions, a backward's on blocks and "
+           "partitions, sized at run time by the runtime's rules unless the "
+           "split passes fixed them, and its finalize), for upstream "
+           "bufferization and gpu-to-llvm to lower">,
     Option<"backwardPartitions", "backward-partitions", "int64_t",
            /*default=*/"0",
            "With keep-host: partitions P of the sources of every backward; "

@@ -52,7 +52,9 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
   PassOptions::Option<int64_t> forwardPartitions{
       *this, "forward-partitions",
       llvm::cl::desc("With keep-host: partitions of the sources every "
-                     "forward splits into (0: the runtime's rule)"),
+                     "forward splits into, by "
+                     "attnres-split-sources{partitions=P} before the kernels "
+                     "(0: the runtime's rule at run time)"),
       llvm::cl::init(0)};
   PassOptions::Option<int64_t> backwardBlocks{
       *this, "backward-blocks",

@@ -215,25 +215,24 @@ struct ConvertAttnResToGPUPass
       return signalPassFailure();
     }
 
-    if (forwardPartitions < 0 || backwardPartitions < 0) {
-      emitError(loc) << "convert-attnres-to-gpu: forward-partitions and "
-                        "backward-partitions must be >= 0 (0: the runtime's "
-                        "rules)";
+    if (backwardPartitions < 0) {
+      emitError(loc) << "convert-attnres-to-gpu: backward-partitions must be "
+                        ">= 0 (0: the runtime's rule)";
       return signalPassFailure();
     }
-    if (!keepHost && (forwardPartitions || backwardPartitions)) {
-      emitError(loc) << "convert-attnres-to-gpu: forward-partitions and "
-                        "backward-partitions fix the launches of keep-host=1; "
-                        "a bundle's launches take them per call (the "
-                        "runtime's AttnresForwardArgs and "
+    if (!keepHost && backwardPartitions) {
+      emitError(loc) << "convert-attnres-to-gpu: backward-partitions fixes "
+                        "the launches of keep-host=1; a bundle's launches "
+                        "take it per call (the runtime's "
                         "AttnresBackwardArgs)";
       return signalPassFailure();
     }
-    // A backward split by attnres-split-reduction runs as the backward
-    // kernel on the loop's blocks (keep-host); a bundle's backward is
-    // launched whole by the runtime, which picks its blocks per call.
-    llvm::DenseMap<Operation *, int64_t> splitBlocks;
-    if (keepHost && failed(absorbSplitBackwards(module, splitBlocks)))
+    // The split passes' decompositions run as the kernels that implement
+    // them, on the grid they state (keep-host); a bundle's ops are launched
+    // whole by the runtime, which picks their blocks per call.
+    llvm::DenseMap<Operation *, int64_t> splitPartitions, splitBlocks;
+    if (keepHost && (failed(absorbSplitForwards(module, splitPartitions)) ||
+                     failed(absorbSplitBackwards(module, splitBlocks))))
       return signalPassFailure();
     if (!keepHost) {
       WalkResult split = module.walk([&](BackwardOp op) {
@@ -303,7 +302,7 @@ struct ConvertAttnResToGPUPass
       // The functions stay, each op replaced by the launch of its kernel.
       unsigned refusals = 0;
       for (auto [op, facts] : launches) {
-        LaunchCounts counts{forwardPartitions, backwardPartitions,
+        LaunchCounts counts{splitPartitions.lookup(op), backwardPartitions,
                             splitBlocks.lookup(op)};
         if (failed(replaceByLaunches(op, facts, recorded, counts, refusals)))
           return signalPassFailure();

@@ -492,9 +492,6 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
   int64_t fixed = counts.forwardPartitions;
-  if (fixed > L)
-    return op.emitError("convert-attnres-to-gpu: forward-partitions = ")
-           << fixed << " is more than the op's " << L << " sources";
   // Sources too few or rows too short ever to split (or one partition
   // asked for): the whole kernel.
   values["num_partitions"] = a.constant(1);

@@ -124,8 +124,10 @@ std::string typeName(Type type);
 /// recorded with (keep-host).
 using RecordedKernels = llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>>;
 
-/// Launch counts the user fixed (0: the runtime's rules, at run time); a
-/// backward's blocks of tokens come from attnres-split-reduction's loop.
+/// Launch counts fixed for an op (0: the runtime's rules, at run time): a
+/// forward's partitions from attnres-split-sources, a backward's partitions
+/// of the sources from the backward-partitions option, its blocks of tokens
+/// from attnres-split-reduction's loop.
 struct LaunchCounts {
   int64_t forwardPartitions = 0, backwardPartitions = 0, backwardBlocks = 0;
 };
@@ -144,8 +146,18 @@ LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
 /// Replaces each scf.forall of attnres-split-reduction (a backward over
 /// each of B blocks of tokens, its partial gradients summed after the loop)
 /// by the backward over all tokens, mapping it to the loop's count B
-/// (SplitBackward.cpp): the backward kernel's blocks are the loop's. A loop
-/// around a backward that differs from that form is an error.
+/// (SplitDecompositions.cpp): the backward kernel's blocks are the loop's. A
+/// loop around a backward that differs from that form is an error. Replaces
+/// each group of attnres-split-sources (P forwards over consecutive partitions
+/// of the sources, their FP32 outputs and lses stacked and merged by a softmax
+/// partition_reduce) by the forward over all sources, mapping it to P
+/// partitions (SplitDecompositions.cpp): the split forward kernel's partitions
+/// are the group's. A merge of forward results that differs from that form is
+/// an error.
+LogicalResult
+absorbSplitForwards(ModuleOp module,
+                    llvm::DenseMap<Operation *, int64_t> &partitions);
+
 LogicalResult
 absorbSplitBackwards(ModuleOp module,
                      llvm::DenseMap<Operation *, int64_t> &blocks);

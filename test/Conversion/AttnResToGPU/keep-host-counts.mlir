@@ -1,17 +1,22 @@
-// RUN: attnres-opt %s --split-input-file --attnres-split-reduction=blocks=5 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 forward-partitions=3 backward-partitions=2" \
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
+// RUN:   --attnres-split-reduction=blocks=5 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 backward-partitions=2" \
 // RUN:   | FileCheck %s
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=1 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" \
+// RUN:   | FileCheck %s --check-prefix=ONE
 // RUN: not attnres-opt %s --split-input-file \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 forward-partitions=9 backward-partitions=9" 2>&1 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 backward-partitions=9" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=TOO-MANY
-// RUN: not attnres-opt %s --convert-attnres-to-gpu="forward-partitions=2" 2>&1 \
+// RUN: not attnres-opt %s --convert-attnres-to-gpu="backward-partitions=2" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BUNDLE
 // RUN: not attnres-opt %s --convert-attnres-to-gpu="keep-host=1 backward-partitions=-1" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=NEGATIVE
 
 // Counts the user fixed replace the runtime's rules: no occupancy query, the
-// forward always split into 3 partitions (clustered only with 3 blocks a
-// cluster, where its clusters fit, else the partial kernel and the merge).
+// forward always split into attnres-split-sources' 3 partitions (clustered
+// only with 3 blocks a cluster, where its clusters fit, else the partial
+// kernel and the merge).
 // CHECK-LABEL: func.func @forward(
 // CHECK-NOT: attnresGpuResidentBlocks
 // CHECK: %[[CAP:.*]] = func.call @attnresGpuClusterCapacity(%{{.*}}, %c128_i64{{.*}}, %c3_i64{{.*}})
@@ -19,9 +24,15 @@
 // CHECK: gpu.launch_func  @attnres_kernels::@forward_0_forward_cluster
 // CHECK: gpu.launch_func  @attnres_kernels::@forward_0_forward_partial {{.*}} %c3_i64{{.*}} : i64)
 // CHECK: gpu.launch_func  @attnres_kernels::@forward_0_merge
-// TOO-MANY: error: convert-attnres-to-gpu: forward-partitions = 9 is more than the op's 8 sources
-// BUNDLE: error: convert-attnres-to-gpu: forward-partitions and backward-partitions fix the launches of keep-host=1; a bundle's launches take them per call (the runtime's AttnresForwardArgs and AttnresBackwardArgs)
-// NEGATIVE: error: convert-attnres-to-gpu: forward-partitions and backward-partitions must be >= 0 (0: the runtime's rules)
+// One partition: the whole kernel, no split launched.
+// ONE-LABEL: func.func @forward(
+// ONE-NOT: attnresGpuResidentBlocks
+// ONE-NOT: attnresGpuClusterCapacity
+// ONE: gpu.launch_func  @attnres_kernels::@forward_0_forward blocks
+// ONE-NOT: gpu.launch_func
+// ONE: return
+// BUNDLE: error: convert-attnres-to-gpu: backward-partitions fixes the launches of keep-host=1; a bundle's launches take it per call (the runtime's AttnresBackwardArgs)
+// NEGATIVE: error: convert-attnres-to-gpu: backward-partitions must be >= 0 (0: the runtime's rule)
 func.func @forward(%v: tensor<8x?x4096xbf16>, %q: tensor<4096xbf16>)
     -> tensor<?x4096xbf16> {
   %o, %lse = attnres.forward packed(%v : tensor<8x?x4096xbf16>)

@@ -1,7 +1,9 @@
-// RUN: attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" | FileCheck %s
-// RUN: attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 \
-// RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" | FileCheck %s
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
+// RUN:   --attnres-split-reduction=blocks=7 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" | FileCheck %s
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
+// RUN:   --attnres-split-reduction=blocks=7 --canonicalize --cse \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" | FileCheck %s
 // RUN: not attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 \
 // RUN:   --convert-attnres-to-gpu 2>&1 | FileCheck %s --check-prefix=BUNDLE
 
@@ -54,4 +56,49 @@ func.func @packed_tokens_2d(%v: tensor<3x4x5x32xbf16>, %q: tensor<2x32xbf16>,
       grad(%do : tensor<2x4x5x32xbf16>) lse(%lse : tensor<2x4x5xf32>)
       -> tensor<3x4x5x32xbf16>, tensor<2x32xbf16>, tensor<2x32xbf16>
   return %dv, %dq, %dh : tensor<3x4x5x32xbf16>, tensor<2x32xbf16>, tensor<2x32xbf16>
+}
+
+// -----
+
+// attnres-split-sources' decomposition reaches the GPU: its 3 partial
+// forwards (sources [0, 2), [2, 5), [5, 8)) and their merge run as the
+// forward split over 3 partitions, whose blocks of row p walk partial
+// forward p's sources: clustered (3 blocks a cluster) where the clusters
+// fit, else the partial kernel and the merge, which applies the output norm
+// and writes o_pre. No occupancy query: the count is the IR's.
+// CHECK-LABEL: func.func @decode(
+// CHECK-NOT: tensor.concat
+// CHECK-NOT: attnresGpuResidentBlocks
+// CHECK: func.call @attnresGpuClusterCapacity(%{{.*}}, %c128_i64{{.*}}, %c3_i64{{.*}})
+// CHECK: gpu.launch_func  @attnres_kernels::@decode_0_forward_cluster
+// CHECK: gpu.launch_func  @attnres_kernels::@decode_0_forward_partial {{.*}} %c3_i64{{.*}} : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@decode_0_merge
+// CHECK-NOT: partition_reduce
+// CHECK: return
+func.func @decode(%v: tensor<8x?x4096xbf16>, %q: tensor<4096xbf16>,
+                  %h: tensor<4096xbf16>)
+    -> (tensor<?x4096xbf16>, tensor<?xf32>, tensor<?x4096xbf16>) {
+  %o, %lse, %o_pre = attnres.forward packed(%v : tensor<8x?x4096xbf16>)
+      query(%q : tensor<4096xbf16>) output_norm(%h : tensor<4096xbf16>)
+      -> tensor<?x4096xbf16>, tensor<?xf32>, tensor<?x4096xbf16>
+  return %o, %lse, %o_pre : tensor<?x4096xbf16>, tensor<?xf32>, tensor<?x4096xbf16>
+}
+
+// -----
+
+// Listed sources, 2, 2 and 3 of them: the partial kernel on 3 partitions
+// and the merge (rows of 64 take no clusters).
+// CHECK-LABEL: func.func @listed(
+// CHECK-NOT: tensor.concat
+// CHECK: gpu.launch_func  @attnres_kernels::@listed_0_forward_partial {{.*}} %c3_i64{{.*}} : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@listed_0_merge
+// CHECK: return
+func.func @listed(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %v2: tensor<?x64xbf16>,
+                  %v3: tensor<?x64xbf16>, %v4: tensor<?x64xbf16>, %v5: tensor<?x64xbf16>,
+                  %v6: tensor<?x64xbf16>, %q: tensor<64xbf16>, %g: tensor<64xbf16>)
+    -> (tensor<?x64xbf16>, tensor<?xf32>) {
+  %o, %lse = attnres.forward sources(%v0, %v1, %v2, %v3, %v4, %v5, %v6 : tensor<?x64xbf16>)
+      query(%q : tensor<64xbf16>) key_norm(%g : tensor<64xbf16>) {scale = 0.5 : f64}
+      -> tensor<?x64xbf16>, tensor<?xf32>
+  return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
 }

@@ -32,14 +32,15 @@ void splitForward(IRRewriter &rewriter, ForwardOp op, int64_t partitions) {
   Location loc = op.getLoc();
   rewriter.setInsertionPoint(op);
   int64_t numSources = op.getNumSourceValues();
-  int64_t base = numSources / partitions, extra = numSources % partitions;
   Type f32 = rewriter.getF32Type();
   auto partialType = op.getOutput().getType().clone(f32);
 
   SmallVector<Value> partialOutputs, partialLses;
-  int64_t start = 0;
+  // Partition p holds sources [floor(p * L / P), floor((p + 1) * L / P)),
+  // as the split forward kernels walk them (blockIdx.y = p).
   for (int64_t p = 0; p < partitions; ++p) {
-    int64_t count = base + (p < extra ? 1 : 0);
+    int64_t start = p * numSources / partitions;
+    int64_t count = (p + 1) * numSources / partitions - start;
     SmallVector<Value> sources;
     if (op.getPacked()) {
       Value packed = op.getSources().front();
@@ -65,7 +66,6 @@ void splitForward(IRRewriter &rewriter, ForwardOp op, int64_t partitions) {
         SaveModeAttr::get(rewriter.getContext(), SaveMode::Lse));
     partialOutputs.push_back(partial.getOutput());
     partialLses.push_back(partial.getLse());
-    start += count;
   }
 
   Value partials = stack(rewriter, loc, partialOutputs);
@@ -119,7 +119,9 @@ struct SplitSourcesPass
     for (ForwardOp op : forwards) {
       int64_t count = fixed ? *fixed : automaticPartitions(op);
       count = std::min(count, op.getNumSourceValues());
-      if (count > 1)
+      // One partition asked for is kept: one FP32 partial and the merge
+      // (the decomposition the GPU then runs unsplit).
+      if (count > 1 || (fixed && *fixed == 1))
         splitForward(rewriter, op, count);
     }
   }

@@ -10,16 +10,18 @@ def AttnResSplitSources : Pass<"attnres-split-sources"> {
                 "softmax merge (flash-decoding over depth)";
   let description = [{
     Rewrites every `attnres.forward` over `L` sources into `P` forwards over
-    contiguous slices of the sources (the first `L mod P` slices get one
-    source more), each returning an FP32 partial output and its `lse`, and
+    contiguous slices of the sources (partition `p` holds sources
+    `[floor(p * L / P), floor((p + 1) * L / P))`, as the split forward
+    kernels walk them), each returning an FP32 partial output and its `lse`, and
     one `attnres.partition_reduce softmax` that merges them. The output
     norm, if any, moves to the merge, which applies it to the merged
     output; a saved `o_pre` is the merged output before the norm. Multi-query
     forwards split the same way (the merge sees `[M, T..., D]` rows). The
     result is exact up to FP32 rounding: the softmax merge is associative.
 
-    `partitions` is a number (clamped to `L`; 1 leaves the op alone) or
-    `auto`. With `auto`, few rows (tokens times queries) leave the GPU idle,
+    `partitions` is a number (clamped to `L`; `partitions=1` gives one FP32
+    partial and the merge, an op with one source is otherwise left alone)
+    or `auto` (which leaves an op it would give one partition alone). With `auto`, few rows (tokens times queries) leave the GPU idle,
     so the pass splits until there are about two blocks per multiprocessor:
     `P = floor(2 * num-multiprocessors / rows)` (rounded down: one more
     partition than the device holds at once would start a second wave of

@@ -1,4 +1,7 @@
-//===- SplitBackward.cpp - attnres-split-reduction's loop on the grid -----===//
+//===- SplitDecompositions.cpp - the split passes' output on the grid -----===//
+//
+// Under keep-host, the decompositions of the split passes run as the
+// kernels that implement them, on the grid the IR states.
 //
 // attnres-split-reduction rewrites a backward over N tokens into
 //
@@ -12,14 +15,24 @@
 //
 // The backward kernel is that decomposition: block blockIdx.x = b covers
 // exactly those tokens, writes its partial rows, and the finalize kernel
-// sums them. So under keep-host the loop with its sums becomes one launch
-// of the kernel on the loop's B blocks and its finalize: the loop's count
-// is the grid. (B is a constant: partition_reduce sums a static count.)
+// sums them. So the loop with its sums becomes one launch of the kernel on
+// the loop's B blocks and its finalize: the loop's count is the grid. (B is
+// a constant: partition_reduce sums a static count.)
 //
-// Nothing is taken on trust: the slices, the insertions and the two
-// affine.min ops that bound a block are checked against the rule above
-// (after composing them), and a loop around a backward that is not of this
-// form is refused with the reason.
+// attnres-split-sources rewrites a forward over L sources into P forwards,
+// partition p over sources [floor(p * L / P), floor((p + 1) * L / P)),
+// each returning its FP32 output and lse, stacked and merged by a softmax
+// partition_reduce. The split forward kernels are that decomposition: the
+// blocks of row blockIdx.y = p (of the partial kernel, or of a cluster)
+// walk the same sources, and the merge kernel (or the cluster) merges
+// them. So the P forwards with their merge become the forward launched on
+// P partitions.
+//
+// Nothing is taken on trust: the slices, the stacking, the partition
+// boundaries, the insertions and the two affine.min ops that bound a block
+// are checked against the rules above (the affine ones after composing
+// them), and a decomposition that is not of this form is refused with the
+// reason.
 //
 //===----------------------------------------------------------------------===//
 
@@ -81,6 +94,14 @@ private:
 bool isIndex(OpFoldResult value, int64_t expected) {
   std::optional<int64_t> constant = getConstantIntValue(value);
   return constant && *constant == expected;
+}
+
+/// Whether `size` is dimension `dim` of `tensor` (a tensor.dim of it).
+bool isDimOf(OpFoldResult size, Value tensor, int64_t dim) {
+  auto value = dyn_cast<Value>(size);
+  auto read = value ? value.getDefiningOp<tensor::DimOp>() : tensor::DimOp();
+  return read && read.getSource() == tensor &&
+         isIndex(read.getDimension(), dim);
 }
 
 /// `operand`, a slice of a tensor defined outside the loop that keeps every
@@ -309,7 +330,245 @@ LogicalResult SplitBackwardMatcher::check() {
   return success();
 }
 
+/// The P forwards whose FP32 outputs and lses a softmax partition_reduce
+/// merges, as attnres-split-sources writes them.
+class SplitForwardMatcher {
+public:
+  explicit SplitForwardMatcher(PartitionReduceOp merge) : merge(merge) {}
+
+  /// Whether the merge's partials come from forwards at all (else it merges
+  /// the caller's tensors and is launched as it is).
+  bool mergesForwards();
+  /// Checks the forwards; on success `partials` holds them and `sources`
+  /// the whole forward's sources, else `reason` says what differs.
+  LogicalResult check();
+
+  SmallVector<ForwardOp> partials;
+  SmallVector<Value> sources;
+  /// The ops that stack the partial results, the sizes of the partial
+  /// results they read, and the slices of packed sources the partials read
+  /// (erased with them).
+  SmallVector<Operation *> stacking, shapeReads, slices;
+  std::string reason;
+
+private:
+  LogicalResult fail(const Twine &why) {
+    reason = why.str();
+    return failure();
+  }
+  /// The values a stack along a new leading dimension is made of (a concat
+  /// of unit-dimension expansions, or one expansion); empty if it is not
+  /// such a stack.
+  SmallVector<Value> unstack(Value stacked);
+
+  PartitionReduceOp merge;
+};
+
+SmallVector<Value> SplitForwardMatcher::unstack(Value stacked) {
+  auto concat = stacked.getDefiningOp<tensor::ConcatOp>();
+  if (concat && (concat.getDim() != 0 || !concat->hasOneUse()))
+    return {};
+  SmallVector<Value> inputs;
+  if (concat)
+    llvm::append_range(inputs, concat.getInputs());
+  else
+    inputs.push_back(stacked);
+  SmallVector<Value> pieces;
+  for (Value input : inputs) {
+    auto expand = input.getDefiningOp<tensor::ExpandShapeOp>();
+    if (!expand || !expand->hasOneUse())
+      return {};
+    SmallVector<int64_t> shape{1};
+    llvm::append_range(shape, expand.getSrcType().getShape());
+    if (expand.getResultType().getShape() != ArrayRef<int64_t>(shape))
+      return {};
+    pieces.push_back(expand.getSrc());
+    stacking.push_back(expand);
+  }
+  if (concat)
+    stacking.push_back(concat);
+  return pieces;
+}
+
+bool SplitForwardMatcher::mergesForwards() {
+  if (merge.getKind() != ReduceKind::Softmax)
+    return false;
+  Value piece = merge.getPartials();
+  if (auto concat = piece.getDefiningOp<tensor::ConcatOp>())
+    piece = concat.getInputs().front();
+  auto expand = piece.getDefiningOp<tensor::ExpandShapeOp>();
+  return expand && expand.getSrc().getDefiningOp<ForwardOp>();
+}
+
+LogicalResult SplitForwardMatcher::check() {
+  if (merge.getSink() || !merge.getLse())
+    return fail("the merge has a sink or no lse, unlike a forward");
+  SmallVector<Value> outputs = unstack(merge.getPartials());
+  SmallVector<Value> lses = unstack(merge.getPartialLse());
+  if (outputs.empty() || outputs.size() != lses.size())
+    return fail("the partial outputs and lses are not stacked forward "
+                "results");
+  for (auto [output, lse] : llvm::zip_equal(outputs, lses)) {
+    auto partial = output.getDefiningOp<ForwardOp>();
+    if (!partial || partial.getOutput() != output || partial.getLse() != lse)
+      return fail("the partial outputs and lses are not those of the same "
+                  "forwards, in order");
+    // Besides its stacking, a result's shape may be read for the stacking.
+    for (Value result : {output, lse}) {
+      unsigned stacked = 0;
+      for (Operation *user : result.getUsers()) {
+        auto dim = dyn_cast<tensor::DimOp>(user);
+        if (!dim) {
+          ++stacked;
+          continue;
+        }
+        if (!llvm::all_of(dim->getUsers(), [&](Operation *reader) {
+              return llvm::is_contained(stacking, reader);
+            }))
+          return fail("a partial forward's shape is read besides its "
+                      "stacking");
+        shapeReads.push_back(dim);
+      }
+      if (stacked != 1)
+        return fail("a partial forward's results are used besides the merge");
+    }
+    partials.push_back(partial);
+  }
+  ForwardOp first = partials.front();
+  for (ForwardOp partial : partials) {
+    if (partial.getOutputNormWeight() || partial.getSave() != SaveMode::Lse ||
+        !getElementTypeOrSelf(partial.getOutput().getType()).isF32())
+      return fail("a partial forward is not FP32 without an output norm, "
+                  "saving lse");
+    if (partial.getQuery() != first.getQuery() ||
+        partial.getKeyNormWeight() != first.getKeyNormWeight() ||
+        partial.getEpsAttr() != first.getEpsAttr() ||
+        partial.getScaleAttr() != first.getScaleAttr() ||
+        partial.getPacked() != first.getPacked() ||
+        partial->getBlock() != merge->getBlock())
+      return fail("the partial forwards differ in their query, weights, "
+                  "attributes or block");
+  }
+  if (merge.getOutputNormWeight() && merge.getEpsAttr() != first.getEpsAttr())
+    return fail("the merge's eps is not the forwards'");
+
+  // The sources of each partition: its listed sources, or a slice of the
+  // packed ones along L that keeps the other dimensions whole.
+  SmallVector<int64_t> counts;
+  Value packed;
+  for (ForwardOp partial : partials) {
+    if (!first.getPacked()) {
+      llvm::append_range(sources, partial.getSources());
+      counts.push_back(partial.getSources().size());
+      continue;
+    }
+    auto slice =
+        partial.getSources().front().getDefiningOp<tensor::ExtractSliceOp>();
+    if (!slice)
+      return fail("a partial forward's packed sources are not a slice");
+    if (packed && slice.getSource() != packed)
+      return fail("the partial forwards slice different packed sources");
+    packed = slice.getSource();
+    RankedTensorType whole = slice.getSourceType();
+    if (slice.getResultType().getRank() != whole.getRank() ||
+        whole.isDynamicDim(0))
+      return fail("a slice of the packed sources drops dimensions");
+    int64_t expectedBegin = 0;
+    for (int64_t done : counts)
+      expectedBegin += done;
+    std::optional<int64_t> count =
+        getConstantIntValue(slice.getMixedSizes()[0]);
+    if (!isIndex(slice.getMixedOffsets()[0], expectedBegin) || !count)
+      return fail("the partitions are not consecutive slices of the packed "
+                  "sources");
+    for (int64_t dim = 0; dim < whole.getRank(); ++dim) {
+      OpFoldResult size = slice.getMixedSizes()[dim];
+      bool kept = dim == 0 || (isIndex(slice.getMixedOffsets()[dim], 0) &&
+                               (whole.isDynamicDim(dim)
+                                    ? isDimOf(size, packed, dim)
+                                    : isIndex(size, whole.getDimSize(dim))));
+      if (!kept || !isIndex(slice.getMixedStrides()[dim], 1))
+        return fail("a slice of the packed sources does not keep dimension " +
+                    Twine(dim) + " whole");
+    }
+    counts.push_back(*count);
+    slices.push_back(slice);
+  }
+  int64_t L = 0;
+  for (int64_t count : counts)
+    L += count;
+  if (packed) {
+    if (L != cast<RankedTensorType>(packed.getType()).getDimSize(0))
+      return fail("the partitions do not cover the packed sources");
+    sources.push_back(packed);
+  }
+  // Partition p holds sources [floor(p * L / P), floor((p + 1) * L / P)).
+  int64_t P = partials.size(), begin = 0;
+  for (auto [p, count] : llvm::enumerate(counts)) {
+    int64_t index = p;
+    if (begin != index * L / P || begin + count != (index + 1) * L / P)
+      return fail("partition " + Twine(index) + " holds sources [" +
+                  Twine(begin) + ", " + Twine(begin + count) +
+                  "), not [floor(p * L / P), floor((p + 1) * L / P))");
+    begin += count;
+  }
+  return success();
+}
+
 } // namespace
+
+LogicalResult gpu_kernels::absorbSplitForwards(
+    ModuleOp module, llvm::DenseMap<Operation *, int64_t> &partitions) {
+  SmallVector<PartitionReduceOp> merges;
+  module.walk([&](PartitionReduceOp op) { merges.push_back(op); });
+  for (PartitionReduceOp merge : merges) {
+    SplitForwardMatcher matcher(merge);
+    if (!matcher.mergesForwards())
+      continue;
+    if (failed(matcher.check()))
+      return merge.emitError("convert-attnres-to-gpu: keep-host=1 launches "
+                             "partial forwards and their merge as the forward "
+                             "split over sources, which needs the form of "
+                             "attnres-split-sources; here ")
+             << matcher.reason;
+
+    // The forward over all sources, launched on P partitions.
+    ForwardOp first = matcher.partials.front();
+    OpBuilder b(merge);
+    auto typeOf = [](Value value) { return value ? value.getType() : Type(); };
+    SaveMode save = merge.getOPreResidual() ? SaveMode::OPreResidual
+                    : merge.getOPre()       ? SaveMode::OPre
+                                            : SaveMode::Lse;
+    auto whole = ForwardOp::create(
+        b, merge.getLoc(), merge.getOutput().getType(),
+        merge.getLse().getType(), typeOf(merge.getOPre()),
+        typeOf(merge.getOPreResidual()), matcher.sources, first.getPackedAttr(),
+        first.getQuery(), first.getKeyNormWeight(), merge.getOutputNormWeight(),
+        first.getEpsAttr(), first.getScaleAttr(),
+        SaveModeAttr::get(b.getContext(), save));
+    if (failed(whole.verify())) {
+      whole.erase();
+      return merge.emitError("convert-attnres-to-gpu: the forward of "
+                             "attnres-split-sources' partitions over all "
+                             "sources does not verify");
+    }
+    partitions[whole] = matcher.partials.size();
+    merge->replaceAllUsesWith(whole);
+    merge.erase();
+    // Users before what they use: the stacks, the sizes they read, the
+    // partials, their slices.
+    for (Operation *op : llvm::reverse(matcher.stacking))
+      op->erase();
+    for (Operation *op : matcher.shapeReads)
+      op->erase();
+    for (ForwardOp partial : matcher.partials)
+      partial.erase();
+    for (Operation *slice : matcher.slices)
+      if (slice->use_empty())
+        slice->erase();
+  }
+  return success();
+}
 
 LogicalResult gpu_kernels::absorbSplitBackwards(
     ModuleOp module, llvm::DenseMap<Operation *, int64_t> &blocks) {

@@ -1,11 +1,13 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
 // RUN:   --convert-attnres-to-gpu="keep-host=1" | FileCheck %s
 
-// attnres-split-reduction's loops, written out: under keep-host a loop over
+// The split passes' output, written out by hand. Under keep-host a loop over
 // B blocks of tokens whose body is one backward on the tokens of block b
 // (min(b * ceil(N / B), N), min(ceil(N / B), N - first) of them), with its
 // partial gradients summed after the loop, is launched as the backward
-// kernel on B blocks and its finalize.
+// kernel on B blocks and its finalize; P forwards over consecutive
+// partitions of the sources, merged by a softmax partition_reduce, as the
+// forward split over P partitions. Other forms are refused with the reason.
 
 // Five blocks of ceil(16 / 5) = 4 tokens (the last one empty), written
 // with the bounds composed differently from the pass (one affine.apply for
@@ -197,4 +199,62 @@ func.func @whole_lse(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
   }
   %gq = attnres.partition_reduce sum %r#1 : tensor<7x64xf32> -> tensor<64xf32>
   return %r#0, %gq : tensor<4x16x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// attnres-split-sources' partial forwards, written out with partitions of
+// 3, 2 and 2 sources: the split kernels' partition p reads sources
+// [floor(7p / 3), floor(7(p + 1) / 3)), 2, 2 and 3 of them, so this merge
+// is not theirs.
+func.func @other_partitions(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                            %v2: tensor<?x64xbf16>, %v3: tensor<?x64xbf16>,
+                            %v4: tensor<?x64xbf16>, %v5: tensor<?x64xbf16>,
+                            %v6: tensor<?x64xbf16>, %q: tensor<64xbf16>)
+    -> (tensor<?x64xbf16>, tensor<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %v0, %c0 : tensor<?x64xbf16>
+  %o0, %l0 = attnres.forward sources(%v0, %v1, %v2 : tensor<?x64xbf16>)
+      query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+  %o1, %l1 = attnres.forward sources(%v3, %v4 : tensor<?x64xbf16>)
+      query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+  %o2, %l2 = attnres.forward sources(%v5, %v6 : tensor<?x64xbf16>)
+      query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+  %e0 = tensor.expand_shape %o0 [[0, 1], [2]] output_shape [1, %n, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %e1 = tensor.expand_shape %o1 [[0, 1], [2]] output_shape [1, %n, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %e2 = tensor.expand_shape %o2 [[0, 1], [2]] output_shape [1, %n, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %p = tensor.concat dim(0) %e0, %e1, %e2 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<3x?x64xf32>
+  %f0 = tensor.expand_shape %l0 [[0, 1]] output_shape [1, %n] : tensor<?xf32> into tensor<1x?xf32>
+  %f1 = tensor.expand_shape %l1 [[0, 1]] output_shape [1, %n] : tensor<?xf32> into tensor<1x?xf32>
+  %f2 = tensor.expand_shape %l2 [[0, 1]] output_shape [1, %n] : tensor<?xf32> into tensor<1x?xf32>
+  %l = tensor.concat dim(0) %f0, %f1, %f2 : (tensor<1x?xf32>, tensor<1x?xf32>, tensor<1x?xf32>) -> tensor<3x?xf32>
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches partial forwards and their merge as the forward split over sources, which needs the form of attnres-split-sources; here partition 0 holds sources [0, 3), not [floor(p * L / P), floor((p + 1) * L / P))}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<3x?x64xf32>
+      lse(%l : tensor<3x?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
+  return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
+}
+
+// -----
+
+// A partial's lse returned as well: the split kernels keep the partial
+// results in their workspace (or the cluster), where no caller sees them.
+func.func @partial_returned(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                            %q: tensor<64xbf16>)
+    -> (tensor<?x64xbf16>, tensor<?xf32>) {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %v0, %c0 : tensor<?x64xbf16>
+  %o0, %l0 = attnres.forward sources(%v0 : tensor<?x64xbf16>)
+      query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+  %o1, %l1 = attnres.forward sources(%v1 : tensor<?x64xbf16>)
+      query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+  %e0 = tensor.expand_shape %o0 [[0, 1], [2]] output_shape [1, %n, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %e1 = tensor.expand_shape %o1 [[0, 1], [2]] output_shape [1, %n, 64] : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %p = tensor.concat dim(0) %e0, %e1 : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<2x?x64xf32>
+  %f0 = tensor.expand_shape %l0 [[0, 1]] output_shape [1, %n] : tensor<?xf32> into tensor<1x?xf32>
+  %f1 = tensor.expand_shape %l1 [[0, 1]] output_shape [1, %n] : tensor<?xf32> into tensor<1x?xf32>
+  %l = tensor.concat dim(0) %f0, %f1 : (tensor<1x?xf32>, tensor<1x?xf32>) -> tensor<2x?xf32>
+  // expected-error @+1 {{here a partial forward's results are used besides the merge}}
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<2x?x64xf32>
+      lse(%l : tensor<2x?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
+  return %o, %l1 : tensor<?x64xbf16>, tensor<?xf32>
 }
