@@ -53,12 +53,26 @@ void mlir::attnres::registerPipelines() {
       "executable reference): convert-attnres-to-linalg, one-shot "
       "bufferization, loops, LLVM.",
       buildLowerToLLVMCPUPipeline);
-  PassPipelineRegistration<NVVMPipelineOptions>(
+  // Registered with its own parser: some option values are refused.
+  registerPassPipeline(
       "attnres-lower-to-nvvm-pipeline",
       "Compile the attnres ops of a module to NVIDIA kernels: "
       "convert-attnres-to-gpu, nvvm-attach-target, convert-gpu-to-nvvm, "
-      "gpu-module-to-binary.",
-      buildLowerToNVVMPipeline);
+      "gpu-module-to-binary (with keep-host=1: attnres-split-sources and "
+      "attnres-split-reduction first, and the host code lowered too).",
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        NVVMPipelineOptions options;
+        if (failed(options.parseFromString(text)))
+          return failure();
+        if (failed(checkNVVMPipelineOptions(options, errorHandler)))
+          return failure();
+        buildLowerToNVVMPipeline(pm, options);
+        return success();
+      },
+      [](function_ref<void(const detail::PassOptions &)> describe) {
+        describe(NVVMPipelineOptions());
+      });
   PassPipelineRegistration<ROCDLPipelineOptions>(
       "attnres-lower-to-rocdl-pipeline",
       "Compile the attnres ops of a module to AMD kernels: "

@@ -108,6 +108,25 @@ bool mlir::attnres::hasClusters(StringRef chip) {
   return nvidiaChipNumber(chip) >= 90;
 }
 
+LogicalResult mlir::attnres::checkNVVMPipelineOptions(
+    const NVVMPipelineOptions &options,
+    function_ref<LogicalResult(const Twine &)> errorHandler) {
+  if (options.forwardPartitions < 0 || options.backwardBlocks < 0 ||
+      options.backwardPartitions < 0)
+    return errorHandler("attnres-lower-to-nvvm-pipeline: forward-partitions, "
+                        "backward-blocks and backward-partitions must be >= 0 "
+                        "(0: the rules)");
+  if (!options.keepHost && (options.forwardPartitions ||
+                            options.backwardBlocks ||
+                            options.backwardPartitions))
+    return errorHandler("attnres-lower-to-nvvm-pipeline: forward-partitions, "
+                        "backward-blocks and backward-partitions fix the "
+                        "launches of keep-host=1; a bundle's launches take "
+                        "them per call (the runtime's AttnresForwardArgs and "
+                        "AttnresBackwardArgs)");
+  return success();
+}
+
 void mlir::attnres::buildLowerToNVVMPipeline(
     OpPassManager &pm, const NVVMPipelineOptions &options) {
   ConvertAttnResToGPUOptions kernels;
@@ -116,18 +135,20 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   kernels.clusters = hasClusters(options.chip);
   kernels.keepHost = options.keepHost;
   kernels.backwardPartitions = options.backwardPartitions;
-  // A forward's partitions and a backward's blocks are decompositions of
-  // the op (the split passes' output), which the conversion launches on
-  // the grid they state.
-  if (options.forwardPartitions != 0) {
-    AttnResSplitSourcesOptions split;
-    split.partitions = std::to_string(options.forwardPartitions);
-    pm.addPass(createAttnResSplitSources(split));
-  }
-  if (options.backwardBlocks != 0) {
-    AttnResSplitReductionOptions split;
-    split.blocks = std::to_string(options.backwardBlocks);
-    pm.addPass(createAttnResSplitReduction(split));
+  // Kept host functions go through the split passes: their decompositions
+  // (the forward's partitions, the backward's blocks of tokens) are IR the
+  // conversion launches on the grid it states. `auto` leaves an op over a
+  // dynamic token count whole, and its kernels are sized at run time by the
+  // same rules. A bundle's ops are launched whole by the runtime instead.
+  if (options.keepHost) {
+    AttnResSplitSourcesOptions sources;
+    if (options.forwardPartitions != 0)
+      sources.partitions = std::to_string(options.forwardPartitions);
+    pm.addPass(createAttnResSplitSources(sources));
+    AttnResSplitReductionOptions reduction;
+    if (options.backwardBlocks != 0)
+      reduction.blocks = std::to_string(options.backwardBlocks);
+    pm.addPass(createAttnResSplitReduction(reduction));
   }
   pm.addPass(createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {

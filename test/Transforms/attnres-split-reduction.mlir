@@ -22,8 +22,11 @@
 // CHECK: tensor.parallel_insert_slice %[[DG]] into %[[PG]][%[[B]], 0] [1, 16] [1, 1] : tensor<16xf32> into tensor<7x16xf32>
 // CHECK: attnres.partition_reduce sum %[[R]]#2 : tensor<7x16xf32> -> tensor<16xbf16>
 // CHECK: attnres.partition_reduce sum %[[R]]#3 : tensor<7x16xf32> -> tensor<16xbf16>
+// auto leaves a backward over a dynamic token count whole (the GPU kernels
+// size their blocks at run time).
 // AUTO-LABEL: func.func @list
-// AUTO: scf.forall (%{{.*}}) in (264)
+// AUTO-NOT: scf.forall
+// AUTO: attnres.backward sources
 func.func @list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xbf16>,
                 %g: tensor<16xbf16>, %do: tensor<?x64xbf16>, %lse: tensor<?xf32>,
                 %o: tensor<?x64xbf16>)

@@ -52,15 +52,16 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
   PassOptions::Option<int64_t> forwardPartitions{
       *this, "forward-partitions",
       llvm::cl::desc("With keep-host: partitions of the sources every "
-                     "forward splits into, by "
-                     "attnres-split-sources{partitions=P} before the kernels "
-                     "(0: the runtime's rule at run time)"),
+                     "forward splits into (attnres-split-sources' "
+                     "partitions); 0: its auto, the runtime's rule at run "
+                     "time where the token count is dynamic"),
       llvm::cl::init(0)};
   PassOptions::Option<int64_t> backwardBlocks{
       *this, "backward-blocks",
-      llvm::cl::desc("With keep-host: blocks of tokens of every backward, "
-                     "by attnres-split-reduction{blocks=B} before the "
-                     "kernels (0: the runtime's rule at run time)"),
+      llvm::cl::desc("With keep-host: blocks of tokens of every backward "
+                     "(attnres-split-reduction's blocks); 0: its auto, the "
+                     "runtime's rule at run time where the token count is "
+                     "dynamic"),
       llvm::cl::init(0)};
   PassOptions::Option<int64_t> backwardPartitions{
       *this, "backward-partitions",
@@ -104,6 +105,11 @@ bool hasAsyncCopies(llvm::StringRef chip);
 bool hasClusters(llvm::StringRef chip);
 
 /// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary.
+/// Refuses option values the NVVM pipeline cannot honour (fixed counts
+/// without keep-host, negative counts), through `errorHandler`.
+LogicalResult
+checkNVVMPipelineOptions(const NVVMPipelineOptions &options,
+                         function_ref<LogicalResult(const Twine &)> errorHandler);
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const NVVMPipelineOptions &options);
 /// The part after convert-attnres-to-gpu.

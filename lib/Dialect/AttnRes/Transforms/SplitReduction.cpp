@@ -176,16 +176,18 @@ struct SplitReductionPass
     : mlir::attnres::impl::AttnResSplitReductionBase<SplitReductionPass> {
   using Base::Base;
 
-  /// The rule documented in Passes.td for blocks=auto.
-  int64_t automaticBlocks(BackwardOp op) {
+  /// The rule documented in Passes.td for blocks=auto; none where the
+  /// token count is dynamic (the op stays whole: the GPU kernels then size
+  /// their blocks at run time).
+  std::optional<int64_t> automaticBlocks(BackwardOp op) {
+    RankedTensorType sourceType = op.getSourceType();
+    if (!sourceType.hasStaticShape())
+      return std::nullopt;
     // The runtime's rule (attnres/Bundle/LaunchRules.h), with the default
-    // blocks per multiprocessor; a dynamic token count takes them all.
+    // blocks per multiprocessor.
     int64_t resident =
         ::attnres::launch::kDefaultRules.blocksPerMultiprocessor *
         numMultiprocessors;
-    RankedTensorType sourceType = op.getSourceType();
-    if (!sourceType.hasStaticShape())
-      return std::max<int64_t>(1, resident);
     int64_t tokens = sourceType.getNumElements() / op.getWidth();
     return ::attnres::launch::backwardBlocks(resident, tokens, minBlockTokens);
   }
@@ -202,10 +204,11 @@ struct SplitReductionPass
     SmallVector<BackwardOp> backwards;
     getOperation()->walk([&](BackwardOp op) { backwards.push_back(op); });
     IRRewriter rewriter(&getContext());
-    for (BackwardOp op : backwards)
-      if (failed(splitBackward(rewriter, op,
-                               fixed ? *fixed : automaticBlocks(op))))
+    for (BackwardOp op : backwards) {
+      std::optional<int64_t> count = fixed ? fixed : automaticBlocks(op);
+      if (count && failed(splitBackward(rewriter, op, *count)))
         return signalPassFailure();
+    }
   }
 };
 

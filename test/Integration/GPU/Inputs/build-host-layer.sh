@@ -4,12 +4,14 @@
 # functions (keep-host=1; llvm-request-c-wrappers gives them C interfaces)
 # into a shared library with the kernels' binary embedded, and links
 # host-layer-main.c against it (test/Inputs/link-host-program.sh). OPTIONS
-# are more options of the pipeline (a fixed decomposition, say). Usage:
-#   build-host-layer.sh ATTNRES_OPT TOOLS_DIR CC SOURCE_ROOT LIBRARY_DIR OUTPUT CUDA_TOOLKIT [OPTIONS]
+# are more options of the pipeline (a fixed decomposition, say); PASSES are
+# attnres-opt passes run before it (the split passes, say). Usage:
+#   build-host-layer.sh ATTNRES_OPT TOOLS_DIR CC SOURCE_ROOT LIBRARY_DIR OUTPUT CUDA_TOOLKIT [OPTIONS [PASSES]]
 set -eu
-opt=$1 tools=$2 cc=$3 src=$4 lib=$5 out=$6 cuda=$7 options=${8:-}
+opt=$1 tools=$2 cc=$3 src=$4 lib=$5 out=$6 cuda=$7 options=${8:-} passes=${9:-}
 here=$(dirname "$0")
-"$opt" "$src/examples/full_attnres_layer.mlir" --llvm-request-c-wrappers \
+# shellcheck disable=SC2086 # PASSES are several arguments.
+"$opt" "$src/examples/full_attnres_layer.mlir" $passes --llvm-request-c-wrappers \
   --attnres-lower-to-nvvm-pipeline="chip=sm_90 keep-host=1 toolkit=$cuda $options" \
   -o "$out.mlir"
 sh "$here/../../../Inputs/link-host-program.sh" "$tools" "$cc" "$src" "$lib" \

@@ -21,8 +21,9 @@ def AttnResSplitSources : Pass<"attnres-split-sources"> {
 
     `partitions` is a number (clamped to `L`; `partitions=1` gives one FP32
     partial and the merge, an op with one source is otherwise left alone)
-    or `auto` (which leaves an op it would give one partition alone). With `auto`, few rows (tokens times queries) leave the GPU idle,
-    so the pass splits until there are about two blocks per multiprocessor:
+    or `auto` (which leaves an op it would give one partition alone). With
+    `auto`, few rows (tokens times queries) leave the GPU idle, so the pass
+    splits until there are about two blocks per multiprocessor:
     `P = floor(2 * num-multiprocessors / rows)` (rounded down: one more
     partition than the device holds at once would start a second wave of
     blocks), but no more than `L / 4`
@@ -59,10 +60,15 @@ def AttnResSplitReduction : Pass<"attnres-split-reduction"> {
     per gradient then adds the rows in the fixed order `b = 0, ..., B-1` and
     stores the parameter's element type: deterministic, no atomics.
 
-    `blocks` is a number or `auto`. With `auto`, `B = 2 *
-    num-multiprocessors` (two blocks per multiprocessor keep the GPU busy
-    and make the finalize read only `B` short rows), reduced to
-    `ceil(N / min-block-tokens)` when the token count `N` is static and small.
+    Block `b` takes tokens `[min(b * ceil(N / B), N), min((b + 1) *
+    ceil(N / B), N))`, as a block of the GPU backward kernel does.
+
+    `blocks` is a number or `auto`. With `auto`, `B = min(2 *
+    num-multiprocessors, ceil(N / min-block-tokens))` (two blocks per
+    multiprocessor keep the GPU busy and make the finalize read only `B`
+    short rows; small `N` takes fewer); a backward whose token count is
+    dynamic is not split by `auto` (the GPU kernels then size their blocks
+    at run time from `N` and the device's occupancy).
   }];
   let options = [
     Option<"blocks", "blocks", "std::string", /*default=*/"\"auto\"",
@@ -71,7 +77,7 @@ def AttnResSplitReduction : Pass<"attnres-split-reduction"> {
            /*default=*/"132",
            "Multiprocessors of the target (for 'auto'; 132 on an H200)">,
     Option<"minBlockTokens", "min-block-tokens", "int64_t", /*default=*/"16",
-           "Least tokens per block when N is static (for 'auto')">
+           "Least tokens per block (for 'auto')">
   ];
   let dependentDialects = [
     "::mlir::affine::AffineDialect",
