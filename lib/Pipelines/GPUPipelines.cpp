@@ -168,7 +168,10 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
   buildGPUModuleToNVVMBinary(pm, options);
   pm.addPass(createSCFToControlFlowPass());
+  // Views of reshaped buffers (the split passes merge token dimensions)
+  // leave affine index arithmetic.
   pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createArithToLLVMConversionPass());
   pm.addPass(createConvertIndexToLLVMPass());
