@@ -116,9 +116,9 @@ LogicalResult mlir::attnres::checkNVVMPipelineOptions(
     return errorHandler("attnres-lower-to-nvvm-pipeline: forward-partitions, "
                         "backward-blocks and backward-partitions must be >= 0 "
                         "(0: the rules)");
-  if (!options.keepHost && (options.forwardPartitions ||
-                            options.backwardBlocks ||
-                            options.backwardPartitions))
+  if (!options.keepHost &&
+      (options.forwardPartitions || options.backwardBlocks ||
+       options.backwardPartitions))
     return errorHandler("attnres-lower-to-nvvm-pipeline: forward-partitions, "
                         "backward-blocks and backward-partitions fix the "
                         "launches of keep-host=1; a bundle's launches take "

@@ -107,9 +107,9 @@ bool hasClusters(llvm::StringRef chip);
 /// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary.
 /// Refuses option values the NVVM pipeline cannot honour (fixed counts
 /// without keep-host, negative counts), through `errorHandler`.
-LogicalResult
-checkNVVMPipelineOptions(const NVVMPipelineOptions &options,
-                         function_ref<LogicalResult(const Twine &)> errorHandler);
+LogicalResult checkNVVMPipelineOptions(
+    const NVVMPipelineOptions &options,
+    function_ref<LogicalResult(const Twine &)> errorHandler);
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const NVVMPipelineOptions &options);
 /// The part after convert-attnres-to-gpu.

@@ -134,11 +134,12 @@ struct LaunchCounts {
 
 /// Replaces an attnres op by host code that runs it with its kernels (named
 /// by role in `facts`, the op's manifest entry): the keep-host mode of
-/// convert-attnres-to-gpu (HostLaunch.cpp). A forward launches its unsplit
-/// kernel; a backward its kernel on B x P blocks (the runtime's rules, at
-/// run time, or `counts`) and its finalize; a partition_reduce its merge or
-/// sum. `refusals` numbers the messages of the alignment checks across the
-/// module's ops.
+/// convert-attnres-to-gpu (HostLaunch.cpp). A forward launches its kernels
+/// on P partitions of the sources (unsplit, clustered, or partial + merge);
+/// a backward its kernel on B x P blocks and its finalize (the runtime's
+/// rules at run time, or `counts`); a partition_reduce its merge or sum.
+/// `refusals` numbers the messages of the alignment checks across the module's
+/// ops.
 LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
                                 const RecordedKernels &kernels,
                                 const LaunchCounts &counts, unsigned &refusals);

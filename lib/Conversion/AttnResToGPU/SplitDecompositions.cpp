@@ -45,6 +45,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/AffineExprVisitor.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -88,7 +89,8 @@ private:
   Value offset, size;
   /// The outer operands whose token dimension is N (for tensor.dim).
   SmallVector<std::pair<Value, int64_t>> tokenTensors;
-  int64_t staticTokens = ShapedType::kDynamic;
+  /// The token count of the first sliced operand (kDynamic: dynamic).
+  std::optional<int64_t> tokenCount;
 };
 
 bool isIndex(OpFoldResult value, int64_t expected) {
@@ -146,9 +148,9 @@ LogicalResult SplitBackwardMatcher::sliceOf(Value operand, int64_t tokenDim,
   outer = slice.getSource();
   tokenTensors.emplace_back(outer, tokenDim);
   int64_t tokens = whole.getDimSize(tokenDim);
-  if (staticTokens == ShapedType::kDynamic)
-    staticTokens = tokens;
-  else if (staticTokens != tokens)
+  if (!tokenCount)
+    tokenCount = tokens;
+  else if (*tokenCount != tokens)
     return fail("the backward's operands have different token counts");
   return success();
 }
@@ -156,8 +158,8 @@ LogicalResult SplitBackwardMatcher::sliceOf(Value operand, int64_t tokenDim,
 /// N in the affine expressions: the static token count, else symbol 0.
 AffineExpr SplitBackwardMatcher::tokenCountExpr() {
   MLIRContext *context = loop.getContext();
-  if (ShapedType::isStatic(staticTokens))
-    return getAffineConstantExpr(staticTokens, context);
+  if (ShapedType::isStatic(*tokenCount))
+    return getAffineConstantExpr(*tokenCount, context);
   return getAffineSymbolExpr(0, context);
 }
 
@@ -239,10 +241,11 @@ LogicalResult SplitBackwardMatcher::check() {
       getConstantIntValue(loop.getMixedUpperBound()[0]);
   if (!count || *count < 1)
     return fail("the loop's count is not a positive constant");
+  int64_t blocks = *count;
   int64_t sourceLead = tile.getPacked() ? 1 : 0;
   int64_t perQueryLead = tile.isMultiQuery() ? 1 : 0;
   if (sourceType.getRank() != 2)
-    return fail("the backward has more than one token dimension");
+    return fail("the backward has not exactly one token dimension");
 
   for (auto [l, source] : llvm::enumerate(tile.getSources())) {
     Value outer;
@@ -268,11 +271,12 @@ LogicalResult SplitBackwardMatcher::check() {
 
   // Besides the backward, the body holds only what has no effect but its
   // results (the slices and bounds checked above, sizes the tiling left
-  // unused): nothing else the kernel would have to do.
+  // unused), and no regions (which could hold more attnres ops): nothing
+  // else the kernel would have to do.
   for (Operation &op : loop.getBody()->without_terminator())
     if (&op != tile.getOperation() &&
         (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op) ||
-         !isMemoryEffectFree(&op)))
+         op.getNumRegions() != 0 || !isMemoryEffectFree(&op)))
       return fail("the loop's body does more than one backward ('" +
                   op.getName().getStringRef() + "')");
 
@@ -316,6 +320,12 @@ LogicalResult SplitBackwardMatcher::check() {
     }
     if (index < numSourceGrads && destType != outerSources[index].getType())
       return fail("a source gradient is not shaped like its source");
+    // The sums take the loop's B rows, no more (the kernel's finalize sums
+    // B rows).
+    if (index >= numSourceGrads && destType.getDimSize(0) != blocks)
+      return fail("the partial gradients of result " + Twine(index) + " have " +
+                  Twine(destType.getDimSize(0)) + " rows for the loop's " +
+                  Twine(blocks) + " blocks");
     if (index >= numSourceGrads) {
       Value partials = loop.getResult(index);
       auto sum = partials.hasOneUse()
@@ -470,9 +480,10 @@ LogicalResult SplitForwardMatcher::check() {
       return fail("the partial forwards slice different packed sources");
     packed = slice.getSource();
     RankedTensorType whole = slice.getSourceType();
-    if (slice.getResultType().getRank() != whole.getRank() ||
-        whole.isDynamicDim(0))
+    if (slice.getResultType().getRank() != whole.getRank())
       return fail("a slice of the packed sources drops dimensions");
+    if (whole.isDynamicDim(0))
+      return fail("the packed sources have a dynamic source count");
     int64_t expectedBegin = 0;
     for (int64_t done : counts)
       expectedBegin += done;
@@ -546,7 +557,7 @@ LogicalResult gpu_kernels::absorbSplitForwards(
         first.getQuery(), first.getKeyNormWeight(), merge.getOutputNormWeight(),
         first.getEpsAttr(), first.getScaleAttr(),
         SaveModeAttr::get(b.getContext(), save));
-    if (failed(whole.verify())) {
+    if (failed(mlir::verify(whole))) {
       whole.erase();
       return merge.emitError("convert-attnres-to-gpu: the forward of "
                              "attnres-split-sources' partitions over all "
@@ -608,7 +619,7 @@ LogicalResult gpu_kernels::absorbSplitBackwards(
         tile.getKeyNormWeight(), tile.getOutputNormWeight(), matcher.outerGrad,
         matcher.outerLse, matcher.outerSaved, matcher.outerSavedResidual,
         tile.getEpsAttr(), tile.getScaleAttr());
-    if (failed(whole.verify())) {
+    if (failed(mlir::verify(whole))) {
       whole.erase();
       return loop.emitError("convert-attnres-to-gpu: the backward of "
                             "attnres-split-reduction's loop over all tokens "

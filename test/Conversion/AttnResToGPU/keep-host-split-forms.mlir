@@ -130,6 +130,44 @@ func.func @partial_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
 
 // -----
 
+// Seven blocks writing rows of an eight-row tensor: the sum would add a row
+// no block wrote; the kernel's finalize adds exactly B rows.
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
+func.func @extra_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
+                     %do: tensor<?x64xf32>, %lse: tensor<?xf32>,
+                     %dq0: tensor<8x64xf32>)
+    -> (tensor<4x?x64xf32>, tensor<64xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
+  %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
+  // expected-error @+1 {{here the partial gradients of result 1 have 8 rows for the loop's 7 blocks}}
+  %r:2 = scf.forall (%b) in (7) shared_outs(%dv = %dv0, %dq = %dq0)
+      -> (tensor<4x?x64xf32>, tensor<8x64xf32>) {
+    %first = affine.min #first(%b)[%n]
+    %count = affine.min #count()[%n, %first]
+    %vs = tensor.extract_slice %v[0, %first, 0] [4, %count, 64] [1, 1, 1]
+        : tensor<4x?x64xf32> to tensor<4x?x64xf32>
+    %dos = tensor.extract_slice %do[%first, 0] [%count, 64] [1, 1]
+        : tensor<?x64xf32> to tensor<?x64xf32>
+    %ls = tensor.extract_slice %lse[%first] [%count] [1]
+        : tensor<?xf32> to tensor<?xf32>
+    %gv, %gq = attnres.backward packed(%vs : tensor<4x?x64xf32>)
+        query(%q : tensor<64xf32>) grad(%dos : tensor<?x64xf32>)
+        lse(%ls : tensor<?xf32>) -> tensor<4x?x64xf32>, tensor<64xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %gv into %dv[0, %first, 0] [4, %count, 64] [1, 1, 1]
+          : tensor<4x?x64xf32> into tensor<4x?x64xf32>
+      tensor.parallel_insert_slice %gq into %dq[%b, 0] [1, 64] [1, 1]
+          : tensor<64xf32> into tensor<8x64xf32>
+    }
+  }
+  %gq = attnres.partition_reduce sum %r#1 : tensor<8x64xf32> -> tensor<64xf32>
+  return %r#0, %gq : tensor<4x?x64xf32>, tensor<64xf32>
+}
+
+// -----
+
 // The partial rows returned instead of summed: the kernel keeps them in its
 // workspace.
 #first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>

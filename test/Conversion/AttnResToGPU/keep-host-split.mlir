@@ -102,3 +102,23 @@ func.func @listed(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %v2: tensor<?x
       -> tensor<?x64xbf16>, tensor<?xf32>
   return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
 }
+
+// -----
+
+// save(o_pre_residual) over two queries: the merge returns o_pre and the
+// residual of its rounding, and so does the forward launched in its place
+// (its kernels write them).
+// CHECK-LABEL: func.func @residual(
+// CHECK-NOT: tensor.concat
+// CHECK: gpu.launch_func  @attnres_kernels::@residual_0_forward_partial {{.*}} %c3_i64{{.*}} : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@residual_0_merge
+// CHECK: return {{.*}} : tensor<2x?x64xbf16>, tensor<2x?x32xi8>
+func.func @residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                    %v2: tensor<?x64xbf16>, %q: tensor<2x64xbf16>,
+                    %h: tensor<64xbf16>)
+    -> (tensor<2x?x64xbf16>, tensor<2x?x32xi8>) {
+  %o, %lse, %o_pre, %r = attnres.forward sources(%v0, %v1, %v2 : tensor<?x64xbf16>)
+      query(%q : tensor<2x64xbf16>) output_norm(%h : tensor<64xbf16>) save(o_pre_residual)
+      -> tensor<2x?x64xbf16>, tensor<2x?xf32>, tensor<2x?x64xbf16>, tensor<2x?x32xi8>
+  return %o_pre, %r : tensor<2x?x64xbf16>, tensor<2x?x32xi8>
+}
