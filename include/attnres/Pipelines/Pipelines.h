@@ -104,12 +104,13 @@ bool hasAsyncCopies(llvm::StringRef chip);
 /// memory (sm_90 and later), which the clustered forward uses.
 bool hasClusters(llvm::StringRef chip);
 
-/// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary.
 /// Refuses option values the NVVM pipeline cannot honour (fixed counts
 /// without keep-host, negative counts), through `errorHandler`.
 LogicalResult checkNVVMPipelineOptions(
     const NVVMPipelineOptions &options,
     function_ref<LogicalResult(const Twine &)> errorHandler);
+/// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary; with
+/// keep-host, the split passes first and the host code lowered too.
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const NVVMPipelineOptions &options);
 /// The part after convert-attnres-to-gpu.

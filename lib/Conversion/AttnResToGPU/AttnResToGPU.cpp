@@ -334,8 +334,9 @@ struct ConvertAttnResToGPUPass
                            "attnres ops at the top level of a function; this "
                            "one is inside '"
                         << op->getParentOp()->getName()
-                        << "' (of the split and tile passes' loops, "
-                           "keep-host launches attnres-split-reduction's)";
+                        << "' (of the loops the passes write, keep-host "
+                           "launches attnres-split-reduction's, not "
+                           "attnres-tile's)";
         return WalkResult::interrupt();
       }
       if (isa<func::ReturnOp>(op) ||
