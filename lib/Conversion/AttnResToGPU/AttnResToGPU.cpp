@@ -231,23 +231,9 @@ struct ConvertAttnResToGPUPass
     // them, on the grid they state (keep-host); a bundle's ops are launched
     // whole by the runtime, which picks their blocks per call.
     llvm::DenseMap<Operation *, int64_t> splitPartitions, splitBlocks;
-    if (keepHost && (failed(absorbSplitForwards(module, splitPartitions)) ||
-                     failed(absorbSplitBackwards(module, splitBlocks))))
+    if ((keepHost && failed(absorbSplitForwards(module, splitPartitions))) ||
+        failed(absorbSplitBackwards(module, keepHost, splitBlocks)))
       return signalPassFailure();
-    if (!keepHost) {
-      WalkResult split = module.walk([&](BackwardOp op) {
-        if (!isa<scf::ForallOp>(op->getParentOp()))
-          return WalkResult::advance();
-        op->emitError() << "convert-attnres-to-gpu: a bundle's backward is "
-                           "launched whole by the runtime, which picks its "
-                           "blocks per call (AttnresBackwardArgs.blocks); "
-                           "attnres-split-reduction's loop runs on the GPU "
-                           "with keep-host=1";
-        return WalkResult::interrupt();
-      });
-      if (split.wasInterrupted())
-        return signalPassFailure();
-    }
     if (keepHost) {
       bool hostOnly = true;
       for (auto function : module.getOps<func::FuncOp>())

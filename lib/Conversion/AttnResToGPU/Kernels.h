@@ -144,23 +144,24 @@ LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
                                 const RecordedKernels &kernels,
                                 const LaunchCounts &counts, unsigned &refusals);
 
-/// Replaces each scf.forall of attnres-split-reduction (a backward over
-/// each of B blocks of tokens, its partial gradients summed after the loop)
-/// by the backward over all tokens, mapping it to the loop's count B
-/// (SplitDecompositions.cpp): the backward kernel's blocks are the loop's. A
-/// loop around a backward that differs from that form is an error. Replaces
-/// each group of attnres-split-sources (P forwards over consecutive partitions
-/// of the sources, their FP32 outputs and lses stacked and merged by a softmax
-/// partition_reduce) by the forward over all sources, mapping it to P
-/// partitions (SplitDecompositions.cpp): the split forward kernel's partitions
-/// are the group's. A merge of forward results that differs from that form is
-/// an error.
+/// Replaces each group of attnres-split-sources (P forwards over
+/// consecutive partitions of the sources, their FP32 outputs and lses stacked
+/// and merged by a softmax partition_reduce) by the forward over all
+/// sources, mapped to P partitions (SplitDecompositions.cpp): the split
+/// forward kernels' partitions are the group's. A merge of forward results
+/// that differs from that form is an error.
 LogicalResult
 absorbSplitForwards(ModuleOp module,
                     llvm::DenseMap<Operation *, int64_t> &partitions);
 
+/// Replaces each scf.forall of attnres-split-reduction (a backward over each
+/// of B blocks of tokens, its partial gradients summed after the loop) by
+/// the backward over all tokens, mapped to the loop's count B: the backward
+/// kernel's blocks are the loop's. A loop around a backward that differs
+/// from that form is an error, as is any such loop without `keepHost` (a
+/// bundle's backward is launched whole).
 LogicalResult
-absorbSplitBackwards(ModuleOp module,
+absorbSplitBackwards(ModuleOp module, bool keepHost,
                      llvm::DenseMap<Operation *, int64_t> &blocks);
 
 } // namespace mlir::attnres::gpu_kernels

@@ -44,6 +44,7 @@
 #include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/AffineExprVisitor.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -55,7 +56,19 @@ using namespace mlir::attnres::gpu_kernels;
 
 namespace {
 
-class SplitBackwardMatcher {
+/// What a matcher found to differ from the form it checks.
+class FormMatcher {
+public:
+  std::string reason;
+
+protected:
+  LogicalResult fail(const Twine &why) {
+    reason = why.str();
+    return failure();
+  }
+};
+
+class SplitBackwardMatcher : public FormMatcher {
 public:
   SplitBackwardMatcher(scf::ForallOp loop, BackwardOp tile)
       : loop(loop), tile(tile) {}
@@ -68,13 +81,8 @@ public:
   SmallVector<Value> outerSources;
   Value outerGrad, outerLse, outerSaved, outerSavedResidual;
   SmallVector<PartitionReduceOp> sums;
-  std::string reason;
 
 private:
-  LogicalResult fail(const Twine &why) {
-    reason = why.str();
-    return failure();
-  }
   LogicalResult checkBounds();
   LogicalResult sliceOf(Value operand, int64_t tokenDim, StringRef what,
                         Value &outer);
@@ -93,17 +101,12 @@ private:
   std::optional<int64_t> tokenCount;
 };
 
-bool isIndex(OpFoldResult value, int64_t expected) {
-  std::optional<int64_t> constant = getConstantIntValue(value);
-  return constant && *constant == expected;
-}
-
 /// Whether `size` is dimension `dim` of `tensor` (a tensor.dim of it).
 bool isDimOf(OpFoldResult size, Value tensor, int64_t dim) {
   auto value = dyn_cast<Value>(size);
   auto read = value ? value.getDefiningOp<tensor::DimOp>() : tensor::DimOp();
   return read && read.getSource() == tensor &&
-         isIndex(read.getDimension(), dim);
+         isConstantIntValue(read.getDimension(), dim);
 }
 
 /// `operand`, a slice of a tensor defined outside the loop that keeps every
@@ -124,11 +127,11 @@ LogicalResult SplitBackwardMatcher::sliceOf(Value operand, int64_t tokenDim,
   for (int64_t dim = 0; dim < whole.getRank(); ++dim) {
     OpFoldResult at = slice.getMixedOffsets()[dim];
     OpFoldResult length = slice.getMixedSizes()[dim];
-    if (!isIndex(slice.getMixedStrides()[dim], 1))
+    if (!isConstantIntValue(slice.getMixedStrides()[dim], 1))
       return fail("the slice of the backward's " + what + " is strided");
     if (dim != tokenDim) {
-      if (!isIndex(at, 0) || whole.isDynamicDim(dim) ||
-          !isIndex(length, whole.getDimSize(dim)))
+      if (!isConstantIntValue(at, 0) || whole.isDynamicDim(dim) ||
+          !isConstantIntValue(length, whole.getDimSize(dim)))
         return fail("the slice of the backward's " + what +
                     " does not keep dimension " + Twine(dim) + " whole");
       continue;
@@ -178,12 +181,9 @@ LogicalResult SplitBackwardMatcher::checkMin(Value value,
   affine::canonicalizeMapAndOperands(&map, &operands);
   MLIRContext *context = loop.getContext();
   auto isTokenCount = [&](Value candidate) {
-    auto dim = candidate.getDefiningOp<tensor::DimOp>();
-    std::optional<int64_t> index =
-        dim ? getConstantIntValue(dim.getDimension()) : std::nullopt;
-    return index &&
-           llvm::is_contained(tokenTensors,
-                              std::make_pair(Value(dim.getSource()), *index));
+    return llvm::any_of(tokenTensors, [&](auto tensorAndDim) {
+      return isDimOf(candidate, tensorAndDim.first, tensorAndDim.second);
+    });
   };
   SmallVector<AffineExpr> replacements;
   for (Value operand : operands) {
@@ -231,8 +231,9 @@ LogicalResult SplitBackwardMatcher::checkBounds() {
 }
 
 LogicalResult SplitBackwardMatcher::check() {
-  if (loop.getRank() != 1 || !isIndex(loop.getMixedLowerBound()[0], 0) ||
-      !isIndex(loop.getMixedStep()[0], 1) || loop.getMapping())
+  if (loop.getRank() != 1 ||
+      !isConstantIntValue(loop.getMixedLowerBound()[0], 0) ||
+      !isConstantIntValue(loop.getMixedStep()[0], 1) || loop.getMapping())
     return fail("the loop is not one unmapped dimension from 0 by 1");
   if (tile->getParentOp() != loop)
     return fail("the backward is nested deeper than the loop's body");
@@ -301,7 +302,7 @@ LogicalResult SplitBackwardMatcher::check() {
                   Twine(index));
     RankedTensorType destType = insert.getDestType();
     for (int64_t dim = 0; dim < destType.getRank(); ++dim) {
-      if (!isIndex(insert.getMixedStrides()[dim], 1))
+      if (!isConstantIntValue(insert.getMixedStrides()[dim], 1))
         return fail("a result is inserted with strides");
       OpFoldResult at = insert.getMixedOffsets()[dim];
       OpFoldResult length = insert.getMixedSizes()[dim];
@@ -309,10 +310,10 @@ LogicalResult SplitBackwardMatcher::check() {
       if (index < numSourceGrads && dim == sourceLead)
         ok = dyn_cast<Value>(at) == offset && dyn_cast<Value>(length) == size;
       else if (index >= numSourceGrads && dim == 0)
-        ok = dyn_cast<Value>(at) == block && isIndex(length, 1);
+        ok = dyn_cast<Value>(at) == block && isConstantIntValue(length, 1);
       else
-        ok = isIndex(at, 0) && !destType.isDynamicDim(dim) &&
-             isIndex(length, destType.getDimSize(dim));
+        ok = isConstantIntValue(at, 0) && !destType.isDynamicDim(dim) &&
+             isConstantIntValue(length, destType.getDimSize(dim));
       if (!ok)
         return fail("result " + Twine(index) +
                     " of the backward is not inserted at its block's "
@@ -342,7 +343,7 @@ LogicalResult SplitBackwardMatcher::check() {
 
 /// The P forwards whose FP32 outputs and lses a softmax partition_reduce
 /// merges, as attnres-split-sources writes them.
-class SplitForwardMatcher {
+class SplitForwardMatcher : public FormMatcher {
 public:
   explicit SplitForwardMatcher(PartitionReduceOp merge) : merge(merge) {}
 
@@ -359,13 +360,8 @@ public:
   /// results they read, and the slices of packed sources the partials read
   /// (erased with them).
   SmallVector<Operation *> stacking, shapeReads, slices;
-  std::string reason;
 
 private:
-  LogicalResult fail(const Twine &why) {
-    reason = why.str();
-    return failure();
-  }
   /// The values a stack along a new leading dimension is made of (a concat
   /// of unit-dimension expansions, or one expansion); empty if it is not
   /// such a stack.
@@ -489,16 +485,18 @@ LogicalResult SplitForwardMatcher::check() {
       expectedBegin += done;
     std::optional<int64_t> count =
         getConstantIntValue(slice.getMixedSizes()[0]);
-    if (!isIndex(slice.getMixedOffsets()[0], expectedBegin) || !count)
+    if (!isConstantIntValue(slice.getMixedOffsets()[0], expectedBegin) ||
+        !count)
       return fail("the partitions are not consecutive slices of the packed "
                   "sources");
     for (int64_t dim = 0; dim < whole.getRank(); ++dim) {
       OpFoldResult size = slice.getMixedSizes()[dim];
-      bool kept = dim == 0 || (isIndex(slice.getMixedOffsets()[dim], 0) &&
-                               (whole.isDynamicDim(dim)
-                                    ? isDimOf(size, packed, dim)
-                                    : isIndex(size, whole.getDimSize(dim))));
-      if (!kept || !isIndex(slice.getMixedStrides()[dim], 1))
+      bool kept =
+          dim == 0 || (isConstantIntValue(slice.getMixedOffsets()[dim], 0) &&
+                       (whole.isDynamicDim(dim)
+                            ? isDimOf(size, packed, dim)
+                            : isConstantIntValue(size, whole.getDimSize(dim))));
+      if (!kept || !isConstantIntValue(slice.getMixedStrides()[dim], 1))
         return fail("a slice of the packed sources does not keep dimension " +
                     Twine(dim) + " whole");
     }
@@ -526,6 +524,24 @@ LogicalResult SplitForwardMatcher::check() {
   return success();
 }
 
+/// The error for a decomposition that is not of `pass`'s form.
+LogicalResult refuseForm(Operation *at, StringRef launched, StringRef pass,
+                         const FormMatcher &matcher) {
+  return at->emitError("convert-attnres-to-gpu: keep-host=1 launches ")
+         << launched << ", which needs the form of " << pass << "; here "
+         << matcher.reason;
+}
+
+/// Verifies the whole op built in place of `pass`'s decomposition (erased,
+/// with an error at `at`, if it does not verify).
+LogicalResult verifyWhole(Operation *whole, Operation *at, StringRef pass) {
+  if (succeeded(mlir::verify(whole)))
+    return success();
+  whole->erase();
+  return at->emitError("convert-attnres-to-gpu: the op over all of ")
+         << pass << "'s pieces does not verify";
+}
+
 } // namespace
 
 LogicalResult gpu_kernels::absorbSplitForwards(
@@ -537,11 +553,10 @@ LogicalResult gpu_kernels::absorbSplitForwards(
     if (!matcher.mergesForwards())
       continue;
     if (failed(matcher.check()))
-      return merge.emitError("convert-attnres-to-gpu: keep-host=1 launches "
-                             "partial forwards and their merge as the forward "
-                             "split over sources, which needs the form of "
-                             "attnres-split-sources; here ")
-             << matcher.reason;
+      return refuseForm(merge,
+                        "partial forwards and their merge as the "
+                        "forward split over sources",
+                        "attnres-split-sources", matcher);
 
     // The forward over all sources, launched on P partitions.
     ForwardOp first = matcher.partials.front();
@@ -557,12 +572,8 @@ LogicalResult gpu_kernels::absorbSplitForwards(
         first.getQuery(), first.getKeyNormWeight(), merge.getOutputNormWeight(),
         first.getEpsAttr(), first.getScaleAttr(),
         SaveModeAttr::get(b.getContext(), save));
-    if (failed(mlir::verify(whole))) {
-      whole.erase();
-      return merge.emitError("convert-attnres-to-gpu: the forward of "
-                             "attnres-split-sources' partitions over all "
-                             "sources does not verify");
-    }
+    if (failed(verifyWhole(whole, merge, "attnres-split-sources")))
+      return failure();
     partitions[whole] = matcher.partials.size();
     merge->replaceAllUsesWith(whole);
     merge.erase();
@@ -582,20 +593,26 @@ LogicalResult gpu_kernels::absorbSplitForwards(
 }
 
 LogicalResult gpu_kernels::absorbSplitBackwards(
-    ModuleOp module, llvm::DenseMap<Operation *, int64_t> &blocks) {
+    ModuleOp module, bool keepHost,
+    llvm::DenseMap<Operation *, int64_t> &blocks) {
   SmallVector<std::pair<scf::ForallOp, BackwardOp>> loops;
   module.walk([&](BackwardOp op) {
     if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
       loops.emplace_back(loop, op);
   });
+  if (!keepHost && !loops.empty())
+    return loops.front().second.emitError(
+        "convert-attnres-to-gpu: a bundle's backward is launched whole by "
+        "the runtime, which picks its blocks per call "
+        "(AttnresBackwardArgs.blocks); attnres-split-reduction's loop runs on "
+        "the GPU with keep-host=1");
   for (auto [loop, tile] : loops) {
     SplitBackwardMatcher matcher(loop, tile);
     if (failed(matcher.check()))
-      return loop.emitError("convert-attnres-to-gpu: keep-host=1 launches an "
-                            "scf.forall around a backward as the backward "
-                            "kernel's blocks, which needs the form of "
-                            "attnres-split-reduction; here ")
-             << matcher.reason;
+      return refuseForm(loop,
+                        "an scf.forall around a backward as the "
+                        "backward kernel's blocks",
+                        "attnres-split-reduction", matcher);
 
     // The backward over all tokens, whose launch takes the loop's count.
     OpBuilder b(loop);
@@ -619,12 +636,8 @@ LogicalResult gpu_kernels::absorbSplitBackwards(
         tile.getKeyNormWeight(), tile.getOutputNormWeight(), matcher.outerGrad,
         matcher.outerLse, matcher.outerSaved, matcher.outerSavedResidual,
         tile.getEpsAttr(), tile.getScaleAttr());
-    if (failed(mlir::verify(whole))) {
-      whole.erase();
-      return loop.emitError("convert-attnres-to-gpu: the backward of "
-                            "attnres-split-reduction's loop over all tokens "
-                            "does not verify");
-    }
+    if (failed(verifyWhole(whole, loop, "attnres-split-reduction")))
+      return failure();
     blocks[whole] = *getConstantIntValue(loop.getMixedUpperBound().front());
     for (auto [index, sum] : llvm::enumerate(matcher.sums)) {
       sum.getOutput().replaceAllUsesWith(
