@@ -46,6 +46,27 @@ void mlir::attnres::buildLowerToLLVMCPUPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
 }
 
+/// Registers a GPU pipeline whose options are checked before it is built.
+template <typename Options>
+static void registerGPUPipeline(StringRef name, StringRef description,
+                                void (*build)(OpPassManager &,
+                                              const Options &)) {
+  registerPassPipeline(
+      name, description,
+      [name, build](OpPassManager &pm, StringRef text,
+                    function_ref<LogicalResult(const Twine &)> errorHandler) {
+        Options options;
+        if (failed(options.parseFromString(text)) ||
+            failed(checkGPUPipelineOptions(name, options, errorHandler)))
+          return failure();
+        build(pm, options);
+        return success();
+      },
+      [](function_ref<void(const detail::PassOptions &)> describe) {
+        describe(Options());
+      });
+}
+
 void mlir::attnres::registerPipelines() {
   PassPipelineRegistration<>(
       "attnres-lower-to-llvm-cpu-pipeline",
@@ -53,30 +74,19 @@ void mlir::attnres::registerPipelines() {
       "executable reference): convert-attnres-to-linalg, one-shot "
       "bufferization, loops, LLVM.",
       buildLowerToLLVMCPUPipeline);
-  // Registered with its own parser: some option values are refused.
-  registerPassPipeline(
+  // Registered with their own parsers: some option values are refused.
+  registerGPUPipeline<NVVMPipelineOptions>(
       "attnres-lower-to-nvvm-pipeline",
       "Compile the attnres ops of a module to NVIDIA kernels: "
       "convert-attnres-to-gpu, nvvm-attach-target, convert-gpu-to-nvvm, "
       "gpu-module-to-binary (with keep-host=1: attnres-split-sources and "
       "attnres-split-reduction first, and the host code lowered too).",
-      [](OpPassManager &pm, StringRef text,
-         function_ref<LogicalResult(const Twine &)> errorHandler) {
-        NVVMPipelineOptions options;
-        if (failed(options.parseFromString(text)))
-          return failure();
-        if (failed(checkNVVMPipelineOptions(options, errorHandler)))
-          return failure();
-        buildLowerToNVVMPipeline(pm, options);
-        return success();
-      },
-      [](function_ref<void(const detail::PassOptions &)> describe) {
-        describe(NVVMPipelineOptions());
-      });
-  PassPipelineRegistration<ROCDLPipelineOptions>(
+      buildLowerToNVVMPipeline);
+  registerGPUPipeline<ROCDLPipelineOptions>(
       "attnres-lower-to-rocdl-pipeline",
       "Compile the attnres ops of a module to AMD kernels: "
       "convert-attnres-to-gpu, rocdl-attach-target, convert-gpu-to-rocdl, "
-      "gpu-module-to-binary.",
+      "gpu-module-to-binary (with keep-host=1: attnres-split-sources and "
+      "attnres-split-reduction first, and the host code lowered too).",
       buildLowerToROCDLPipeline);
 }

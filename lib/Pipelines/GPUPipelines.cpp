@@ -108,31 +108,41 @@ bool mlir::attnres::hasClusters(StringRef chip) {
   return nvidiaChipNumber(chip) >= 90;
 }
 
-LogicalResult mlir::attnres::checkNVVMPipelineOptions(
-    const NVVMPipelineOptions &options,
+template <typename Derived>
+LogicalResult mlir::attnres::checkGPUPipelineOptions(
+    StringRef pipeline, const GPUPipelineOptions<Derived> &options,
     function_ref<LogicalResult(const Twine &)> errorHandler) {
   if (options.forwardPartitions < 0 || options.backwardBlocks < 0 ||
       options.backwardPartitions < 0)
-    return errorHandler("attnres-lower-to-nvvm-pipeline: forward-partitions, "
-                        "backward-blocks and backward-partitions must be >= 0 "
-                        "(0: the rules)");
+    return errorHandler(pipeline +
+                        ": forward-partitions, backward-blocks and "
+                        "backward-partitions must be >= 0 (0: the rules)");
   if (!options.keepHost &&
       (options.forwardPartitions || options.backwardBlocks ||
        options.backwardPartitions))
-    return errorHandler("attnres-lower-to-nvvm-pipeline: forward-partitions, "
-                        "backward-blocks and backward-partitions fix the "
-                        "launches of keep-host=1; a bundle's launches take "
-                        "them per call (the runtime's AttnresForwardArgs and "
-                        "AttnresBackwardArgs)");
+    return errorHandler(
+        pipeline + ": forward-partitions, backward-blocks and "
+                   "backward-partitions fix the launches of keep-host=1; "
+                   "a bundle's launches take them per call (the "
+                   "runtime's AttnresForwardArgs and AttnresBackwardArgs)");
   return success();
 }
 
-void mlir::attnres::buildLowerToNVVMPipeline(
-    OpPassManager &pm, const NVVMPipelineOptions &options) {
-  ConvertAttnResToGPUOptions kernels;
-  kernels.subgroupSize = 32;
-  kernels.asyncCopies = hasAsyncCopies(options.chip);
-  kernels.clusters = hasClusters(options.chip);
+template LogicalResult mlir::attnres::checkGPUPipelineOptions(
+    StringRef, const GPUPipelineOptions<NVVMPipelineOptions> &,
+    function_ref<LogicalResult(const Twine &)>);
+template LogicalResult mlir::attnres::checkGPUPipelineOptions(
+    StringRef, const GPUPipelineOptions<ROCDLPipelineOptions> &,
+    function_ref<LogicalResult(const Twine &)>);
+
+/// The pipeline both vendors share: `kernels` carries the vendor's kernel
+/// choices, `buildBinary` lowers and serializes the gpu.module.
+template <typename Derived>
+static void
+buildLowerToGPUPipeline(OpPassManager &pm,
+                        const attnres::GPUPipelineOptions<Derived> &options,
+                        attnres::ConvertAttnResToGPUOptions kernels,
+                        function_ref<void(OpPassManager &)> buildBinary) {
   kernels.keepHost = options.keepHost;
   kernels.backwardPartitions = options.backwardPartitions;
   // Kept host functions go through the split passes: their decompositions
@@ -141,32 +151,34 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   // dynamic token count whole, and its kernels are sized at run time by the
   // same rules. A bundle's ops are launched whole by the runtime instead.
   if (options.keepHost) {
-    AttnResSplitSourcesOptions sources;
+    attnres::AttnResSplitSourcesOptions sources;
     if (options.forwardPartitions != 0)
       sources.partitions = std::to_string(options.forwardPartitions);
-    pm.addPass(createAttnResSplitSources(sources));
-    AttnResSplitReductionOptions reduction;
+    pm.addPass(attnres::createAttnResSplitSources(sources));
+    attnres::AttnResSplitReductionOptions reduction;
     if (options.backwardBlocks != 0)
       reduction.blocks = std::to_string(options.backwardBlocks);
-    pm.addPass(createAttnResSplitReduction(reduction));
+    pm.addPass(attnres::createAttnResSplitReduction(reduction));
   }
-  pm.addPass(createConvertAttnResToGPU(kernels));
+  pm.addPass(attnres::createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {
-    buildGPUModuleToNVVMBinary(pm, options);
+    buildBinary(pm);
     return;
   }
   // The host functions: tensors become buffers (function arguments and
   // results too, with identity layouts, so a caller passes plain
   // descriptors), the GPU operations are chained on a stream, and after the
   // kernels are serialized the host code is lowered to the LLVM dialect the
-  // way upstream's gpu-lower-to-nvvm-pipeline lowers it.
+  // way upstream's gpu-lower-to-nvvm-pipeline lowers it. Nothing here is
+  // vendor-specific: gpu-to-llvm calls the mgpu* functions either vendor's
+  // runtime wrappers implement.
   bufferization::OneShotBufferizePassOptions bufferize;
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
-  buildGPUModuleToNVVMBinary(pm, options);
+  buildBinary(pm);
   pm.addPass(createSCFToControlFlowPass());
   // Views of reshaped buffers (the split passes merge token dimensions)
   // leave affine index arithmetic.
@@ -180,6 +192,17 @@ void mlir::attnres::buildLowerToNVVMPipeline(
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void mlir::attnres::buildLowerToNVVMPipeline(
+    OpPassManager &pm, const NVVMPipelineOptions &options) {
+  ConvertAttnResToGPUOptions kernels;
+  kernels.subgroupSize = 32;
+  kernels.asyncCopies = hasAsyncCopies(options.chip);
+  kernels.clusters = hasClusters(options.chip);
+  buildLowerToGPUPipeline(pm, options, kernels, [&](OpPassManager &pm) {
+    buildGPUModuleToNVVMBinary(pm, options);
+  });
 }
 
 void mlir::attnres::buildGPUModuleToROCDLBinary(
@@ -201,6 +224,7 @@ void mlir::attnres::buildLowerToROCDLPipeline(
     OpPassManager &pm, const ROCDLPipelineOptions &options) {
   ConvertAttnResToGPUOptions kernels;
   kernels.subgroupSize = 64;
-  pm.addPass(createConvertAttnResToGPU(kernels));
-  buildGPUModuleToROCDLBinary(pm, options);
+  buildLowerToGPUPipeline(pm, options, kernels, [&](OpPassManager &pm) {
+    buildGPUModuleToROCDLBinary(pm, options);
+  });
 }

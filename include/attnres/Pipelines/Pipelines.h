@@ -22,9 +22,41 @@ std::string defaultCudaToolkit();
 /// target's own search) when neither is there.
 std::string defaultRocmToolkit();
 
+/// The options both GPU pipelines share: whether the host functions are kept
+/// and, for them, the decomposition the split passes write.
+template <typename Derived>
+struct GPUPipelineOptions : public PassPipelineOptions<Derived> {
+  mlir::detail::PassOptions::Option<bool> keepHost{
+      *this, "keep-host",
+      llvm::cl::desc("Keep the functions: the split passes run first, each "
+                     "attnres op becomes the launches of its kernels, and the "
+                     "host code is lowered to the LLVM dialect calling the "
+                     "mgpu* functions, ready for mlir-translate"),
+      llvm::cl::init(false)};
+  mlir::detail::PassOptions::Option<int64_t> forwardPartitions{
+      *this, "forward-partitions",
+      llvm::cl::desc("With keep-host: partitions of the sources every "
+                     "forward splits into (attnres-split-sources' "
+                     "partitions); 0: its auto, the runtime's rule at run "
+                     "time where the token count is dynamic"),
+      llvm::cl::init(0)};
+  mlir::detail::PassOptions::Option<int64_t> backwardBlocks{
+      *this, "backward-blocks",
+      llvm::cl::desc("With keep-host: blocks of tokens of every backward "
+                     "(attnres-split-reduction's blocks); 0: its auto, the "
+                     "runtime's rule at run time where the token count is "
+                     "dynamic"),
+      llvm::cl::init(0)};
+  mlir::detail::PassOptions::Option<int64_t> backwardPartitions{
+      *this, "backward-partitions",
+      llvm::cl::desc("With keep-host: partitions of the sources of every "
+                     "backward (0: the runtime's rule)"),
+      llvm::cl::init(0)};
+};
+
 /// Options of attnres-lower-to-nvvm-pipeline (named after upstream's
 /// GPUToNVVMPipelineOptions).
-struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
+struct NVVMPipelineOptions : public GPUPipelineOptions<NVVMPipelineOptions> {
   PassOptions::Option<std::string> chip{
       *this, "chip", llvm::cl::desc("Target chip"), llvm::cl::init("sm_90")};
   PassOptions::Option<std::string> features{
@@ -42,36 +74,10 @@ struct NVVMPipelineOptions : public PassPipelineOptions<NVVMPipelineOptions> {
   PassOptions::Option<std::string> toolkit{
       *this, "toolkit", llvm::cl::desc("CUDA toolkit (libdevice, ptxas)"),
       llvm::cl::init(defaultCudaToolkit())};
-  PassOptions::Option<bool> keepHost{
-      *this, "keep-host",
-      llvm::cl::desc("Keep the functions: each attnres op becomes the "
-                     "launches of its kernels, and the host code is lowered to "
-                     "the LLVM dialect calling the mgpu* functions "
-                     "(libAttnResRuntime), ready for mlir-translate"),
-      llvm::cl::init(false)};
-  PassOptions::Option<int64_t> forwardPartitions{
-      *this, "forward-partitions",
-      llvm::cl::desc("With keep-host: partitions of the sources every "
-                     "forward splits into (attnres-split-sources' "
-                     "partitions); 0: its auto, the runtime's rule at run "
-                     "time where the token count is dynamic"),
-      llvm::cl::init(0)};
-  PassOptions::Option<int64_t> backwardBlocks{
-      *this, "backward-blocks",
-      llvm::cl::desc("With keep-host: blocks of tokens of every backward "
-                     "(attnres-split-reduction's blocks); 0: its auto, the "
-                     "runtime's rule at run time where the token count is "
-                     "dynamic"),
-      llvm::cl::init(0)};
-  PassOptions::Option<int64_t> backwardPartitions{
-      *this, "backward-partitions",
-      llvm::cl::desc("With keep-host: partitions of the sources of every "
-                     "backward (0: the runtime's rule)"),
-      llvm::cl::init(0)};
 };
 
 /// Options of attnres-lower-to-rocdl-pipeline.
-struct ROCDLPipelineOptions : public PassPipelineOptions<ROCDLPipelineOptions> {
+struct ROCDLPipelineOptions : public GPUPipelineOptions<ROCDLPipelineOptions> {
   PassOptions::Option<std::string> chip{
       *this, "chip", llvm::cl::desc("Target chip (gfx942, gfx950, ...)"),
       llvm::cl::init("gfx942")};
@@ -104,10 +110,11 @@ bool hasAsyncCopies(llvm::StringRef chip);
 /// memory (sm_90 and later), which the clustered forward uses.
 bool hasClusters(llvm::StringRef chip);
 
-/// Refuses option values the NVVM pipeline cannot honour (fixed counts
-/// without keep-host, negative counts), through `errorHandler`.
-LogicalResult checkNVVMPipelineOptions(
-    const NVVMPipelineOptions &options,
+/// Refuses option values a GPU pipeline cannot honour (fixed counts without
+/// keep-host, negative counts), through `errorHandler`; `pipeline` names it.
+template <typename Derived>
+LogicalResult checkGPUPipelineOptions(
+    llvm::StringRef pipeline, const GPUPipelineOptions<Derived> &options,
     function_ref<LogicalResult(const Twine &)> errorHandler);
 /// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary; with
 /// keep-host, the split passes first and the host code lowered too.
@@ -117,7 +124,8 @@ void buildLowerToNVVMPipeline(OpPassManager &pm,
 void buildGPUModuleToNVVMBinary(OpPassManager &pm,
                                 const NVVMPipelineOptions &options);
 
-/// attnres ops -> kernels -> ROCDL -> binary.
+/// attnres ops -> kernels -> ROCDL -> binary; with keep-host, as the NVVM
+/// pipeline.
 void buildLowerToROCDLPipeline(OpPassManager &pm,
                                const ROCDLPipelineOptions &options);
 void buildGPUModuleToROCDLBinary(OpPassManager &pm,
