@@ -112,6 +112,12 @@ template <typename Derived>
 LogicalResult mlir::attnres::checkGPUPipelineOptions(
     StringRef pipeline, const GPUPipelineOptions<Derived> &options,
     function_ref<LogicalResult(const Twine &)> errorHandler) {
+  if (llvm::any_of(options.tileSizes, [](int64_t size) { return size < 0; }))
+    return errorHandler(pipeline + ": tile sizes must be >= 0 (0: untiled)");
+  if (!options.keepHost && !options.tileSizes.empty())
+    return errorHandler(pipeline +
+                        ": tile-sizes tiles the launches of keep-host=1; a "
+                        "bundle's ops are launched whole");
   if (options.forwardPartitions < 0 || options.backwardBlocks < 0 ||
       options.backwardPartitions < 0)
     return errorHandler(pipeline +
@@ -145,9 +151,10 @@ buildLowerToGPUPipeline(OpPassManager &pm,
                         function_ref<void(OpPassManager &)> buildBinary) {
   kernels.keepHost = options.keepHost;
   kernels.backwardPartitions = options.backwardPartitions;
-  // Kept host functions go through the split passes: their decompositions
-  // (the forward's partitions, the backward's blocks of tokens) are IR the
-  // conversion launches on the grid it states. `auto` leaves an op over a
+  // Kept host functions go through the split and tile passes: their
+  // decompositions (the forward's partitions, the backward's blocks of
+  // tokens, the token tiles of a block) are IR the conversion launches on
+  // the grid it states. `auto` leaves an op over a
   // dynamic token count whole, and its kernels are sized at run time by the
   // same rules. A bundle's ops are launched whole by the runtime instead.
   if (options.keepHost) {
@@ -159,6 +166,9 @@ buildLowerToGPUPipeline(OpPassManager &pm,
     if (options.backwardBlocks != 0)
       reduction.blocks = std::to_string(options.backwardBlocks);
     pm.addPass(attnres::createAttnResSplitReduction(reduction));
+    attnres::AttnResTileOptions tile;
+    tile.tileSizes.assign(options.tileSizes.begin(), options.tileSizes.end());
+    pm.addPass(attnres::createAttnResTile(tile));
   }
   pm.addPass(attnres::createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {

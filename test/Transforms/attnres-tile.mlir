@@ -55,3 +55,18 @@ func.func @backward(%v: tensor<?x64xf32>, %q: tensor<16xf32>, %do: tensor<?x64xf
       -> tensor<?x64xf32>, tensor<?x64xf32>, tensor<16xf32>
   return %dq : tensor<16xf32>
 }
+
+// -----
+
+// A sum partition_reduce adds partial rows elementwise (here the partial
+// query gradients of attnres-split-reduction): its dimensions are not
+// tokens, and it stays whole.
+// CHECK-LABEL: func.func @sum
+// CHECK-NOT: scf.forall
+// CHECK: attnres.partition_reduce sum
+// TWO-LABEL: func.func @sum
+// TWO-NOT: scf.forall
+func.func @sum(%p: tensor<4x64xf32>) -> tensor<64xf32> {
+  %s = attnres.partition_reduce sum %p : tensor<4x64xf32> -> tensor<64xf32>
+  return %s : tensor<64xf32>
+}

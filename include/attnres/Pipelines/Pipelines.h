@@ -47,6 +47,11 @@ struct GPUPipelineOptions : public PassPipelineOptions<Derived> {
                      "runtime's rule at run time where the token count is "
                      "dynamic"),
       llvm::cl::init(0)};
+  mlir::detail::PassOptions::ListOption<int64_t> tileSizes{
+      *this, "tile-sizes",
+      llvm::cl::desc("With keep-host: attnres-tile's tile sizes (tokens); a "
+                     "block of a tiled forward's or merge's kernels covers "
+                     "one tile (ops with one token dimension)")};
   mlir::detail::PassOptions::Option<int64_t> backwardPartitions{
       *this, "backward-partitions",
       llvm::cl::desc("With keep-host: partitions of the sources of every "

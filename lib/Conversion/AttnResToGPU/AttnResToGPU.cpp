@@ -230,8 +230,12 @@ struct ConvertAttnResToGPUPass
     // The split passes' decompositions run as the kernels that implement
     // them, on the grid they state (keep-host); a bundle's ops are launched
     // whole by the runtime, which picks their blocks per call.
+    // attnres-tile's loops first: the split forwards' pieces may be tiled.
     llvm::DenseMap<Operation *, int64_t> splitPartitions, splitBlocks;
-    if ((keepHost && failed(absorbSplitForwards(module, splitPartitions))) ||
+    if ((keepHost &&
+         (failed(absorbTileLoops(module, tileTokens)) ||
+          failed(absorbSplitForwards(module, splitPartitions, tileTokens,
+                                     mergeTileTokens)))) ||
         failed(absorbSplitBackwards(module, keepHost, splitBlocks)))
       return signalPassFailure();
     if (keepHost) {
@@ -439,6 +443,20 @@ struct ConvertAttnResToGPUPass
   gpu::GPUFuncOp lastKernel;
   /// With keep-host, each kernel and its description, for the launches.
   RecordedKernels recorded;
+  /// With keep-host, the tokens a block of an op's kernels covers where
+  /// attnres-tile tiled it (its forward walks or its merge), and the merge's
+  /// where a split forward's merge was tiled on its own.
+  llvm::DenseMap<Operation *, TokenTiles> tileTokens, mergeTileTokens;
+
+  /// The facts a launch of tiled kernels needs: the loop's shape.
+  static void appendTiles(OpBuilder &b, NamedAttrList &facts, StringRef prefix,
+                          TokenTiles tiles) {
+    if (!tiles)
+      return;
+    facts.append((prefix + "tile_dims").str(), b.getI64IntegerAttr(tiles.dims));
+    facts.append((prefix + "tile_tokens").str(),
+                 b.getI64IntegerAttr(tiles.tokens));
+  }
   bool kernelTooLarge = false;
 
   /// Workgroup memory a kernel may declare statically: NVIDIA's 48 KiB
@@ -518,6 +536,8 @@ struct ConvertAttnResToGPUPass
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
+    TokenTiles tiles = tileTokens.lookup(op);
+    layout.tokenTiles = static_cast<bool>(tiles);
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
     SourceSchedule schedule =
@@ -532,6 +552,7 @@ struct ConvertAttnResToGPUPass
     facts.append("writes_o_pre", b.getBoolAttr(spec.writeOPre));
     facts.append("writes_o_pre_residual", b.getBoolAttr(spec.writeResidual));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
+    appendTiles(b, facts, "", tiles);
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
     facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
     facts.append("source_batch", b.getI64IntegerAttr(schedule.batch));
@@ -565,7 +586,7 @@ struct ConvertAttnResToGPUPass
     // without: docs/Performance.md).
     bool wideBlocks = layout.blockThreads() >= 256;
     SourceSchedule clusterSchedule = wideBlocks ? schedule : partialSchedule;
-    if (clusters && layout.rowsPerBlock == 1 && spec.width % 4 == 0 &&
+    if (clusters && layout.rowsPerBlock == 1 && !tiles && spec.width % 4 == 0 &&
         forwardWorkgroupBytes(b, loc, spec, layout, clusterSchedule,
                               ForwardKind::ClusterMerged) <=
             kMaxWorkgroupBytes) {
@@ -593,6 +614,12 @@ struct ConvertAttnResToGPUPass
     if (failed(mergeLayoutOr))
       return {};
     RowLayout mergeLayout = *mergeLayoutOr;
+    // The merge of a split forward whose merge was tiled on its own takes
+    // that merge's tiles, else the forward's.
+    TokenTiles mergeTiles =
+        mergeTileTokens.count(op) ? mergeTileTokens.lookup(op) : tiles;
+    mergeLayout.tokenTiles = static_cast<bool>(mergeTiles);
+    appendTiles(b, facts, "merge_", mergeTiles);
     facts.append("merge", record(b, emitMergeKernel(b, loc, prefix + "_merge",
                                                     merge, mergeLayout)));
     facts.append("merge_rows_per_block",
@@ -698,6 +725,9 @@ struct ConvertAttnResToGPUPass
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
+    TokenTiles tiles = tileTokens.lookup(op);
+    layout.tokenTiles = static_cast<bool>(tiles);
+    appendTiles(b, facts, "", tiles);
     facts.append("op", b.getStringAttr("partition_reduce_softmax"));
     facts.append("width", b.getI64IntegerAttr(merge.width));
     facts.append("has_sink", b.getBoolAttr(merge.sink));

@@ -362,6 +362,48 @@ Value tokenCount(HostLauncher &host, OpBuilder &b, Location loc, Value source,
   return tokens;
 }
 
+/// The token dimensions of `tensor` from `first` on, all but its last
+/// dimension (a source's, or a merge's partials').
+SmallVector<Value> tokenDims(OpBuilder &b, Location loc, Value tensor,
+                             int64_t first) {
+  SmallVector<Value> dims;
+  auto type = cast<RankedTensorType>(tensor.getType());
+  for (int64_t dim = first; dim + 1 < type.getRank(); ++dim)
+    dims.push_back(tensor::DimOp::create(b, loc, tensor, dim));
+  return dims;
+}
+
+/// Binds what a launch of kernels tiled by attnres-tile takes (the facts
+/// `<prefix>tile_dims` and `<prefix>tile_tokens`: the loop tiled the first
+/// r token dimensions of `dims`, the last by t): the rows of a tile and of a
+/// run of tiles as kernel arguments, and as grid symbols the tiles of a run
+/// and the runs among the kernel's `rows`. Nothing where the op is
+/// untiled.
+void bindTiles(HostLauncher &host, OpBuilder &b, Location loc,
+               DictionaryAttr facts, StringRef prefix, ArrayRef<Value> dims,
+               Value rows, llvm::StringMap<Value> &values,
+               llvm::StringMap<Value> &symbols) {
+  auto r = facts.getAs<IntegerAttr>((prefix + "tile_dims").str());
+  auto t = facts.getAs<IntegerAttr>((prefix + "tile_tokens").str());
+  if (!r || !t)
+    return;
+  // A run is token dimension r - 1 with the whole ones after it; a tile is
+  // t of its slices.
+  Value inner = host.index(1);
+  for (Value dim : dims.drop_front(r.getInt()))
+    inner = arith::MulIOp::create(b, loc, inner, dim);
+  Value runRows = arith::MulIOp::create(b, loc, dims[r.getInt() - 1], inner);
+  Value tileRows = arith::MulIOp::create(b, loc, host.index(t.getInt()), inner);
+  values["tile_rows"] = host.toI64(tileRows);
+  values["dim_rows"] = host.toI64(runRows);
+  // No tokens: no tiles and no runs (and no division by 0).
+  Value one = host.index(1);
+  symbols["tiles"] = arith::CeilDivUIOp::create(
+      b, loc, runRows, arith::MaxUIOp::create(b, loc, tileRows, one));
+  symbols["runs"] = arith::DivUIOp::create(
+      b, loc, rows, arith::MaxUIOp::create(b, loc, runRows, one));
+}
+
 /// The addresses of the L rows of the sources, each checked against
 /// `rowAlignment`: each listed source's buffer, or row l of the packed one
 /// at base + l * N * D * element size.
@@ -475,6 +517,15 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   bind("o_pre", oPre);
   bind("o_pre_residual", residual);
   Value mergedRows = a.mul(a.constant(op.getNumQueries()), tokens64);
+  // The kernels' grid symbols: tokens, or tiles and runs where attnres-tile
+  // tiled the op (the walks) or its merge.
+  SmallVector<Value> dims = tokenDims(b, loc, first, lead);
+  llvm::StringMap<Value> walkSymbols = {{"N", tokens}};
+  llvm::StringMap<Value> mergeValues;
+  llvm::StringMap<Value> mergeSymbols = {{"rows", host.toIndex(mergedRows)}};
+  bindTiles(host, b, loc, facts, "", dims, tokens, values, walkSymbols);
+  bindTiles(host, b, loc, facts, "merge_", dims, host.toIndex(mergedRows),
+            mergeValues, mergeSymbols);
   values["num_tokens"] = tokens64;
   values["num_rows"] = mergedRows;
   values["rows_per_weight"] = tokens64;
@@ -497,25 +548,29 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   values["num_partitions"] = a.constant(1);
   if (fixed == 1 || (fixed == 0 && ::attnres::launch::forwardPartitionLimit(
                                        L, L * D * elementBytes, rules) == 1)) {
-    if (failed(
-            host.launch(whole->first, whole->second, values, {{"N", tokens}})))
+    if (failed(host.launch(whole->first, whole->second, values, walkSymbols)))
       return failure();
     host.finish({o, lse, oPre, residual});
     return success();
   }
+  // The blocks of one partition of the walk.
+  auto walkBlocks = [&]() -> Value {
+    if (!walkSymbols.count("tiles"))
+      return a.ceilDiv(tokens64, a.constant(rowsPerBlock));
+    return host.toI64(arith::MulIOp::create(b, loc, walkSymbols["tiles"],
+                                            walkSymbols["runs"]));
+  };
   Value partitions = fixed ? a.constant(fixed)
                            : ::attnres::launch::forwardPartitions(
                                  a, host.residentBlocks(partial->second),
-                                 a.ceilDiv(tokens64, a.constant(rowsPerBlock)),
-                                 L, L * D * elementBytes, rules);
+                                 walkBlocks(), L, L * D * elementBytes, rules);
   Value split = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
                                       partitions, a.constant(1));
   auto ifSplit = scf::IfOp::create(b, loc, split, /*withElseRegion=*/true);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(ifSplit.elseBlock()->getTerminator());
-    if (failed(
-            host.launch(whole->first, whole->second, values, {{"N", tokens}})))
+    if (failed(host.launch(whole->first, whole->second, values, walkSymbols)))
       return failure();
 
     b.setInsertionPoint(ifSplit.thenBlock()->getTerminator());
@@ -559,10 +614,15 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
     Value base = host.addressOf(workspace);
     values["partial_o"] = base;
     values["partial_lse"] = a.add(base, layout.lseOffset);
+    llvm::StringMap<Value> partialSymbols = walkSymbols;
+    partialSymbols["P"] = host.toIndex(partitions);
     if (failed(host.launch(partial->first, partial->second, values,
-                           {{"N", tokens}, {"P", host.toIndex(partitions)}})) ||
-        failed(host.launch(merge->first, merge->second, values,
-                           {{"rows", host.toIndex(mergedRows)}})))
+                           partialSymbols)))
+      return failure();
+    // The merge's own tiles, where they differ from the walks'.
+    for (const auto &entry : mergeValues)
+      values[entry.getKey()] = entry.getValue();
+    if (failed(host.launch(merge->first, merge->second, values, mergeSymbols)))
       return failure();
     gpu::DeallocOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(),
                            workspace);
@@ -751,9 +811,12 @@ LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
     values["rows_per_weight"] = weightRows;
     callerBuffers = {"partial_o", "partial_lse", "sink", "output_norm"};
   }
+  llvm::StringMap<Value> symbols = {{"N", rows}, {"rows", rows}};
+  if (!sum)
+    bindTiles(host, b, loc, facts, "", tokenDims(b, loc, partials, 1), rows,
+              values, symbols);
   host.checkArguments(kernel->second, values, callerBuffers);
-  if (failed(host.launch(kernel->first, kernel->second, values,
-                         {{"N", rows}, {"rows", rows}})))
+  if (failed(host.launch(kernel->first, kernel->second, values, symbols)))
     return failure();
   host.finish({o, lse, oPre, residual});
   return success();

@@ -238,6 +238,29 @@ void KernelEmitter::ifThen(Value condition, function_ref<void()> body) {
   body();
 }
 
+void KernelEmitter::forEachRowStep(
+    Value tileRows, Value dimRows,
+    function_ref<void(Value row, Value inTile)> body) {
+  Value groupRows = constI64(layout.rowsPerBlock);
+  if (!tileRows) {
+    body(addI(mulI(blockX, groupRows), group), Value());
+    return;
+  }
+  Value run = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
+  Value tileStart = mulI(blockX, tileRows);
+  Value first = addI(mulI(run, dimRows), tileStart);
+  Value count =
+      minI(tileRows, arith::SubIOp::create(b, loc, dimRows, tileStart));
+  auto loop =
+      scf::ForOp::create(b, loc, constI64(0), ceilDivI(tileRows, groupRows),
+                         constI64(1), ValueRange{});
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(loop.getBody()->getTerminator());
+  Value offset = addI(mulI(loop.getInductionVar(), groupRows), group);
+  body(addI(first, offset), lessThan(offset, count));
+  gpu::BarrierOp::create(b, loc);
+}
+
 void KernelEmitter::setUpThreads(Value workgroupBuffer) {
   workgroup = workgroupBuffer;
   Value tid = toI64(gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x));

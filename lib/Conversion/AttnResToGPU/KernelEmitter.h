@@ -31,6 +31,9 @@ struct RowLayout {
   int64_t vectors = 0;       // D / vectorWidth
   int64_t threadsPerRow = 0; // lanes on one row
   int64_t rowsPerBlock = 1;  // rows a block works on at once
+  /// A block covers a tile of attnres-tile, rowsPerBlock rows at a time
+  /// (the kernel takes the tile's rows as arguments), not rowsPerBlock rows.
+  bool tokenTiles = false;
   int64_t chunks = 1;        // vectors per thread
   int64_t subgroupSize = 32; // 32 on NVIDIA, 64 on AMD
   int64_t blockThreads() const { return threadsPerRow * rowsPerBlock; }
@@ -144,6 +147,18 @@ public:
 
   /// Runs `body` only where `condition` holds.
   void ifThen(Value condition, function_ref<void()> body);
+
+  /// The rows of this block, rowsPerBlock at a time: `body(row, inTile)`
+  /// runs for each step. Untiled (null `tileRows`), the block has one step,
+  /// rows blockIdx.x * rowsPerBlock on, and `inTile` is null. Tiled, the
+  /// rows are in runs of `dimRows` (the tiled token dimension, times the
+  /// whole ones after it), run blockIdx.z, each cut into tiles of `tileRows`
+  /// rows (the last one shorter), tile blockIdx.x; the steps are an scf.for
+  /// whose iterations end with a barrier (so that a step's workgroup data
+  /// never overwrites what a thread still reads of the last), and `inTile`
+  /// (i1) says whether the row lies in the tile.
+  void forEachRowStep(Value tileRows, Value dimRows,
+                      function_ref<void(Value row, Value inTile)> body);
 
   // Thread geometry, valid once `setUpThreads` has run.
   void setUpThreads(Value workgroupBuffer);

@@ -1068,7 +1068,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
                               : "forward");
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
-  assert(!clustered || layout.rowsPerBlock == 1);
+  assert(!clustered || (layout.rowsPerBlock == 1 && !layout.tokenTiles));
   Type f32 = b.getF32Type();
   unsigned sources = k.table("sources", spec.value, "L x [N, D]");
   unsigned query = queryBuffer(k, spec);
@@ -1092,16 +1092,14 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
           : -1;
   unsigned tokens = k.scalar("num_tokens");
   int partitions = split ? k.scalar("num_partitions") : -1;
+  int tileRows = layout.tokenTiles ? k.scalar("tile_rows") : -1;
+  int dimRows = layout.tokenTiles ? k.scalar("dim_rows") : -1;
 
   KernelEmitter e(b, loc, layout);
   ForwardWorkgroup plan = planForward(e, schedule, spec, kind);
   k.begin(layout.blockThreads(), plan.floats);
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens);
-  Value row =
-      e.addI(e.mulI(e.blockX, e.constI64(layout.rowsPerBlock)), e.group);
-  Value valid = e.lessThan(row, N);
-  Value rowc = e.minI(row, e.addI(N, e.constI64(-1)));
   // The key coordinates of each chunk; the walks need them only when the
   // key is not the whole row.
   SmallVector<Value> allKeyMasks = e.keyMasks(R);
@@ -1170,100 +1168,113 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     return next;
   };
 
-  // The sources of this block: all of them, or partition blockIdx.y.
-  SourceWalker walker(e, k.arg(sources), spec.value, rowc, L, schedule);
-  SmallVector<Value> results;
-  if (split) {
-    Value P = k.arg(partitions);
-    Value begin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
-    Value end =
-        e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
-    results = walker.range(begin, end, init.values, batchStep);
-  } else {
-    results = walker.all(init.values, batchStep);
-  }
+  // The rows of the block, a step of rowsPerBlock rows at a time.
+  e.forEachRowStep(
+      tileRows >= 0 ? k.arg(tileRows) : Value(),
+      dimRows >= 0 ? k.arg(dimRows) : Value(), [&](Value row, Value inTile) {
+        Value valid = e.lessThan(row, N);
+        if (inTile)
+          valid = arith::AndIOp::create(b, loc, valid, inTile);
+        Value rowc = e.minI(row, e.addI(N, e.constI64(-1)));
+        // The sources of this block: all of them, or partition blockIdx.y.
+        SourceWalker walker(e, k.arg(sources), spec.value, rowc, L, schedule);
+        SmallVector<Value> results;
+        if (split) {
+          Value P = k.arg(partitions);
+          Value begin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
+          Value end =
+              e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
+          results = walker.range(begin, end, init.values, batchStep);
+        } else {
+          results = walker.all(init.values, batchStep);
+        }
 
-  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                        e.lane, e.constI64(0));
-  Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
-  SmallVector<SmallVector<Value>> weights;
-  if (norm)
-    weights = loadWeightRows(e, k.arg(outputNorm), spec.outputNorm,
-                             spec.perQueryOutputNorm ? M : 1);
-  SmallVector<Value> lses;
-  SmallVector<SmallVector<Value>> oPreRows;
-  for (int64_t m = 0; m < M; ++m) {
-    Value weightSum = results[sumAt + m];
-    lses.push_back(e.add(results[maxAt + m], e.log(weightSum)));
-    oPreRows.push_back(
-        scaleChunks(e,
-                    SmallVector<Value>(results.begin() + accAt + m * C,
-                                       results.begin() + accAt + (m + 1) * C),
-                    e.div(e.constF32(1.0), weightSum)));
-  }
+        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                              e.lane, e.constI64(0));
+        Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
+        SmallVector<SmallVector<Value>> weights;
+        if (norm)
+          weights = loadWeightRows(e, k.arg(outputNorm), spec.outputNorm,
+                                   spec.perQueryOutputNorm ? M : 1);
+        SmallVector<Value> lses;
+        SmallVector<SmallVector<Value>> oPreRows;
+        for (int64_t m = 0; m < M; ++m) {
+          Value weightSum = results[sumAt + m];
+          lses.push_back(e.add(results[maxAt + m], e.log(weightSum)));
+          oPreRows.push_back(scaleChunks(
+              e,
+              SmallVector<Value>(results.begin() + accAt + m * C,
+                                 results.begin() + accAt + (m + 1) * C),
+              e.div(e.constF32(1.0), weightSum)));
+        }
+        if (clustered) {
+          ClusterMergeArgs args{
+              N,
+              k.arg(partitions),
+              k.arg(out),
+              k.arg(lseOut),
+              oPreOut >= 0 ? k.arg(oPreOut) : Value(),
+              residualOut >= 0 ? k.arg(residualOut) : Value(),
+              outputNorm >= 0 ? k.arg(outputNorm) : Value(),
+          };
+          mergeInCluster(e, spec, args, oPreRows, lses, row, valid,
+                         plan.clusterAt);
+          return;
+        }
+        // The output norm's mean squares of all queries in one row sum.
+        SmallVector<Value> normSums;
+        if (norm) {
+          SmallVector<Value> squares;
+          for (int64_t m = 0; m < M; ++m)
+            squares.push_back(dotChunks(e, oPreRows[m], oPreRows[m]));
+          normSums = e.rowSum(squares);
+        }
+        for (int64_t m = 0; m < M; ++m) {
+          ArrayRef<Value> oPreRow = oPreRows[m];
+          // Output row index: (p * M + m) * N + row for partials, m * N + row.
+          Value outRowBase = e.constI64(m);
+          if (partial)
+            outRowBase = e.addI(e.mulI(e.blockY, e.constI64(M)), outRowBase);
+          Value outRow = e.addI(e.mulI(outRowBase, N), row);
+          if (partial) {
+            storeRow(e, oPreRow, k.arg(out), outRow, f32, valid);
+          } else {
+            SmallVector<Value> oRow(oPreRow);
+            if (norm) {
+              Value rho = normFactor(e, normSums[m], D, spec.eps);
+              ArrayRef<Value> weight = weights[spec.perQueryOutputNorm ? m : 0];
+              oRow.clear();
+              Value rhoV = e.splat(rho, layout.vectorWidth);
+              for (int64_t c = 0; c < C; ++c)
+                oRow.push_back(e.mul(e.mul(oPreRow[c], rhoV), weight[c]));
+            }
+            // The residual goes with the row o_pre is stored in: o itself
+            // without an output norm.
+            Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
+            storeRow(e, oRow, k.arg(out), outRow, spec.output, valid,
+                     oPre ? Value() : residual);
+            if (oPre)
+              storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid,
+                       residual);
+          }
+          e.ifThen(writesLse,
+                   [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
+        }
+      });
+  KernelInfo info = k.finish();
+  info.vectorWidth = layout.vectorWidth;
   if (clustered) {
-    ClusterMergeArgs args{
-        N,
-        k.arg(partitions),
-        k.arg(out),
-        k.arg(lseOut),
-        oPreOut >= 0 ? k.arg(oPreOut) : Value(),
-        residualOut >= 0 ? k.arg(residualOut) : Value(),
-        outputNorm >= 0 ? k.arg(outputNorm) : Value(),
-    };
-    mergeInCluster(e, spec, args, oPreRows, lses, row, valid, plan.clusterAt);
-    KernelInfo info = k.finish();
-    info.vectorWidth = layout.vectorWidth;
     info.grid[0] = {"N", 1, 1};
     info.grid[1] = {"P", 1, 1};
     info.grid[2] = {"1", 1, 1};
     info.clusterY = true;
     return info;
   }
-  // The output norm's mean squares of all queries in one row sum.
-  SmallVector<Value> normSums;
-  if (norm) {
-    SmallVector<Value> squares;
-    for (int64_t m = 0; m < M; ++m)
-      squares.push_back(dotChunks(e, oPreRows[m], oPreRows[m]));
-    normSums = e.rowSum(squares);
-  }
-  for (int64_t m = 0; m < M; ++m) {
-    ArrayRef<Value> oPreRow = oPreRows[m];
-    // Output row index: (p * M + m) * N + row for partials, m * N + row.
-    Value outRowBase = e.constI64(m);
-    if (partial)
-      outRowBase = e.addI(e.mulI(e.blockY, e.constI64(M)), outRowBase);
-    Value outRow = e.addI(e.mulI(outRowBase, N), row);
-    if (partial) {
-      storeRow(e, oPreRow, k.arg(out), outRow, f32, valid);
-    } else {
-      SmallVector<Value> oRow(oPreRow);
-      if (norm) {
-        Value rho = normFactor(e, normSums[m], D, spec.eps);
-        ArrayRef<Value> weight = weights[spec.perQueryOutputNorm ? m : 0];
-        oRow.clear();
-        Value rhoV = e.splat(rho, layout.vectorWidth);
-        for (int64_t c = 0; c < C; ++c)
-          oRow.push_back(e.mul(e.mul(oPreRow[c], rhoV), weight[c]));
-      }
-      // The residual goes with the row o_pre is stored in: o itself
-      // without an output norm.
-      Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
-      storeRow(e, oRow, k.arg(out), outRow, spec.output, valid,
-               oPre ? Value() : residual);
-      if (oPre)
-        storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid,
-                 residual);
-    }
-    e.ifThen(writesLse,
-             [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
-  }
-  KernelInfo info = k.finish();
-  info.vectorWidth = layout.vectorWidth;
-  info.grid[0] = {"N", 1, layout.rowsPerBlock};
+  info.grid[0] = layout.tokenTiles ? GridDimension{"tiles", 1, 1}
+                                   : GridDimension{"N", 1, layout.rowsPerBlock};
   info.grid[1] = partial ? GridDimension{"P", 1, 1} : GridDimension{"1", 1, 1};
-  info.grid[2] = {"1", 1, 1};
+  info.grid[2] = layout.tokenTiles ? GridDimension{"runs", 1, 1}
+                                   : GridDimension{"1", 1, 1};
   return info;
 }
 
@@ -1299,6 +1310,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
                                        : -1;
   unsigned rowsArg = k.scalar("num_rows");
   unsigned partitionsArg = k.scalar("num_partitions");
+  int tileRowsArg = layout.tokenTiles ? k.scalar("tile_rows") : -1;
+  int dimRowsArg = layout.tokenTiles ? k.scalar("dim_rows") : -1;
   int rowsPerWeight = spec.perRowGroupWeight ? k.scalar("rows_per_weight") : -1;
 
   bool unrolled =
@@ -1315,192 +1328,213 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   e.setUpThreads(k.workgroup());
   Value rows = k.arg(rowsArg), P = k.arg(partitionsArg);
   Value tileRows = e.mulI(rows, e.constI64(T));
-  Value row =
-      e.addI(e.mulI(e.blockX, e.constI64(layout.rowsPerBlock)), e.group);
-  Value valid = e.lessThan(row, tileRows);
-  Value rowc = e.minI(row, e.addI(tileRows, e.constI64(-1)));
-  // The row of the lse, the sink and the weights.
-  Value logicalRow = T > 1 ? e.divI(rowc, e.constI64(T)) : rowc;
-  Value negInf = e.constF32(-kInf);
-  Value zero = e.zeroVector();
-  Value sinkLogit =
-      sink >= 0 ? e.loadScalar(k.arg(sink), logicalRow, f32) : negInf;
-  auto lseOf = [&](Value p) {
-    return e.loadScalar(k.arg(partialLse), e.addI(e.mulI(p, rows), logicalRow),
-                        f32);
+  // The rows of the block, a step of rowsPerBlock rows at a time; a tile's
+  // rows are its tokens' column tiles.
+  auto columnRows = [&](int arg) {
+    return arg >= 0 ? e.mulI(k.arg(arg), e.constI64(T)) : Value();
   };
-  Value maximum;
-  auto weightOf = [&](Value x) { return partitionWeight(e, x, maximum); };
-  // An empty partition's row may hold anything, NaN included: it is selected
-  // away, never multiplied in.
-  auto loadPartial = [&](Value p) {
-    return loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc), f32);
-  };
-  auto accumulateRow = [&](ArrayRef<Value> acc, Value w, ArrayRef<Value> part) {
-    Value contributes =
-        e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
-    Value wV = e.splat(w, layout.vectorWidth);
-    SmallVector<Value> next;
-    for (int64_t c = 0; c < C; ++c)
-      next.push_back(
-          e.add(acc[c], e.select(contributes, e.mul(part[c], wV), zero)));
-    return next;
-  };
-  auto accumulate = [&](ArrayRef<Value> acc, Value w, Value p) {
-    return accumulateRow(acc, w, loadPartial(p));
-  };
+  e.forEachRowStep(
+      columnRows(tileRowsArg), columnRows(dimRowsArg),
+      [&](Value row, Value inTile) {
+        Value valid = e.lessThan(row, tileRows);
+        if (inTile)
+          valid = arith::AndIOp::create(b, loc, valid, inTile);
+        Value rowc = e.minI(row, e.addI(tileRows, e.constI64(-1)));
+        // The row of the lse, the sink and the weights.
+        Value logicalRow = T > 1 ? e.divI(rowc, e.constI64(T)) : rowc;
+        Value negInf = e.constF32(-kInf);
+        Value zero = e.zeroVector();
+        Value sinkLogit =
+            sink >= 0 ? e.loadScalar(k.arg(sink), logicalRow, f32) : negInf;
+        auto lseOf = [&](Value p) {
+          return e.loadScalar(k.arg(partialLse),
+                              e.addI(e.mulI(p, rows), logicalRow), f32);
+        };
+        Value maximum;
+        auto weightOf = [&](Value x) { return partitionWeight(e, x, maximum); };
+        // An empty partition's row may hold anything, NaN included: it is
+        // selected away, never multiplied in.
+        auto loadPartial = [&](Value p) {
+          return loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc),
+                         f32);
+        };
+        auto accumulateRow = [&](ArrayRef<Value> acc, Value w,
+                                 ArrayRef<Value> part) {
+          Value contributes =
+              e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
+          Value wV = e.splat(w, layout.vectorWidth);
+          SmallVector<Value> next;
+          for (int64_t c = 0; c < C; ++c)
+            next.push_back(
+                e.add(acc[c], e.select(contributes, e.mul(part[c], wV), zero)));
+          return next;
+        };
+        auto accumulate = [&](ArrayRef<Value> acc, Value w, Value p) {
+          return accumulateRow(acc, w, loadPartial(p));
+        };
 
-  Value total;
-  SmallVector<Value> acc(C, zero);
-  if (unrolled) {
-    // Few partitions: every lse in registers, every partial row load in
-    // flight at once.
-    SmallVector<Value> lse;
-    maximum = sinkLogit;
-    for (int64_t p = 0; p < spec.staticPartitions; ++p) {
-      lse.push_back(lseOf(e.constI64(p)));
-      maximum = e.maximum(maximum, lse.back());
-    }
-    total = sink >= 0 ? weightOf(sinkLogit) : e.constF32(0.0);
-    for (int64_t p = 0; p < spec.staticPartitions; ++p) {
-      Value w = weightOf(lse[p]);
-      total = e.add(total, w);
-      acc = accumulate(acc, w, e.constI64(p));
-    }
-  } else {
-    // Many or run-time partitions: the lanes of a row split the lse work,
-    // then stage the weights in workgroup memory a tile at a time.
-    Value lane = e.lane, stride = e.constI64(layout.threadsPerRow);
-    auto strided = [&](Value init, function_ref<Value(Value, Value)> body) {
-      auto loop = scf::ForOp::create(
-          b, loc, lane, P, stride, ValueRange{init},
-          [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
-            OpBuilder::InsertionGuard guard(b);
-            b.setInsertionPoint(nested.getInsertionBlock(),
-                                nested.getInsertionPoint());
-            scf::YieldOp::create(b, loc, body(p, carried[0]));
+        Value total;
+        SmallVector<Value> acc(C, zero);
+        if (unrolled) {
+          // Few partitions: every lse in registers, every partial row load in
+          // flight at once.
+          SmallVector<Value> lse;
+          maximum = sinkLogit;
+          for (int64_t p = 0; p < spec.staticPartitions; ++p) {
+            lse.push_back(lseOf(e.constI64(p)));
+            maximum = e.maximum(maximum, lse.back());
+          }
+          total = sink >= 0 ? weightOf(sinkLogit) : e.constF32(0.0);
+          for (int64_t p = 0; p < spec.staticPartitions; ++p) {
+            Value w = weightOf(lse[p]);
+            total = e.add(total, w);
+            acc = accumulate(acc, w, e.constI64(p));
+          }
+        } else {
+          // Many or run-time partitions: the lanes of a row split the lse work,
+          // then stage the weights in workgroup memory a tile at a time.
+          Value lane = e.lane, stride = e.constI64(layout.threadsPerRow);
+          auto strided = [&](Value init,
+                             function_ref<Value(Value, Value)> body) {
+            auto loop = scf::ForOp::create(
+                b, loc, lane, P, stride, ValueRange{init},
+                [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
+                  OpBuilder::InsertionGuard guard(b);
+                  b.setInsertionPoint(nested.getInsertionBlock(),
+                                      nested.getInsertionPoint());
+                  scf::YieldOp::create(b, loc, body(p, carried[0]));
+                });
+            return loop.getResult(0);
+          };
+          Value localMax = strided(
+              negInf, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
+          maximum = e.maximum(e.rowMax({localMax})[0], sinkLogit);
+          Value localSum = strided(e.constF32(0.0), [&](Value p, Value sum) {
+            return e.add(sum, weightOf(lseOf(p)));
           });
-      return loop.getResult(0);
-    };
-    Value localMax = strided(
-        negInf, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
-    maximum = e.maximum(e.rowMax({localMax})[0], sinkLogit);
-    Value localSum = strided(e.constF32(0.0), [&](Value p, Value sum) {
-      return e.add(sum, weightOf(lseOf(p)));
-    });
-    total = e.rowSum({localSum})[0];
-    if (sink >= 0)
-      total = e.add(total, weightOf(sinkLogit));
+          total = e.rowSum({localSum})[0];
+          if (sink >= 0)
+            total = e.add(total, weightOf(sinkLogit));
 
-    Value tile = e.constI64(weightTile);
-    Value weights = e.workgroupBuffer();
-    Value rowBase = e.addI(e.constI64(reduceFloats), e.mulI(e.group, tile));
-    auto slot = [&](Value p, Value tileStart) {
-      return arith::IndexCastOp::create(
-          b, loc, b.getIndexType(),
-          e.addI(rowBase, arith::SubIOp::create(b, loc, p, tileStart)));
-    };
-    Carried init;
-    init.add(acc);
-    auto tiles = scf::ForOp::create(
-        b, loc, e.constI64(0), e.ceilDivI(P, tile), e.constI64(1), init.values,
-        [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPoint(nested.getInsertionBlock(),
-                              nested.getInsertionPoint());
-          Value tileStart = e.mulI(t, tile);
-          Value tileEnd = e.minI(e.addI(tileStart, tile), P);
-          scf::ForOp::create(
-              b, loc, e.addI(tileStart, lane), tileEnd, stride, ValueRange{},
-              [&](OpBuilder &inner, Location, Value p, ValueRange) {
-                OpBuilder::InsertionGuard innerGuard(b);
-                b.setInsertionPoint(inner.getInsertionBlock(),
-                                    inner.getInsertionPoint());
-                memref::StoreOp::create(b, loc, weightOf(lseOf(p)), weights,
-                                        ValueRange{slot(p, tileStart)});
-                scf::YieldOp::create(b, loc);
+          Value tile = e.constI64(weightTile);
+          Value weights = e.workgroupBuffer();
+          Value rowBase =
+              e.addI(e.constI64(reduceFloats), e.mulI(e.group, tile));
+          auto slot = [&](Value p, Value tileStart) {
+            return arith::IndexCastOp::create(
+                b, loc, b.getIndexType(),
+                e.addI(rowBase, arith::SubIOp::create(b, loc, p, tileStart)));
+          };
+          Carried init;
+          init.add(acc);
+          auto tiles = scf::ForOp::create(
+              b, loc, e.constI64(0), e.ceilDivI(P, tile), e.constI64(1),
+              init.values,
+              [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
+                OpBuilder::InsertionGuard guard(b);
+                b.setInsertionPoint(nested.getInsertionBlock(),
+                                    nested.getInsertionPoint());
+                Value tileStart = e.mulI(t, tile);
+                Value tileEnd = e.minI(e.addI(tileStart, tile), P);
+                scf::ForOp::create(
+                    b, loc, e.addI(tileStart, lane), tileEnd, stride,
+                    ValueRange{},
+                    [&](OpBuilder &inner, Location, Value p, ValueRange) {
+                      OpBuilder::InsertionGuard innerGuard(b);
+                      b.setInsertionPoint(inner.getInsertionBlock(),
+                                          inner.getInsertionPoint());
+                      memref::StoreOp::create(b, loc, weightOf(lseOf(p)),
+                                              weights,
+                                              ValueRange{slot(p, tileStart)});
+                      scf::YieldOp::create(b, loc);
+                    });
+                gpu::BarrierOp::create(b, loc);
+                // spec.loadsInFlight partitions a step: their rows are all
+                // loaded before any is added, so that the step waits for one
+                // load latency, not one per partition. Past the tile's end the
+                // last partition is read again with weight 0.
+                Value last = e.addI(tileEnd, e.constI64(-1));
+                auto inner = scf::ForOp::create(
+                    b, loc, tileStart, tileEnd, e.constI64(spec.loadsInFlight),
+                    carried,
+                    [&](OpBuilder &innerBuilder, Location, Value p,
+                        ValueRange partial) {
+                      OpBuilder::InsertionGuard innerGuard(b);
+                      b.setInsertionPoint(innerBuilder.getInsertionBlock(),
+                                          innerBuilder.getInsertionPoint());
+                      SmallVector<Value> ws;
+                      SmallVector<SmallVector<Value>> rowsInFlight;
+                      for (int64_t u = 0; u < spec.loadsInFlight; ++u) {
+                        Value pu = e.addI(p, e.constI64(u));
+                        Value inTile = e.lessThan(pu, tileEnd);
+                        Value clamped = e.minI(pu, last);
+                        Value w = memref::LoadOp::create(
+                            b, loc, weights,
+                            ValueRange{slot(clamped, tileStart)});
+                        ws.push_back(e.select(inTile, w, e.constF32(0.0)));
+                        rowsInFlight.push_back(loadPartial(clamped));
+                      }
+                      SmallVector<Value> next(partial);
+                      for (int64_t u = 0; u < spec.loadsInFlight; ++u)
+                        next = accumulateRow(next, ws[u], rowsInFlight[u]);
+                      scf::YieldOp::create(b, loc, next);
+                    });
+                gpu::BarrierOp::create(b, loc);
+                scf::YieldOp::create(b, loc, inner.getResults());
               });
-          gpu::BarrierOp::create(b, loc);
-          // spec.loadsInFlight partitions a step: their rows are all
-          // loaded before any is added, so that the step waits for one
-          // load latency, not one per partition. Past the tile's end the
-          // last partition is read again with weight 0.
-          Value last = e.addI(tileEnd, e.constI64(-1));
-          auto inner = scf::ForOp::create(
-              b, loc, tileStart, tileEnd, e.constI64(spec.loadsInFlight),
-              carried,
-              [&](OpBuilder &innerBuilder, Location, Value p,
-                  ValueRange partial) {
-                OpBuilder::InsertionGuard innerGuard(b);
-                b.setInsertionPoint(innerBuilder.getInsertionBlock(),
-                                    innerBuilder.getInsertionPoint());
-                SmallVector<Value> ws;
-                SmallVector<SmallVector<Value>> rowsInFlight;
-                for (int64_t u = 0; u < spec.loadsInFlight; ++u) {
-                  Value pu = e.addI(p, e.constI64(u));
-                  Value inTile = e.lessThan(pu, tileEnd);
-                  Value clamped = e.minI(pu, last);
-                  Value w = memref::LoadOp::create(
-                      b, loc, weights, ValueRange{slot(clamped, tileStart)});
-                  ws.push_back(e.select(inTile, w, e.constF32(0.0)));
-                  rowsInFlight.push_back(loadPartial(clamped));
-                }
-                SmallVector<Value> next(partial);
-                for (int64_t u = 0; u < spec.loadsInFlight; ++u)
-                  next = accumulateRow(next, ws[u], rowsInFlight[u]);
-                scf::YieldOp::create(b, loc, next);
-              });
-          gpu::BarrierOp::create(b, loc);
-          scf::YieldOp::create(b, loc, inner.getResults());
-        });
-    acc.assign(tiles.getResults().begin(), tiles.getResults().end());
-  }
-  Value anyMass = e.greater(total, e.constF32(0.0));
-  SmallVector<Value> merged;
-  Value inverse = e.div(e.constF32(1.0), total);
-  for (int64_t c = 0; c < C; ++c)
-    merged.push_back(
-        e.select(e.splat(anyMass, layout.vectorWidth),
-                 e.mul(acc[c], e.splat(inverse, layout.vectorWidth)), zero));
-  Value lse = e.select(anyMass, e.add(maximum, e.log(total)), negInf);
+          acc.assign(tiles.getResults().begin(), tiles.getResults().end());
+        }
+        Value anyMass = e.greater(total, e.constF32(0.0));
+        SmallVector<Value> merged;
+        Value inverse = e.div(e.constF32(1.0), total);
+        for (int64_t c = 0; c < C; ++c)
+          merged.push_back(e.select(
+              e.splat(anyMass, layout.vectorWidth),
+              e.mul(acc[c], e.splat(inverse, layout.vectorWidth)), zero));
+        Value lse = e.select(anyMass, e.add(maximum, e.log(total)), negInf);
 
-  SmallVector<Value> oRow = merged;
-  if (weight >= 0) {
-    Value weightRow = e.constI64(0);
-    if (rowsPerWeight >= 0)
-      weightRow = e.divI(rowc, k.arg(rowsPerWeight));
-    SmallVector<Value> h =
-        loadRow(e, k.arg(weight), weightRow, spec.outputNorm);
-    Value rho =
-        normFactor(e, e.rowSum({dotChunks(e, merged, merged)})[0], D, spec.eps);
-    Value rhoV = e.splat(rho, layout.vectorWidth);
-    oRow.clear();
-    for (int64_t c = 0; c < C; ++c)
-      oRow.push_back(e.mul(e.mul(merged[c], rhoV), h[c]));
-  }
-  Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
-  storeRow(e, oRow, k.arg(out), row, spec.output, valid,
-           oPreOut >= 0 ? Value() : residual);
-  if (oPreOut >= 0)
-    storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid, residual);
-  // Lane 0 of a row's first tile stores its lse.
-  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                        e.lane, e.constI64(0));
-  Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
-  if (T > 1)
-    writesLse = arith::AndIOp::create(
-        b, loc, writesLse,
-        arith::CmpIOp::create(
-            b, loc, arith::CmpIPredicate::eq,
-            arith::RemUIOp::create(b, loc, rowc, e.constI64(T)),
-            e.constI64(0)));
-  e.ifThen(writesLse,
-           [&] { e.storeScalar(lse, k.arg(lseOut), logicalRow, f32); });
+        SmallVector<Value> oRow = merged;
+        if (weight >= 0) {
+          Value weightRow = e.constI64(0);
+          if (rowsPerWeight >= 0)
+            weightRow = e.divI(rowc, k.arg(rowsPerWeight));
+          SmallVector<Value> h =
+              loadRow(e, k.arg(weight), weightRow, spec.outputNorm);
+          Value rho = normFactor(e, e.rowSum({dotChunks(e, merged, merged)})[0],
+                                 D, spec.eps);
+          Value rhoV = e.splat(rho, layout.vectorWidth);
+          oRow.clear();
+          for (int64_t c = 0; c < C; ++c)
+            oRow.push_back(e.mul(e.mul(merged[c], rhoV), h[c]));
+        }
+        Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
+        storeRow(e, oRow, k.arg(out), row, spec.output, valid,
+                 oPreOut >= 0 ? Value() : residual);
+        if (oPreOut >= 0)
+          storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid,
+                   residual);
+        // Lane 0 of a row's first tile stores its lse.
+        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                              e.lane, e.constI64(0));
+        Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
+        if (T > 1)
+          writesLse = arith::AndIOp::create(
+              b, loc, writesLse,
+              arith::CmpIOp::create(
+                  b, loc, arith::CmpIPredicate::eq,
+                  arith::RemUIOp::create(b, loc, rowc, e.constI64(T)),
+                  e.constI64(0)));
+        e.ifThen(writesLse,
+                 [&] { e.storeScalar(lse, k.arg(lseOut), logicalRow, f32); });
+      });
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
-  info.grid[0] = {"rows", T, layout.rowsPerBlock};
+  info.grid[0] = layout.tokenTiles
+                     ? GridDimension{"tiles", 1, 1}
+                     : GridDimension{"rows", T, layout.rowsPerBlock};
   info.grid[1] = {"1", 1, 1};
-  info.grid[2] = {"1", 1, 1};
+  info.grid[2] = layout.tokenTiles ? GridDimension{"runs", 1, 1}
+                                   : GridDimension{"1", 1, 1};
   return info;
 }
 

@@ -124,6 +124,19 @@ std::string typeName(Type type);
 /// recorded with (keep-host).
 using RecordedKernels = llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>>;
 
+/// The tiles of attnres-tile a block of an op's kernels takes: the loop
+/// tiled the first `dims` token dimensions, the last of them by `tokens`
+/// and the others by 1, so that a tile is consecutive tokens of the
+/// kernels' row index (dims = 0: untiled).
+struct TokenTiles {
+  int64_t dims = 0, tokens = 0;
+  explicit operator bool() const { return dims > 0; }
+  bool operator==(const TokenTiles &other) const {
+    return dims == other.dims && tokens == other.tokens;
+  }
+  bool operator!=(const TokenTiles &other) const { return !(*this == other); }
+};
+
 /// Launch counts fixed for an op (0: the runtime's rules, at run time): a
 /// forward's partitions from attnres-split-sources, a backward's partitions
 /// of the sources from the backward-partitions option, its blocks of tokens
@@ -149,10 +162,22 @@ LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
 /// and merged by a softmax partition_reduce) by the forward over all
 /// sources, mapped to P partitions (SplitDecompositions.cpp): the split
 /// forward kernels' partitions are the group's. A merge of forward results
-/// that differs from that form is an error.
+/// that differs from that form is an error. The pieces' tiles of
+/// absorbTileLoops (`tileTokens`) go to the forward: the partials' to its
+/// walks, the merge's to `mergeTileTokens`.
 LogicalResult
 absorbSplitForwards(ModuleOp module,
-                    llvm::DenseMap<Operation *, int64_t> &partitions);
+                    llvm::DenseMap<Operation *, int64_t> &partitions,
+                    llvm::DenseMap<Operation *, TokenTiles> &tileTokens,
+                    llvm::DenseMap<Operation *, TokenTiles> &mergeTileTokens);
+
+/// Replaces each scf.forall of attnres-tile (a forward or softmax
+/// partition_reduce over each tile of T tokens) by the op over all tokens,
+/// its kernels' blocks each taking one tile (SplitDecompositions.cpp):
+/// `tiles` maps the op to the loop's shape. A loop around such an op that
+/// differs from that form is an error.
+LogicalResult absorbTileLoops(ModuleOp module,
+                              llvm::DenseMap<Operation *, TokenTiles> &tiles);
 
 /// Replaces each scf.forall of attnres-split-reduction (a backward over each
 /// of B blocks of tokens, its partial gradients summed after the loop) by

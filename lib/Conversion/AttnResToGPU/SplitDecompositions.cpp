@@ -41,6 +41,7 @@
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "mlir/Dialect/Affine/IR/AffineOps.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -48,6 +49,8 @@
 #include "mlir/IR/AffineExprVisitor.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
@@ -524,6 +527,289 @@ LogicalResult SplitForwardMatcher::check() {
   return success();
 }
 
+/// An scf.forall of attnres-tile: a forward or softmax partition_reduce
+/// over each tile of its token dimensions. The form is checked against the
+/// op's own TilingInterface: the whole op's tile at the loop's indices must
+/// have the loop's slices as operands, and its results must be inserted
+/// where getResultTilePosition puts them. The kernels take tiles of
+/// consecutive tokens (the token dimensions are one row index to them), so
+/// the loop must tile the first r token dimensions, all but the last of them
+/// by 1, and leave the others whole.
+class TileLoopMatcher : public FormMatcher {
+public:
+  TileLoopMatcher(scf::ForallOp loop, Operation *tile)
+      : loop(loop), tile(tile) {}
+
+  /// Checks the loop; on success `whole` is the op over all tokens (built
+  /// in front of the loop) and `tiles` the loop's shape; on failure `whole`
+  /// is erased again and `reason` says what differs.
+  LogicalResult check();
+
+  Operation *whole = nullptr;
+  TokenTiles tiles;
+
+private:
+  LogicalResult checkWithWhole();
+  LogicalResult checkSize(OpFoldResult size, OpFoldResult count, unsigned dim);
+  bool sameSize(OpFoldResult a, OpFoldResult b) const;
+
+  scf::ForallOp loop;
+  Operation *tile;
+  /// Each loop dimension's tile size, min(step, count - index), as the
+  /// loop's body computes it.
+  SmallVector<Value> tileSizes;
+};
+
+/// Whether two sizes are the same: equal constants, one value, or the same
+/// dimension of one tensor.
+bool TileLoopMatcher::sameSize(OpFoldResult a, OpFoldResult b) const {
+  std::optional<int64_t> ca = getConstantIntValue(a);
+  std::optional<int64_t> cb = getConstantIntValue(b);
+  if (ca || cb)
+    return ca == cb;
+  auto va = cast<Value>(a), vb = cast<Value>(b);
+  if (va == vb)
+    return true;
+  auto da = va.getDefiningOp<tensor::DimOp>();
+  auto db = vb.getDefiningOp<tensor::DimOp>();
+  return da && db && da.getSource() == db.getSource() &&
+         getConstantIntValue(da.getDimension()) ==
+             getConstantIntValue(db.getDimension());
+}
+
+/// Whether `size` is min(step, count - index) of loop dimension `dim`: an
+/// affine.min (fully composed), or the step itself where it is 1 or divides
+/// a static count.
+LogicalResult TileLoopMatcher::checkSize(OpFoldResult size, OpFoldResult count,
+                                         unsigned dim) {
+  int64_t step = *getConstantIntValue(loop.getMixedStep()[dim]);
+  std::optional<int64_t> staticCount = getConstantIntValue(count);
+  if (std::optional<int64_t> constant = getConstantIntValue(size))
+    return success(*constant == step &&
+                   (step == 1 || (staticCount && *staticCount % step == 0)));
+  auto min = cast<Value>(size).getDefiningOp<affine::AffineMinOp>();
+  if (!min)
+    return failure();
+  AffineMap map = min.getAffineMap();
+  SmallVector<Value> operands(min.getOperands());
+  affine::fullyComposeAffineMapAndOperands(&map, &operands);
+  affine::canonicalizeMapAndOperands(&map, &operands);
+  MLIRContext *context = loop.getContext();
+  SmallVector<AffineExpr> replacements;
+  for (Value operand : operands) {
+    if (std::optional<int64_t> constant = getConstantIntValue(operand))
+      replacements.push_back(getAffineConstantExpr(*constant, context));
+    else if (operand == loop.getInductionVar(dim))
+      replacements.push_back(getAffineDimExpr(0, context));
+    else if (sameSize(operand, count))
+      replacements.push_back(getAffineSymbolExpr(0, context));
+    else
+      return failure();
+  }
+  unsigned numDims = map.getNumDims();
+  ArrayRef<AffineExpr> all(replacements);
+  AffineMap renamed = map.replaceDimsAndSymbols(all.take_front(numDims),
+                                                all.drop_front(numDims), 1, 1);
+  AffineExpr N = staticCount ? getAffineConstantExpr(*staticCount, context)
+                             : getAffineSymbolExpr(0, context);
+  SmallVector<AffineExpr> wanted = {
+      getAffineConstantExpr(step, context),
+      simplifyAffineExpr(N - getAffineDimExpr(0, context), 1, 1)};
+  SmallVector<AffineExpr> found;
+  for (AffineExpr result : renamed.getResults())
+    found.push_back(simplifyAffineExpr(result, 1, 1));
+  return success(found.size() == wanted.size() &&
+                 llvm::all_of(wanted, [&](AffineExpr expr) {
+                   return llvm::is_contained(found, expr);
+                 }));
+}
+
+LogicalResult TileLoopMatcher::check() {
+  int64_t rank = loop.getRank();
+  if (loop.getMapping())
+    return fail("the loop is mapped already");
+  for (int64_t dim = 0; dim < rank; ++dim) {
+    std::optional<int64_t> step = getConstantIntValue(loop.getMixedStep()[dim]);
+    if (!isConstantIntValue(loop.getMixedLowerBound()[dim], 0) || !step ||
+        *step < 1)
+      return fail("the loop does not run from 0 by a constant tile size");
+    if (dim + 1 < rank && *step != 1)
+      return fail("token dimension " + Twine(dim) + " is tiled by " +
+                  Twine(*step) +
+                  ": a tile is consecutive tokens only where every tiled "
+                  "dimension but the last is tiled by 1");
+  }
+  tiles.dims = rank;
+  tiles.tokens = *getConstantIntValue(loop.getMixedStep().back());
+  if (tile->getParentOp() != loop)
+    return fail("the tiled op is nested deeper than the loop's body");
+  if (auto reduce = dyn_cast<PartitionReduceOp>(tile);
+      reduce && reduce.getKind() != ReduceKind::Softmax)
+    return fail("the tiled op is a sum partition_reduce (its kernel has no "
+                "token tiles)");
+  for (Operation &op : loop.getBody()->without_terminator())
+    if (&op != tile && (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op) ||
+                        op.getNumRegions() != 0 || !isMemoryEffectFree(&op)))
+      return fail("the loop's body does more than one attnres op ('" +
+                  op.getName().getStringRef() + "')");
+
+  // The op over all tokens: each operand the tensor its slice was taken
+  // from, or the operand itself where it is shared by all tiles.
+  SmallVector<Value> operands;
+  for (Value operand : tile->getOperands()) {
+    if (loop.isDefinedOutsideOfLoop(operand)) {
+      operands.push_back(operand);
+      continue;
+    }
+    auto slice = operand.getDefiningOp<tensor::ExtractSliceOp>();
+    if (!slice || !loop.isDefinedOutsideOfLoop(slice.getSource()))
+      return fail("an operand of the tiled op is not a slice of a tensor "
+                  "defined outside the loop");
+    operands.push_back(slice.getSource());
+  }
+  if (loop.getNumResults() != tile->getNumResults())
+    return fail("the loop's results are not the tiled op's");
+  OpBuilder b(loop);
+  whole = mlir::clone(b, tile, loop.getResultTypes(), operands);
+  if (succeeded(checkWithWhole()))
+    return success();
+  whole->erase();
+  whole = nullptr;
+  return failure();
+}
+
+LogicalResult TileLoopMatcher::checkWithWhole() {
+  if (failed(mlir::verify(whole)))
+    return fail("the op over all tokens does not verify");
+  auto interface = cast<TilingInterface>(whole);
+  // Everything built here to compare with is erased again, users first.
+  struct Recorder : OpBuilder::Listener {
+    SmallVector<Operation *> ops;
+    void notifyOperationInserted(Operation *op,
+                                 OpBuilder::InsertPoint) override {
+      ops.push_back(op);
+    }
+  } recorder;
+  auto eraseBuilt = llvm::make_scope_exit([&] {
+    for (Operation *op : llvm::reverse(recorder.ops))
+      op->erase();
+  });
+  OpBuilder b(loop.getContext(), &recorder);
+  b.setInsertionPoint(loop);
+  SmallVector<Range> domain = interface.getIterationDomain(b);
+  unsigned rank = loop.getRank();
+  if (domain.size() < rank)
+    return fail("the loop has more dimensions than the op has tokens");
+  for (unsigned dim = 0; dim < rank; ++dim)
+    if (!sameSize(loop.getMixedUpperBound()[dim], domain[dim].size))
+      return fail("loop dimension " + Twine(dim) +
+                  " does not run over token dimension " + Twine(dim) +
+                  " (a tile takes the first token dimensions, all but the "
+                  "last by 1, and the others whole)");
+
+  // The tile the interface builds at the loop's indices, each loop
+  // dimension's size a placeholder (a value of its own, not a constant)
+  // that stands for its tile size, compared with the loop's body.
+  b.setInsertionPointToStart(loop.getBody());
+  SmallVector<OpFoldResult> offsets, sizes;
+  SmallVector<Value> placeholders;
+  for (unsigned dim = 0; dim < domain.size(); ++dim) {
+    if (dim >= rank) {
+      offsets.push_back(domain[dim].offset);
+      sizes.push_back(domain[dim].size);
+      continue;
+    }
+    Value index = loop.getInductionVar(dim);
+    placeholders.push_back(
+        arith::AddIOp::create(b, loop.getLoc(), index, index));
+    offsets.push_back(index);
+    sizes.push_back(placeholders.back());
+  }
+  tileSizes.assign(rank, Value());
+  FailureOr<TilingResult> expected =
+      interface.getTiledImplementation(b, offsets, sizes);
+  if (failed(expected) || expected->tiledOps.size() != 1)
+    return fail("the op's TilingInterface gives no tile");
+  Operation *expectedTile = expected->tiledOps.front();
+  auto sameAt = [&](OpFoldResult found, OpFoldResult wanted) {
+    if (auto value = dyn_cast<Value>(wanted)) {
+      if (auto *at = llvm::find(placeholders, value);
+          at != placeholders.end()) {
+        unsigned dim = at - placeholders.begin();
+        // A constant size is checked each time; a value once, then held.
+        if (getConstantIntValue(found))
+          return succeeded(checkSize(found, domain[dim].size, dim));
+        auto size = cast<Value>(found);
+        if (!tileSizes[dim] &&
+            succeeded(checkSize(size, domain[dim].size, dim)))
+          tileSizes[dim] = size;
+        return size == tileSizes[dim];
+      }
+      if (llvm::is_contained(loop.getInductionVars(), value))
+        return dyn_cast<Value>(found) == value;
+    }
+    return sameSize(found, wanted);
+  };
+  auto samePosition = [&](ArrayRef<OpFoldResult> foundOffsets,
+                          ArrayRef<OpFoldResult> foundSizes,
+                          ArrayRef<OpFoldResult> foundStrides,
+                          ArrayRef<OpFoldResult> wantedOffsets,
+                          ArrayRef<OpFoldResult> wantedSizes) {
+    if (foundOffsets.size() != wantedOffsets.size() ||
+        !llvm::all_of(foundStrides,
+                      [](OpFoldResult s) { return isConstantIntValue(s, 1); }))
+      return false;
+    for (auto [found, wanted] : llvm::zip_equal(foundOffsets, wantedOffsets))
+      if (!sameAt(found, wanted))
+        return false;
+    for (auto [found, wanted] : llvm::zip_equal(foundSizes, wantedSizes))
+      if (!sameAt(found, wanted))
+        return false;
+    return true;
+  };
+  for (auto [index, pair] : llvm::enumerate(
+           llvm::zip_equal(tile->getOperands(), expectedTile->getOperands()))) {
+    auto [found, wanted] = pair;
+    auto wantedSlice = wanted.getDefiningOp<tensor::ExtractSliceOp>();
+    if (!wantedSlice ||
+        !llvm::is_contained(expected->generatedSlices, wantedSlice)) {
+      if (found != wanted)
+        return fail("operand " + Twine(index) +
+                    " of the tiled op is sliced, not shared by all tiles");
+      continue;
+    }
+    auto slice = found.getDefiningOp<tensor::ExtractSliceOp>();
+    if (!slice || slice.getSource() != wantedSlice.getSource() ||
+        !samePosition(slice.getMixedOffsets(), slice.getMixedSizes(),
+                      slice.getMixedStrides(), wantedSlice.getMixedOffsets(),
+                      wantedSlice.getMixedSizes()))
+      return fail("operand " + Twine(index) +
+                  " of the tiled op is not the slice of the loop's tile "
+                  "(tokens [t, t + min(step, N - t)) of each tiled "
+                  "dimension, the others whole)");
+  }
+
+  scf::InParallelOp terminator = loop.getTerminator();
+  SmallVector<Operation *> yields;
+  for (Operation &op : terminator.getYieldingOps())
+    yields.push_back(&op);
+  if (yields.size() != tile->getNumResults())
+    return fail("the loop's results are not the tiled op's");
+  for (auto [index, op] : llvm::enumerate(yields)) {
+    auto insert = dyn_cast<tensor::ParallelInsertSliceOp>(op);
+    SmallVector<OpFoldResult> resultOffsets, resultSizes;
+    if (!insert || insert.getSource() != tile->getResult(index) ||
+        insert.getDest() != loop.getRegionIterArgs()[index] ||
+        failed(interface.getResultTilePosition(b, index, offsets, sizes,
+                                               resultOffsets, resultSizes)) ||
+        !samePosition(insert.getMixedOffsets(), insert.getMixedSizes(),
+                      insert.getMixedStrides(), resultOffsets, resultSizes))
+      return fail("result " + Twine(index) +
+                  " of the tiled op is not inserted at its tile");
+  }
+  return success();
+}
+
 /// The error for a decomposition that is not of `pass`'s form.
 LogicalResult refuseForm(Operation *at, StringRef launched, StringRef pass,
                          const FormMatcher &matcher) {
@@ -545,7 +831,9 @@ LogicalResult verifyWhole(Operation *whole, Operation *at, StringRef pass) {
 } // namespace
 
 LogicalResult gpu_kernels::absorbSplitForwards(
-    ModuleOp module, llvm::DenseMap<Operation *, int64_t> &partitions) {
+    ModuleOp module, llvm::DenseMap<Operation *, int64_t> &partitions,
+    llvm::DenseMap<Operation *, TokenTiles> &tileTokens,
+    llvm::DenseMap<Operation *, TokenTiles> &mergeTileTokens) {
   SmallVector<PartitionReduceOp> merges;
   module.walk([&](PartitionReduceOp op) { merges.push_back(op); });
   for (PartitionReduceOp merge : merges) {
@@ -558,8 +846,18 @@ LogicalResult gpu_kernels::absorbSplitForwards(
                         "forward split over sources",
                         "attnres-split-sources", matcher);
 
-    // The forward over all sources, launched on P partitions.
+    // The partial forward kernel's blocks take the partials' tiles (one size
+    // for all: they are one kernel), the merge kernel's the merge's.
     ForwardOp first = matcher.partials.front();
+    TokenTiles partialTile = tileTokens.lookup(first);
+    for (ForwardOp partial : matcher.partials)
+      if (tileTokens.lookup(partial) != partialTile)
+        return merge.emitError("convert-attnres-to-gpu: keep-host=1 launches "
+                               "the partial forwards as one kernel, whose "
+                               "blocks take one tile; here the partials are "
+                               "tiled differently");
+
+    // The forward over all sources, launched on P partitions.
     OpBuilder b(merge);
     auto typeOf = [](Value value) { return value ? value.getType() : Type(); };
     SaveMode save = merge.getOPreResidual() ? SaveMode::OPreResidual
@@ -575,6 +873,10 @@ LogicalResult gpu_kernels::absorbSplitForwards(
     if (failed(verifyWhole(whole, merge, "attnres-split-sources")))
       return failure();
     partitions[whole] = matcher.partials.size();
+    if (partialTile)
+      tileTokens[whole] = partialTile;
+    mergeTileTokens[whole] = tileTokens.lookup(merge);
+    tileTokens.erase(merge);
     merge->replaceAllUsesWith(whole);
     merge.erase();
     // Users before what they use: the stacks, the sizes they read, the
@@ -583,8 +885,10 @@ LogicalResult gpu_kernels::absorbSplitForwards(
       op->erase();
     for (Operation *op : matcher.shapeReads)
       op->erase();
-    for (ForwardOp partial : matcher.partials)
+    for (ForwardOp partial : matcher.partials) {
+      tileTokens.erase(partial);
       partial.erase();
+    }
     for (Operation *slice : matcher.slices)
       if (slice->use_empty())
         slice->erase();
@@ -655,6 +959,51 @@ LogicalResult gpu_kernels::absorbSplitBackwards(
     for (Operation *init : inits)
       if (isa<tensor::EmptyOp>(init) && init->use_empty())
         init->erase();
+  }
+  return success();
+}
+
+LogicalResult gpu_kernels::absorbTileLoops(
+    ModuleOp module, llvm::DenseMap<Operation *, TokenTiles> &tileTokens) {
+  SmallVector<std::pair<scf::ForallOp, Operation *>> loops;
+  module.walk([&](Operation *op) {
+    if (!isa<ForwardOp, PartitionReduceOp>(op))
+      return;
+    if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
+      loops.emplace_back(loop, op);
+  });
+  for (auto [loop, tile] : loops) {
+    TileLoopMatcher matcher(loop, tile);
+    if (failed(matcher.check()))
+      return refuseForm(loop,
+                        "an scf.forall around a forward or merge as blocks "
+                        "of its kernels that each take one tile of tokens",
+                        "attnres-tile", matcher);
+    tileTokens[matcher.whole] = matcher.tiles;
+    // What the loop alone used goes with it (its bound, its empty outputs
+    // and the sizes they read), so that no slice is kept alive by a size
+    // read of it.
+    llvm::SetVector<Operation *> candidates;
+    for (Value operand : loop->getOperands())
+      if (Operation *producer = operand.getDefiningOp())
+        candidates.insert(producer);
+    loop->replaceAllUsesWith(matcher.whole);
+    loop.erase();
+    auto dead = [](Operation *op) {
+      return isa<tensor::EmptyOp, tensor::DimOp, arith::ConstantOp>(op) &&
+             op->use_empty();
+    };
+    // An op leaves the set when it is erased, so none is visited twice.
+    while (Operation *op = [&]() -> Operation * {
+      auto found = llvm::find_if(candidates, dead);
+      return found == candidates.end() ? nullptr : *found;
+    }()) {
+      candidates.remove(op);
+      for (Value operand : op->getOperands())
+        if (Operation *producer = operand.getDefiningOp())
+          candidates.insert(producer);
+      op->erase();
+    }
   }
   return success();
 }

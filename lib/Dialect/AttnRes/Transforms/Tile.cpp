@@ -29,8 +29,13 @@ struct TilePass : attnres::impl::AttnResTileBase<TilePass> {
       return signalPassFailure();
     }
     SmallVector<TilingInterface> ops;
+    // A sum partition_reduce adds partial rows elementwise (the partial
+    // gradients of attnres-split-reduction, say): its dimensions are not
+    // tokens, so token tile sizes do not apply to it.
     getOperation()->walk([&](Operation *op) {
-      if (isa<ForwardOp, PartitionReduceOp>(op))
+      auto reduce = dyn_cast<PartitionReduceOp>(op);
+      if (isa<ForwardOp>(op) ||
+          (reduce && reduce.getKind() == ReduceKind::Softmax))
         ops.push_back(cast<TilingInterface>(op));
     });
     IRRewriter rewriter(&getContext());

@@ -90,12 +90,21 @@ def AttnResSplitReduction : Pass<"attnres-split-reduction"> {
 def AttnResTile : Pass<"attnres-tile"> {
   let summary = "Tile attnres ops over their token dimensions into scf.forall";
   let description = [{
-    Tiles every `attnres.forward` and `attnres.partition_reduce` over its
-    token dimensions with the upstream SCF tiling driver
+    Tiles every `attnres.forward` and softmax `attnres.partition_reduce`
+    (a merge) over its token dimensions with the upstream SCF tiling driver
     (`scf::tileUsingSCF`) and the ops' TilingInterface, producing an
     `scf.forall` whose body runs the op on one tile of tokens.
     `tile-sizes` gives one size per token dimension, outermost first
     (missing sizes and 0 leave a dimension whole).
+
+    A `sum` partition_reduce is left whole: it adds partial rows
+    elementwise (attnres-split-reduction's partial gradients), and its
+    dimensions are not tokens.
+
+    Under `keep-host=1`, `convert-attnres-to-gpu` launches a tiled op's
+    kernels with one block per tile, which needs tiles of consecutive
+    tokens: the first r token dimensions tiled, all but the last of them
+    by 1, the others whole.
 
     `attnres.backward` is not tiled here: its query and weight gradients
     are reductions over every token, which `attnres-split-reduction` splits

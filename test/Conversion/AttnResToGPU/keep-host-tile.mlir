@@ -1,0 +1,95 @@
+// RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=40 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse | FileCheck %s --check-prefix=ONE
+// RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse | FileCheck %s --check-prefix=TWO
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
+// RUN:   --attnres-tile=tile-sizes=1,40 --convert-attnres-to-gpu="keep-host=1 clusters=1" \
+// RUN:   --canonicalize --cse | FileCheck %s --check-prefix=SPLIT
+// RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
+// RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse \
+// RUN:   | FileCheck %s --check-prefix=TWO
+
+// attnres-tile's loops reach the GPU: under keep-host a forward or merge
+// tiled into an scf.forall is launched with one block per tile. The kernels
+// see the token dimensions as one row index, so a tile is consecutive rows:
+// a run is the last tiled token dimension with the whole ones after it
+// (dim_rows rows), blockIdx.z picks the run and blockIdx.x its tile of
+// tile_rows rows (the last one shorter); the block walks its tile a row
+// group at a time (an scf.for ending each step with a barrier).
+
+// One token dimension tiled by 40: ceil(N / 40) blocks of one run.
+// ONE-LABEL: func.func @rows(
+// ONE-NOT: scf.forall
+// ONE: %[[N:.*]] = tensor.dim %arg0, %c1 : tensor<3x?x256xbf16>
+// ONE: %[[N64:.*]] = arith.index_cast %[[N]] : index to i64
+// ONE: %[[TILES:.*]] = arith.ceildivui %[[N]], %c40 : index
+// ONE: %[[NONZERO:.*]] = arith.maxui %[[N]], %c1 : index
+// ONE: %[[RUNS:.*]] = arith.divui %[[N]], %[[NONZERO]] : index
+// ONE: gpu.launch_func  @attnres_kernels::@rows_0_forward blocks in (%[[TILES]], %c1, %[[RUNS]]) {{.*}} %[[N64]] : i64, %c40_i64 : i64, %[[N64]] : i64)
+// ONE: gpu.module @attnres_kernels attributes {attnres.ops = [{{.*}}function = "rows"{{.*}}tile_dims = 1 : i64, tile_tokens = 40 : i64
+// ONE: gpu.func @rows_0_forward({{.*}}name = "tile_rows"{{.*}}name = "dim_rows"{{.*}}grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "tiles"}, {{.*}}, {divisor = 1 : i64, scale = 1 : i64, symbol = "runs"}]
+// ONE: gpu.block_id  z
+// ONE: scf.for
+// ONE: gpu.barrier
+// ONE-NOT: gpu.func @rows_0_forward_cluster
+// TWO-LABEL: func.func @rows(
+// TWO-NOT: scf.forall
+// TWO: tile_dims = 1 : i64, tile_tokens = 1 : i64
+func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
+    -> (tensor<?x256xbf16>, tensor<?xf32>) {
+  %o, %lse = attnres.forward packed(%v : tensor<3x?x256xbf16>)
+      query(%q : tensor<256xbf16>) -> tensor<?x256xbf16>, tensor<?xf32>
+  return %o, %lse : tensor<?x256xbf16>, tensor<?xf32>
+}
+
+// -----
+
+// [4, S] tokens tiled by (1, 40): 4 runs of S rows, ceil(S / 40) tiles of
+// 40 rows each; tiled by 40 alone, one run of 4 * S rows in tiles of
+// 40 * S (all of it).
+// TWO-LABEL: func.func @layer(
+// TWO-NOT: scf.forall
+// TWO: %[[S:.*]] = tensor.dim %arg0, %c1 : tensor<4x?x1024xbf16>
+// TWO: %[[S64:.*]] = arith.index_cast %[[S]] : index to i64
+// TWO: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
+// TWO: %[[NONZERO:.*]] = arith.maxui %[[S]], %c1 : index
+// TWO: %[[RUNS:.*]] = arith.divui %{{.*}}, %[[NONZERO]] : index
+// TWO: gpu.launch_func  @attnres_kernels::@layer_0_forward blocks in (%[[TILES]], %c1, %[[RUNS]]) {{.*}} %c40_i64 : i64, %[[S64]] : i64)
+// TWO: tile_dims = 2 : i64, tile_tokens = 40 : i64
+// ONE-LABEL: func.func @layer(
+// ONE: tile_dims = 1 : i64, tile_tokens = 40 : i64
+// SPLIT-LABEL: func.func @layer(
+// SPLIT-NOT: scf.forall
+// SPLIT: %[[S:.*]] = tensor.dim %arg0, %c1 : tensor<4x?x1024xbf16>
+// SPLIT: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
+// SPLIT: %[[RUNS:.*]] = arith.divui
+// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_forward_partial blocks in (%[[TILES]], %c2, %[[RUNS]]) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
+// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_merge blocks in (%[[TILES]], %c1, %[[RUNS]]) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
+// SPLIT: merge_tile_dims = 2 : i64, merge_tile_tokens = 40 : i64
+// SPLIT-SAME: tile_dims = 2 : i64, tile_tokens = 40 : i64
+// SPLIT-NOT: forward_cluster
+func.func @layer(%v: tensor<4x?x1024xbf16>, %w: tensor<4x?x1024xbf16>,
+                 %q: tensor<1024xbf16>, %h: tensor<1024xbf16>)
+    -> (tensor<4x?x1024xbf16>, tensor<4x?xf32>, tensor<4x?x1024xbf16>) {
+  %o, %lse, %o_pre = attnres.forward sources(%v, %w : tensor<4x?x1024xbf16>)
+      query(%q : tensor<1024xbf16>) output_norm(%h : tensor<1024xbf16>)
+      -> tensor<4x?x1024xbf16>, tensor<4x?xf32>, tensor<4x?x1024xbf16>
+  return %o, %lse, %o_pre : tensor<4x?x1024xbf16>, tensor<4x?xf32>, tensor<4x?x1024xbf16>
+}
+
+// -----
+
+// A merge of the user's own, tiled by 40 rows.
+// ONE-LABEL: func.func @merge(
+// ONE-NOT: scf.forall
+// ONE: %[[R:.*]] = tensor.dim %arg0, %c1 : tensor<3x?x64xf32>
+// ONE: %[[TILES:.*]] = arith.ceildivui %[[R]], %c40 : index
+// ONE: gpu.launch_func  @attnres_kernels::@merge_0_merge blocks in (%[[TILES]], %c1, %{{.*}}) {{.*}} %c3_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
+// ONE: tile_dims = 1 : i64, tile_tokens = 40 : i64
+// ONE: gpu.func @merge_0_merge({{.*}}name = "tile_rows"{{.*}}name = "dim_rows"
+func.func @merge(%p: tensor<3x?x64xf32>, %l: tensor<3x?xf32>)
+    -> (tensor<?x64xbf16>, tensor<?xf32>) {
+  %o, %lse = attnres.partition_reduce softmax %p : tensor<3x?x64xf32>
+      lse(%l : tensor<3x?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
+  return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
+}
