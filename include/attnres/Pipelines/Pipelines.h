@@ -28,10 +28,11 @@ template <typename Derived>
 struct GPUPipelineOptions : public PassPipelineOptions<Derived> {
   mlir::detail::PassOptions::Option<bool> keepHost{
       *this, "keep-host",
-      llvm::cl::desc("Keep the functions: the split passes run first, each "
-                     "attnres op becomes the launches of its kernels, and the "
-                     "host code is lowered to the LLVM dialect calling the "
-                     "mgpu* functions, ready for mlir-translate"),
+      llvm::cl::desc(
+          "Keep the functions: the split and tile passes run first, each "
+          "attnres op becomes the launches of its kernels, and the "
+          "host code is lowered to the LLVM dialect calling the "
+          "mgpu* functions, ready for mlir-translate"),
       llvm::cl::init(false)};
   mlir::detail::PassOptions::Option<int64_t> forwardPartitions{
       *this, "forward-partitions",
@@ -122,7 +123,7 @@ LogicalResult checkGPUPipelineOptions(
     llvm::StringRef pipeline, const GPUPipelineOptions<Derived> &options,
     function_ref<LogicalResult(const Twine &)> errorHandler);
 /// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary; with
-/// keep-host, the split passes first and the host code lowered too.
+/// keep-host, the split and tile passes first and the host code lowered too.
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const NVVMPipelineOptions &options);
 /// The part after convert-attnres-to-gpu.

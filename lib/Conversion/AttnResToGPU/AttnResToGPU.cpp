@@ -311,9 +311,10 @@ struct ConvertAttnResToGPUPass
   /// an attnres op, which the pass allocates there. Any other op that takes
   /// or makes a tensor would run on the host over device memory (a slice
   /// copied by the host, a loop of launches writing into host buffers), so
-  /// it is refused, as is an attnres op inside a region (an scf.forall of
-  /// attnres-tile, say), whose operands are such slices.
-  /// attnres-split-reduction's loops were replaced before this check.
+  /// it is refused, as is an attnres op inside a region (an scf.if, say),
+  /// whose operands would be such slices. The loops of
+  /// attnres-split-reduction and attnres-tile were replaced before this
+  /// check.
   LogicalResult checkKeptFunction(func::FuncOp function) {
     auto isTensor = [](Type type) { return isa<TensorType>(type); };
     WalkResult result = function.walk([&](Operation *op) {
@@ -324,9 +325,9 @@ struct ConvertAttnResToGPUPass
                            "attnres ops at the top level of a function; this "
                            "one is inside '"
                         << op->getParentOp()->getName()
-                        << "' (of the loops the passes write, keep-host "
-                           "launches attnres-split-reduction's, not "
-                           "attnres-tile's)";
+                        << "' (the loops of attnres-split-reduction and "
+                           "attnres-tile are launched as their kernels' "
+                           "blocks; no other region is)";
         return WalkResult::interrupt();
       }
       if (isa<func::ReturnOp>(op) ||

@@ -50,7 +50,6 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
@@ -527,6 +526,19 @@ LogicalResult SplitForwardMatcher::check() {
   return success();
 }
 
+/// The ops a builder created, erased when this goes out of scope (users
+/// first: in the reverse order of their creation).
+struct ScratchOps : OpBuilder::Listener {
+  SmallVector<Operation *> ops;
+  void notifyOperationInserted(Operation *op, OpBuilder::InsertPoint) override {
+    ops.push_back(op);
+  }
+  ~ScratchOps() override {
+    for (Operation *op : llvm::reverse(ops))
+      op->erase();
+  }
+};
+
 /// An scf.forall of attnres-tile: a forward or softmax partition_reduce
 /// over each tile of its token dimensions. The form is checked against the
 /// op's own TilingInterface: the whole op's tile at the loop's indices must
@@ -558,6 +570,10 @@ private:
   /// Each loop dimension's tile size, min(step, count - index), as the
   /// loop's body computes it.
   SmallVector<Value> tileSizes;
+
+public:
+  /// The tiled op's result that each loop result is.
+  SmallVector<unsigned> resultOf;
 };
 
 /// Whether two sizes are the same: equal constants, one value, or the same
@@ -667,10 +683,55 @@ LogicalResult TileLoopMatcher::check() {
                   "defined outside the loop");
     operands.push_back(slice.getSource());
   }
-  if (loop.getNumResults() != tile->getNumResults())
-    return fail("the loop's results are not the tiled op's");
+  // Each loop result is a result of the tiled op inserted at its tile;
+  // results nobody uses may have been dropped (canonicalization drops the
+  // loop's unused results).
+  scf::InParallelOp terminator = loop.getTerminator();
+  for (auto [index, op] : llvm::enumerate(terminator.getYieldingOps())) {
+    auto insert = dyn_cast<tensor::ParallelInsertSliceOp>(&op);
+    auto result = insert ? dyn_cast<OpResult>(insert.getSource()) : OpResult();
+    if (!result || result.getOwner() != tile ||
+        insert.getDest() != loop.getRegionIterArgs()[index] ||
+        llvm::is_contained(resultOf, result.getResultNumber()))
+      return fail("the loop's results are not the tiled op's");
+    resultOf.push_back(result.getResultNumber());
+  }
+
+  // The op over all tokens, its results typed as the loop's; a result the
+  // loop dropped is typed from the op's own tile position of all tokens.
   OpBuilder b(loop);
-  whole = mlir::clone(b, tile, loop.getResultTypes(), operands);
+  SmallVector<Type> types(tile->getResultTypes());
+  for (auto [index, result] : llvm::enumerate(resultOf))
+    types[result] = loop.getResult(index).getType();
+  whole = mlir::clone(b, tile, types, operands);
+  if (resultOf.size() != tile->getNumResults()) {
+    ScratchOps built;
+    OpBuilder scratch(loop.getContext(), &built);
+    scratch.setInsertionPoint(whole);
+    auto interface = cast<TilingInterface>(whole);
+    SmallVector<OpFoldResult> offsets, sizes;
+    for (Range range : interface.getIterationDomain(scratch)) {
+      offsets.push_back(range.offset);
+      sizes.push_back(range.size);
+    }
+    for (unsigned result = 0; result < types.size(); ++result) {
+      if (llvm::is_contained(resultOf, result))
+        continue;
+      SmallVector<OpFoldResult> resultOffsets, resultSizes;
+      if (failed(interface.getResultTilePosition(
+              scratch, result, offsets, sizes, resultOffsets, resultSizes)))
+        return fail("the op's TilingInterface gives no position of result " +
+                    Twine(result));
+      auto shape = llvm::map_to_vector(resultSizes, [](OpFoldResult size) {
+        return getConstantIntValue(size).value_or(ShapedType::kDynamic);
+      });
+      types[result] = RankedTensorType::get(
+          shape, cast<ShapedType>(types[result]).getElementType());
+    }
+    Operation *typed = mlir::clone(b, tile, types, operands);
+    whole->erase();
+    whole = typed;
+  }
   if (succeeded(checkWithWhole()))
     return success();
   whole->erase();
@@ -682,19 +743,9 @@ LogicalResult TileLoopMatcher::checkWithWhole() {
   if (failed(mlir::verify(whole)))
     return fail("the op over all tokens does not verify");
   auto interface = cast<TilingInterface>(whole);
-  // Everything built here to compare with is erased again, users first.
-  struct Recorder : OpBuilder::Listener {
-    SmallVector<Operation *> ops;
-    void notifyOperationInserted(Operation *op,
-                                 OpBuilder::InsertPoint) override {
-      ops.push_back(op);
-    }
-  } recorder;
-  auto eraseBuilt = llvm::make_scope_exit([&] {
-    for (Operation *op : llvm::reverse(recorder.ops))
-      op->erase();
-  });
-  OpBuilder b(loop.getContext(), &recorder);
+  // Everything built here to compare with is erased again.
+  ScratchOps built;
+  OpBuilder b(loop.getContext(), &built);
   b.setInsertionPoint(loop);
   SmallVector<Range> domain = interface.getIterationDomain(b);
   unsigned rank = loop.getRank();
@@ -790,21 +841,15 @@ LogicalResult TileLoopMatcher::checkWithWhole() {
   }
 
   scf::InParallelOp terminator = loop.getTerminator();
-  SmallVector<Operation *> yields;
-  for (Operation &op : terminator.getYieldingOps())
-    yields.push_back(&op);
-  if (yields.size() != tile->getNumResults())
-    return fail("the loop's results are not the tiled op's");
-  for (auto [index, op] : llvm::enumerate(yields)) {
-    auto insert = dyn_cast<tensor::ParallelInsertSliceOp>(op);
+  for (Operation &op : terminator.getYieldingOps()) {
+    auto insert = cast<tensor::ParallelInsertSliceOp>(&op);
+    unsigned result = cast<OpResult>(insert.getSource()).getResultNumber();
     SmallVector<OpFoldResult> resultOffsets, resultSizes;
-    if (!insert || insert.getSource() != tile->getResult(index) ||
-        insert.getDest() != loop.getRegionIterArgs()[index] ||
-        failed(interface.getResultTilePosition(b, index, offsets, sizes,
+    if (failed(interface.getResultTilePosition(b, result, offsets, sizes,
                                                resultOffsets, resultSizes)) ||
         !samePosition(insert.getMixedOffsets(), insert.getMixedSizes(),
                       insert.getMixedStrides(), resultOffsets, resultSizes))
-      return fail("result " + Twine(index) +
+      return fail("result " + Twine(result) +
                   " of the tiled op is not inserted at its tile");
   }
   return success();
@@ -980,6 +1025,9 @@ LogicalResult gpu_kernels::absorbTileLoops(
                         "of its kernels that each take one tile of tokens",
                         "attnres-tile", matcher);
     tileTokens[matcher.whole] = matcher.tiles;
+    for (auto [index, result] : llvm::enumerate(matcher.resultOf))
+      loop.getResult(index).replaceAllUsesWith(
+          matcher.whole->getResult(result));
     // What the loop alone used goes with it (its bound, its empty outputs
     // and the sizes they read), so that no slice is kept alive by a size
     // read of it.
@@ -987,7 +1035,6 @@ LogicalResult gpu_kernels::absorbTileLoops(
     for (Value operand : loop->getOperands())
       if (Operation *producer = operand.getDefiningOp())
         candidates.insert(producer);
-    loop->replaceAllUsesWith(matcher.whole);
     loop.erase();
     auto dead = [](Operation *op) {
       return isa<tensor::EmptyOp, tensor::DimOp, arith::ConstantOp>(op) &&

@@ -275,14 +275,33 @@ func.func @slice(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>)
 
 // -----
 
-// Loops other than attnres-split-reduction's (attnres-tile's, say) would be
-// host code over slices: refused, the op inside named.
+// A loop around an attnres op that is not a tile loop of attnres-tile (it
+// does not run over the op's tokens) is refused by the tile loops' check.
 func.func @in_loop(%v: tensor<4x8x64xf32>, %q: tensor<64xf32>) {
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches an scf.forall around a forward or merge as blocks of its kernels that each take one tile of tokens, which needs the form of attnres-tile; here loop dimension 0 does not run over token dimension 0 (a tile takes the first token dimensions, all but the last by 1, and the others whole)}}
   scf.forall (%i) in (2) {
-    // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.forall' (of the loops the passes write, keep-host launches attnres-split-reduction's, not attnres-tile's)}}
     %o, %lse = attnres.forward packed(%v : tensor<4x8x64xf32>)
         query(%q : tensor<64xf32>) save(lse)
         -> tensor<8x64xf32>, tensor<8xf32>
   }
   return
+}
+
+// -----
+
+// Other regions would be host code over slices: refused, the op inside
+// named.
+func.func @in_if(%v: tensor<4x8x64xf32>, %q: tensor<64xf32>, %c: i1)
+    -> tensor<8x64xf32> {
+  %r = scf.if %c -> tensor<8x64xf32> {
+    // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.if' (the loops of attnres-split-reduction and attnres-tile are launched as their kernels' blocks; no other region is)}}
+    %o, %lse = attnres.forward packed(%v : tensor<4x8x64xf32>)
+        query(%q : tensor<64xf32>) save(lse)
+        -> tensor<8x64xf32>, tensor<8xf32>
+    scf.yield %o : tensor<8x64xf32>
+  } else {
+    %e = tensor.empty() : tensor<8x64xf32>
+    scf.yield %e : tensor<8x64xf32>
+  }
+  return %r : tensor<8x64xf32>
 }

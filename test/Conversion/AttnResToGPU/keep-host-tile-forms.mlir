@@ -1,0 +1,230 @@
+// RUN: attnres-opt %s --split-input-file --verify-diagnostics \
+// RUN:   --convert-attnres-to-gpu="keep-host=1" | FileCheck %s
+
+// attnres-tile's loops written out by hand. Under keep-host a loop whose
+// body is one forward or softmax merge on a tile of tokens (the first r
+// token dimensions tiled, all but the last by 1, the others whole; each
+// tile [t, t + min(step, N - t))) is launched with one block per tile; the
+// form is checked against the op's TilingInterface. Other forms are
+// refused with the reason.
+
+// Three tiles of 8 of 24 rows (static: the size is the constant 8), the
+// merge's unused lse dropped from the loop.
+// CHECK-LABEL: func.func @static_tiles(
+// CHECK-NOT: scf.forall
+// CHECK: gpu.launch_func  @attnres_kernels::@static_tiles_0_merge
+// CHECK: tile_dims = 1 : i64, tile_tokens = 8 : i64
+func.func @static_tiles(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
+    -> tensor<24x64xbf16> {
+  %init = tensor.empty() : tensor<24x64xbf16>
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<24x64xbf16>) {
+    %ps = tensor.extract_slice %p[0, %t, 0] [3, 8, 64] [1, 1, 1]
+        : tensor<3x24x64xf32> to tensor<3x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
+          : tensor<8x64xbf16> into tensor<24x64xbf16>
+    }
+  }
+  return %r : tensor<24x64xbf16>
+}
+
+// -----
+
+// Tiles of 10 of a dynamic token count, the size min(10, N - t) written
+// with its results in the other order.
+// CHECK-LABEL: func.func @dynamic_tiles(
+// CHECK-NOT: scf.forall
+// CHECK: gpu.launch_func  @attnres_kernels::@dynamic_tiles_0_forward
+// CHECK: tile_dims = 1 : i64, tile_tokens = 10 : i64
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @dynamic_tiles(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
+    -> (tensor<?x64xf32>, tensor<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
+  %o0 = tensor.empty(%n) : tensor<?x64xf32>
+  %l0 = tensor.empty(%n) : tensor<?xf32>
+  %r:2 = scf.forall (%t) = (0) to (%n) step (10)
+      shared_outs(%o = %o0, %l = %l0) -> (tensor<?x64xf32>, tensor<?xf32>) {
+    %size = affine.min #size(%t)[%n]
+    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
+    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
+        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
+          : tensor<?x64xf32> into tensor<?x64xf32>
+      tensor.parallel_insert_slice %tl into %l[%t] [%size] [1]
+          : tensor<?xf32> into tensor<?xf32>
+    }
+  }
+  return %r#0, %r#1 : tensor<?x64xf32>, tensor<?xf32>
+}
+
+// -----
+
+// Two token dimensions tiled by (2, 8): a tile is two runs of 8 rows, not
+// consecutive rows.
+func.func @not_by_one(%p: tensor<3x4x24x64xf32>, %l: tensor<3x4x24xf32>)
+    -> tensor<4x24x64xbf16> {
+  %init = tensor.empty() : tensor<4x24x64xbf16>
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches an scf.forall around a forward or merge as blocks of its kernels that each take one tile of tokens, which needs the form of attnres-tile; here token dimension 0 is tiled by 2: a tile is consecutive tokens only where every tiled dimension but the last is tiled by 1}}
+  %r = scf.forall (%a, %t) = (0, 0) to (4, 24) step (2, 8)
+      shared_outs(%out = %init) -> (tensor<4x24x64xbf16>) {
+    %ps = tensor.extract_slice %p[0, %a, %t, 0] [3, 2, 8, 64] [1, 1, 1, 1]
+        : tensor<3x4x24x64xf32> to tensor<3x2x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %a, %t] [3, 2, 8] [1, 1, 1]
+        : tensor<3x4x24xf32> to tensor<3x2x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x2x8x64xf32>
+        lse(%ls : tensor<3x2x8xf32>) -> tensor<2x8x64xbf16>, tensor<2x8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%a, %t, 0] [2, 8, 64] [1, 1, 1]
+          : tensor<2x8x64xbf16> into tensor<4x24x64xbf16>
+    }
+  }
+  return %r : tensor<4x24x64xbf16>
+}
+
+// -----
+
+// The second token dimension tiled, the first whole: a tile is 4 runs of 8
+// rows.
+func.func @outer_whole(%p: tensor<3x4x24x64xf32>, %l: tensor<3x4x24xf32>)
+    -> tensor<4x24x64xbf16> {
+  %init = tensor.empty() : tensor<4x24x64xbf16>
+  // expected-error @+1 {{here loop dimension 0 does not run over token dimension 0 (a tile takes the first token dimensions, all but the last by 1, and the others whole)}}
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<4x24x64xbf16>) {
+    %ps = tensor.extract_slice %p[0, 0, %t, 0] [3, 4, 8, 64] [1, 1, 1, 1]
+        : tensor<3x4x24x64xf32> to tensor<3x4x8x64xf32>
+    %ls = tensor.extract_slice %l[0, 0, %t] [3, 4, 8] [1, 1, 1]
+        : tensor<3x4x24xf32> to tensor<3x4x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x4x8x64xf32>
+        lse(%ls : tensor<3x4x8xf32>) -> tensor<4x8x64xbf16>, tensor<4x8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[0, %t, 0] [4, 8, 64] [1, 1, 1]
+          : tensor<4x8x64xbf16> into tensor<4x24x64xbf16>
+    }
+  }
+  return %r : tensor<4x24x64xbf16>
+}
+
+// -----
+
+// The partials sliced one row late.
+#next = affine_map<(d0) -> (d0 + 1)>
+func.func @late_slice(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
+    -> tensor<24x64xbf16> {
+  %init = tensor.empty() : tensor<24x64xbf16>
+  // expected-error @+1 {{here operand 0 of the tiled op is not the slice of the loop's tile (tokens [t, t + min(step, N - t)) of each tiled dimension, the others whole)}}
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<24x64xbf16>) {
+    %at = affine.apply #next(%t)
+    %ps = tensor.extract_slice %p[0, %at, 0] [3, 8, 64] [1, 1, 1]
+        : tensor<3x24x64xf32> to tensor<3x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
+          : tensor<8x64xbf16> into tensor<24x64xbf16>
+    }
+  }
+  return %r : tensor<24x64xbf16>
+}
+
+// -----
+
+// Tiles of 10 tokens sliced 16 long.
+#long = affine_map<(d0)[s0] -> (16, s0 - d0)>
+func.func @long_slice(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
+    -> tensor<?x64xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
+  %o0 = tensor.empty(%n) : tensor<?x64xf32>
+  // expected-error @+1 {{here operand 0 of the tiled op is not the slice of the loop's tile}}
+  %r = scf.forall (%t) = (0) to (%n) step (10) shared_outs(%o = %o0)
+      -> (tensor<?x64xf32>) {
+    %size = affine.min #long(%t)[%n]
+    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
+    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
+        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
+          : tensor<?x64xf32> into tensor<?x64xf32>
+    }
+  }
+  return %r : tensor<?x64xf32>
+}
+
+// -----
+
+// The tile's rows inserted at row 0 of every tile.
+func.func @wrong_insert(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
+    -> tensor<24x64xbf16> {
+  %c0 = arith.constant 0 : index
+  %init = tensor.empty() : tensor<24x64xbf16>
+  // expected-error @+1 {{here result 0 of the tiled op is not inserted at its tile}}
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<24x64xbf16>) {
+    %ps = tensor.extract_slice %p[0, %t, 0] [3, 8, 64] [1, 1, 1]
+        : tensor<3x24x64xf32> to tensor<3x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%c0, 0] [8, 64] [1, 1]
+          : tensor<8x64xbf16> into tensor<24x64xbf16>
+    }
+  }
+  return %r : tensor<24x64xbf16>
+}
+
+// -----
+
+// A sum's dimensions are not tokens: its kernel has no tiles.
+func.func @sum(%p: tensor<3x24xf32>) -> tensor<24xf32> {
+  %init = tensor.empty() : tensor<24xf32>
+  // expected-error @+1 {{here the tiled op is a sum partition_reduce (its kernel has no token tiles)}}
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<24xf32>) {
+    %ps = tensor.extract_slice %p[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %s = attnres.partition_reduce sum %ps : tensor<3x8xf32> -> tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %s into %out[%t] [8] [1]
+          : tensor<8xf32> into tensor<24xf32>
+    }
+  }
+  return %r : tensor<24xf32>
+}
+
+// -----
+
+// A loop mapped to the GPU already.
+func.func @mapped(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
+    -> tensor<24x64xbf16> {
+  %init = tensor.empty() : tensor<24x64xbf16>
+  // expected-error @+1 {{here the loop is mapped already}}
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<24x64xbf16>) {
+    %ps = tensor.extract_slice %p[0, %t, 0] [3, 8, 64] [1, 1, 1]
+        : tensor<3x24x64xf32> to tensor<3x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
+          : tensor<8x64xbf16> into tensor<24x64xbf16>
+    }
+  } {mapping = [#gpu.block<x>]}
+  return %r : tensor<24x64xbf16>
+}
