@@ -47,6 +47,7 @@
 #include "mlir/Dialect/Tensor/IR/ValueBoundsOpInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/Transforms/SubsetInsertionOpInterfaceImpl.h"
+#include "mlir/Dialect/Transform/IR/TransformDialect.h"
 #include "mlir/Dialect/UB/IR/UBOps.h"
 #include "mlir/Dialect/Vector/IR/ValueBoundsOpInterfaceImpl.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -61,14 +62,14 @@
 
 void mlir::attnres::registerAllDialects(DialectRegistry &registry) {
   registry.insert<attnres::AttnResDialect>();
-  registry
-      .insert<affine::AffineDialect, amdgpu::AMDGPUDialect, arith::ArithDialect,
-              bufferization::BufferizationDialect, cf::ControlFlowDialect,
-              func::FuncDialect, gpu::GPUDialect, index::IndexDialect,
-              linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
-              memref::MemRefDialect, NVVM::NVVMDialect, nvgpu::NVGPUDialect,
-              ROCDL::ROCDLDialect, scf::SCFDialect, tensor::TensorDialect,
-              ub::UBDialect, vector::VectorDialect>();
+  registry.insert<affine::AffineDialect, amdgpu::AMDGPUDialect,
+                  arith::ArithDialect, bufferization::BufferizationDialect,
+                  cf::ControlFlowDialect, func::FuncDialect, gpu::GPUDialect,
+                  index::IndexDialect, linalg::LinalgDialect, LLVM::LLVMDialect,
+                  math::MathDialect, memref::MemRefDialect, NVVM::NVVMDialect,
+                  nvgpu::NVGPUDialect, ROCDL::ROCDLDialect, scf::SCFDialect,
+                  tensor::TensorDialect, transform::TransformDialect,
+                  ub::UBDialect, vector::VectorDialect>();
   // Interface models the pipelines rely on: bufferization, deallocation,
   // tiling and value bounds of the upstream ops. Without them, passes such
   // as one-shot-bufferize or tiling silently skip or reject those ops.

@@ -17,6 +17,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/Transform/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
@@ -114,10 +115,16 @@ LogicalResult mlir::attnres::checkGPUPipelineOptions(
     function_ref<LogicalResult(const Twine &)> errorHandler) {
   if (llvm::any_of(options.tileSizes, [](int64_t size) { return size < 0; }))
     return errorHandler(pipeline + ": tile sizes must be >= 0 (0: untiled)");
-  if (!options.keepHost && !options.tileSizes.empty())
+  if (!options.keepHost &&
+      (!options.tileSizes.empty() || !options.transformLibrary.empty()))
     return errorHandler(pipeline +
-                        ": tile-sizes tiles the launches of keep-host=1; a "
-                        "bundle's ops are launched whole");
+                        ": tile-sizes and transform-library tile the "
+                        "launches of keep-host=1; a bundle's ops are "
+                        "launched whole");
+  if (!options.tileSizes.empty() && !options.transformLibrary.empty())
+    return errorHandler(pipeline +
+                        ": tile-sizes and transform-library both tile the "
+                        "ops; give one");
   if (options.forwardPartitions < 0 || options.backwardBlocks < 0 ||
       options.backwardPartitions < 0)
     return errorHandler(pipeline +
@@ -166,9 +173,17 @@ buildLowerToGPUPipeline(OpPassManager &pm,
     if (options.backwardBlocks != 0)
       reduction.blocks = std::to_string(options.backwardBlocks);
     pm.addPass(attnres::createAttnResSplitReduction(reduction));
-    attnres::AttnResTileOptions tile;
-    tile.tileSizes.assign(options.tileSizes.begin(), options.tileSizes.end());
-    pm.addPass(attnres::createAttnResTile(tile));
+    // The user's tiling: attnres-tile's sizes, or a transform script.
+    if (options.transformLibrary.empty()) {
+      attnres::AttnResTileOptions tile;
+      tile.tileSizes.assign(options.tileSizes.begin(), options.tileSizes.end());
+      pm.addPass(attnres::createAttnResTile(tile));
+    } else {
+      transform::PreloadLibraryPassOptions library;
+      library.transformLibraryPaths = {options.transformLibrary};
+      pm.addPass(transform::createPreloadLibraryPass(library));
+      pm.addPass(transform::createInterpreterPass());
+    }
   }
   pm.addPass(attnres::createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {

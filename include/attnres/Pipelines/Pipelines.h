@@ -53,6 +53,13 @@ struct GPUPipelineOptions : public PassPipelineOptions<Derived> {
       llvm::cl::desc("With keep-host: attnres-tile's tile sizes (tokens); a "
                      "block of a tiled forward's or merge's kernels covers "
                      "one tile (ops with one token dimension)")};
+  mlir::detail::PassOptions::Option<std::string> transformLibrary{
+      *this, "transform-library",
+      llvm::cl::desc("With keep-host: a transform dialect file whose "
+                     "@__transform_main runs in place of attnres-tile (its "
+                     "transform.structured.tile_using_forall loops are "
+                     "launched as attnres-tile's are)"),
+      llvm::cl::init("")};
   mlir::detail::PassOptions::Option<int64_t> backwardPartitions{
       *this, "backward-partitions",
       llvm::cl::desc("With keep-host: partitions of the sources of every "

@@ -539,8 +539,10 @@ struct ScratchOps : OpBuilder::Listener {
   }
 };
 
-/// An scf.forall of attnres-tile: a forward or softmax partition_reduce
-/// over each tile of its token dimensions. The form is checked against the
+/// An scf.forall of attnres-tile (over tokens by the tile size) or of
+/// transform.structured.tile_using_forall (over tile numbers by 1): a
+/// forward or softmax partition_reduce over each tile of its token
+/// dimensions. The form is checked against the
 /// op's own TilingInterface: the whole op's tile at the loop's indices must
 /// have the loop's slices as operands, and its results must be inserted
 /// where getResultTilePosition puts them. The kernels take tiles of
@@ -564,6 +566,19 @@ private:
   LogicalResult checkWithWhole();
   LogicalResult checkSize(OpFoldResult size, OpFoldResult count, unsigned dim);
   bool sameSize(OpFoldResult a, OpFoldResult b) const;
+  std::optional<AffineMap> composedOver(Value value, unsigned dim,
+                                        OpFoldResult count);
+  bool isOffset(OpFoldResult offset, unsigned dim);
+  bool isTileCount(OpFoldResult bound, OpFoldResult count, unsigned dim);
+  /// The index expression of the first token of a tile of loop dimension
+  /// `dim`: d0 by steps of the tile size, d0 * tile size normalized.
+  AffineExpr offsetExpr(unsigned dim);
+
+  /// Per loop dimension: the tile size, and whether the loop runs over tile
+  /// numbers by 1 (transform.structured.tile_using_forall) rather than
+  /// over tokens by the tile size (attnres-tile).
+  SmallVector<int64_t> tileSize;
+  SmallVector<bool> normalized;
 
   scf::ForallOp loop;
   Operation *tile;
@@ -593,46 +608,97 @@ bool TileLoopMatcher::sameSize(OpFoldResult a, OpFoldResult b) const {
              getConstantIntValue(db.getDimension());
 }
 
-/// Whether `size` is min(step, count - index) of loop dimension `dim`: an
-/// affine.min (fully composed), or the step itself where it is 1 or divides
-/// a static count.
-LogicalResult TileLoopMatcher::checkSize(OpFoldResult size, OpFoldResult count,
-                                         unsigned dim) {
-  int64_t step = *getConstantIntValue(loop.getMixedStep()[dim]);
-  std::optional<int64_t> staticCount = getConstantIntValue(count);
-  if (std::optional<int64_t> constant = getConstantIntValue(size))
-    return success(*constant == step &&
-                   (step == 1 || (staticCount && *staticCount % step == 0)));
-  auto min = cast<Value>(size).getDefiningOp<affine::AffineMinOp>();
-  if (!min)
-    return failure();
-  AffineMap map = min.getAffineMap();
-  SmallVector<Value> operands(min.getOperands());
+AffineExpr TileLoopMatcher::offsetExpr(unsigned dim) {
+  AffineExpr index = getAffineDimExpr(0, loop.getContext());
+  return normalized[dim] ? index * tileSize[dim] : index;
+}
+
+/// The affine map `value` computes (an affine.min or affine.apply, fully
+/// composed, or the value itself), renamed to d0 = the index of loop
+/// dimension `dim` and s0 = `count`; none where it reads anything else.
+std::optional<AffineMap>
+TileLoopMatcher::composedOver(Value value, unsigned dim, OpFoldResult count) {
+  MLIRContext *context = loop.getContext();
+  AffineMap map = AffineMap::get(1, 0, getAffineDimExpr(0, context));
+  SmallVector<Value> operands = {value};
+  if (auto min = value.getDefiningOp<affine::AffineMinOp>()) {
+    map = min.getAffineMap();
+    operands.assign(min.getOperands().begin(), min.getOperands().end());
+  } else if (auto apply = value.getDefiningOp<affine::AffineApplyOp>()) {
+    map = apply.getAffineMap();
+    operands.assign(apply.getOperands().begin(), apply.getOperands().end());
+  }
   affine::fullyComposeAffineMapAndOperands(&map, &operands);
   affine::canonicalizeMapAndOperands(&map, &operands);
-  MLIRContext *context = loop.getContext();
   SmallVector<AffineExpr> replacements;
   for (Value operand : operands) {
     if (std::optional<int64_t> constant = getConstantIntValue(operand))
       replacements.push_back(getAffineConstantExpr(*constant, context));
     else if (operand == loop.getInductionVar(dim))
       replacements.push_back(getAffineDimExpr(0, context));
-    else if (sameSize(operand, count))
+    else if (count && sameSize(operand, count))
       replacements.push_back(getAffineSymbolExpr(0, context));
     else
-      return failure();
+      return std::nullopt;
   }
   unsigned numDims = map.getNumDims();
   ArrayRef<AffineExpr> all(replacements);
-  AffineMap renamed = map.replaceDimsAndSymbols(all.take_front(numDims),
-                                                all.drop_front(numDims), 1, 1);
+  return map.replaceDimsAndSymbols(all.take_front(numDims),
+                                   all.drop_front(numDims), 1, 1);
+}
+
+/// Whether `offset` is the first token of the tile of loop dimension `dim`.
+bool TileLoopMatcher::isOffset(OpFoldResult offset, unsigned dim) {
+  auto value = dyn_cast<Value>(offset);
+  if (!value)
+    return false;
+  std::optional<AffineMap> map = composedOver(value, dim, OpFoldResult());
+  return map && map->getNumResults() == 1 &&
+         simplifyAffineExpr(map->getResult(0), 1, 1) == offsetExpr(dim);
+}
+
+/// Whether `bound` is the loop's count over `count` tokens: `count` by
+/// steps of the tile size, ceil(count / tile size) normalized.
+bool TileLoopMatcher::isTileCount(OpFoldResult bound, OpFoldResult count,
+                                  unsigned dim) {
+  if (!normalized[dim])
+    return sameSize(bound, count);
+  int64_t size = tileSize[dim];
+  if (std::optional<int64_t> tokens = getConstantIntValue(count))
+    return isConstantIntValue(bound, llvm::divideCeil(*tokens, size));
+  auto value = dyn_cast<Value>(bound);
+  if (!value || !value.getDefiningOp<affine::AffineApplyOp>())
+    return false;
+  std::optional<AffineMap> map = composedOver(value, dim, count);
+  return map && map->getNumResults() == 1 &&
+         simplifyAffineExpr(map->getResult(0), 1, 1) ==
+             getAffineSymbolExpr(0, loop.getContext()).ceilDiv(size);
+}
+
+/// Whether `size` is min(step, count - index) of loop dimension `dim`: an
+/// affine.min (fully composed), or the step itself where it is 1 or divides
+/// a static count.
+LogicalResult TileLoopMatcher::checkSize(OpFoldResult size, OpFoldResult count,
+                                         unsigned dim) {
+  int64_t step = tileSize[dim];
+  std::optional<int64_t> staticCount = getConstantIntValue(count);
+  if (std::optional<int64_t> constant = getConstantIntValue(size))
+    return success(*constant == step &&
+                   (step == 1 || (staticCount && *staticCount % step == 0)));
+  if (!cast<Value>(size).getDefiningOp<affine::AffineMinOp>())
+    return failure();
+  std::optional<AffineMap> renamed =
+      composedOver(cast<Value>(size), dim, count);
+  if (!renamed)
+    return failure();
+  MLIRContext *context = loop.getContext();
   AffineExpr N = staticCount ? getAffineConstantExpr(*staticCount, context)
                              : getAffineSymbolExpr(0, context);
   SmallVector<AffineExpr> wanted = {
       getAffineConstantExpr(step, context),
-      simplifyAffineExpr(N - getAffineDimExpr(0, context), 1, 1)};
+      simplifyAffineExpr(N - offsetExpr(dim), 1, 1)};
   SmallVector<AffineExpr> found;
-  for (AffineExpr result : renamed.getResults())
+  for (AffineExpr result : renamed->getResults())
     found.push_back(simplifyAffineExpr(result, 1, 1));
   return success(found.size() == wanted.size() &&
                  llvm::all_of(wanted, [&](AffineExpr expr) {
@@ -648,15 +714,41 @@ LogicalResult TileLoopMatcher::check() {
     std::optional<int64_t> step = getConstantIntValue(loop.getMixedStep()[dim]);
     if (!isConstantIntValue(loop.getMixedLowerBound()[dim], 0) || !step ||
         *step < 1)
-      return fail("the loop does not run from 0 by a constant tile size");
-    if (dim + 1 < rank && *step != 1)
+      return fail("the loop does not run from 0 by a constant step");
+    // Over tile numbers by 1, the body scales the index by the tile size
+    // to find the tile's first token.
+    int64_t size = *step;
+    bool scaled = false;
+    Value index = loop.getInductionVar(dim);
+    AffineExpr d0 = getAffineDimExpr(0, loop.getContext());
+    for (Operation *user : index.getUsers()) {
+      auto apply = dyn_cast<affine::AffineApplyOp>(user);
+      if (*step != 1 || !apply || apply.getMapOperands() != ValueRange{index})
+        continue;
+      AffineExpr result =
+          simplifyAffineExpr(apply.getAffineMap().getResult(0), 1, 0);
+      auto product = dyn_cast<AffineBinaryOpExpr>(result);
+      auto scale = product ? dyn_cast<AffineConstantExpr>(product.getRHS())
+                           : AffineConstantExpr();
+      if (!scale || product.getKind() != AffineExprKind::Mul ||
+          product.getLHS() != d0 || scale.getValue() < 2)
+        continue;
+      if (scaled && scale.getValue() != size)
+        return fail("loop dimension " + Twine(dim) +
+                    " is scaled by two tile sizes");
+      size = scale.getValue();
+      scaled = true;
+    }
+    if (dim + 1 < rank && size != 1)
       return fail("token dimension " + Twine(dim) + " is tiled by " +
-                  Twine(*step) +
+                  Twine(size) +
                   ": a tile is consecutive tokens only where every tiled "
                   "dimension but the last is tiled by 1");
+    tileSize.push_back(size);
+    normalized.push_back(scaled);
   }
   tiles.dims = rank;
-  tiles.tokens = *getConstantIntValue(loop.getMixedStep().back());
+  tiles.tokens = tileSize.back();
   if (tile->getParentOp() != loop)
     return fail("the tiled op is nested deeper than the loop's body");
   if (auto reduce = dyn_cast<PartitionReduceOp>(tile);
@@ -752,7 +844,7 @@ LogicalResult TileLoopMatcher::checkWithWhole() {
   if (domain.size() < rank)
     return fail("the loop has more dimensions than the op has tokens");
   for (unsigned dim = 0; dim < rank; ++dim)
-    if (!sameSize(loop.getMixedUpperBound()[dim], domain[dim].size))
+    if (!isTileCount(loop.getMixedUpperBound()[dim], domain[dim].size, dim))
       return fail("loop dimension " + Twine(dim) +
                   " does not run over token dimension " + Twine(dim) +
                   " (a tile takes the first token dimensions, all but the "
@@ -763,7 +855,7 @@ LogicalResult TileLoopMatcher::checkWithWhole() {
   // that stands for its tile size, compared with the loop's body.
   b.setInsertionPointToStart(loop.getBody());
   SmallVector<OpFoldResult> offsets, sizes;
-  SmallVector<Value> placeholders;
+  SmallVector<Value> offsetPlaceholders, placeholders;
   for (unsigned dim = 0; dim < domain.size(); ++dim) {
     if (dim >= rank) {
       offsets.push_back(domain[dim].offset);
@@ -771,9 +863,11 @@ LogicalResult TileLoopMatcher::checkWithWhole() {
       continue;
     }
     Value index = loop.getInductionVar(dim);
+    offsetPlaceholders.push_back(
+        arith::SubIOp::create(b, loop.getLoc(), index, index));
     placeholders.push_back(
         arith::AddIOp::create(b, loop.getLoc(), index, index));
-    offsets.push_back(index);
+    offsets.push_back(offsetPlaceholders.back());
     sizes.push_back(placeholders.back());
   }
   tileSizes.assign(rank, Value());
@@ -796,8 +890,9 @@ LogicalResult TileLoopMatcher::checkWithWhole() {
           tileSizes[dim] = size;
         return size == tileSizes[dim];
       }
-      if (llvm::is_contained(loop.getInductionVars(), value))
-        return dyn_cast<Value>(found) == value;
+      if (auto *at = llvm::find(offsetPlaceholders, value);
+          at != offsetPlaceholders.end())
+        return isOffset(found, at - offsetPlaceholders.begin());
     }
     return sameSize(found, wanted);
   };

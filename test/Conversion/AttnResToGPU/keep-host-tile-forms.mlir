@@ -1,12 +1,13 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
 // RUN:   --convert-attnres-to-gpu="keep-host=1" | FileCheck %s
 
-// attnres-tile's loops written out by hand. Under keep-host a loop whose
-// body is one forward or softmax merge on a tile of tokens (the first r
-// token dimensions tiled, all but the last by 1, the others whole; each
-// tile [t, t + min(step, N - t))) is launched with one block per tile; the
-// form is checked against the op's TilingInterface. Other forms are
-// refused with the reason.
+// The loops of attnres-tile and transform.structured.tile_using_forall
+// written out by hand. Under keep-host a loop whose body is one forward or
+// softmax merge on a tile of tokens (the first r token dimensions tiled,
+// all but the last by 1, the others whole; each tile [t, t + min(T, N - t)),
+// the loop over t by T or over tile numbers by 1) is launched with one
+// block per tile; the form is checked against the op's TilingInterface.
+// Other forms are refused with the reason.
 
 // Three tiles of 8 of 24 rows (static: the size is the constant 8), the
 // merge's unused lse dropped from the loop.
@@ -227,4 +228,64 @@ func.func @mapped(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
     }
   } {mapping = [#gpu.block<x>]}
   return %r : tensor<24x64xbf16>
+}
+
+// -----
+
+// The loop of transform.structured.tile_using_forall: over ceil(N / 10)
+// tile numbers by 1, the tile's first token the index times 10.
+// CHECK-LABEL: func.func @tile_numbers(
+// CHECK-NOT: scf.forall
+// CHECK: gpu.launch_func  @attnres_kernels::@tile_numbers_0_forward
+// CHECK: tile_dims = 1 : i64, tile_tokens = 10 : i64
+#tiles = affine_map<()[s0] -> (s0 ceildiv 10)>
+#first = affine_map<(d0) -> (d0 * 10)>
+#rest = affine_map<(d0)[s0] -> (-d0 + s0, 10)>
+func.func @tile_numbers(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
+    -> tensor<?x64xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
+  %o0 = tensor.empty(%n) : tensor<?x64xf32>
+  %count = affine.apply #tiles()[%n]
+  %r = scf.forall (%i) in (%count) shared_outs(%o = %o0) -> (tensor<?x64xf32>) {
+    %t = affine.apply #first(%i)
+    %size = affine.min #rest(%t)[%n]
+    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
+    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
+        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
+          : tensor<?x64xf32> into tensor<?x64xf32>
+    }
+  }
+  return %r : tensor<?x64xf32>
+}
+
+// -----
+
+// Over tile numbers, but ceil(N / 8) of them for tiles of 10.
+#tiles = affine_map<()[s0] -> (s0 ceildiv 8)>
+#first = affine_map<(d0) -> (d0 * 10)>
+#rest = affine_map<(d0)[s0] -> (-d0 + s0, 10)>
+func.func @too_many_tiles(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
+    -> tensor<?x64xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
+  %o0 = tensor.empty(%n) : tensor<?x64xf32>
+  %count = affine.apply #tiles()[%n]
+  // expected-error @+1 {{here loop dimension 0 does not run over token dimension 0}}
+  %r = scf.forall (%i) in (%count) shared_outs(%o = %o0) -> (tensor<?x64xf32>) {
+    %t = affine.apply #first(%i)
+    %size = affine.min #rest(%t)[%n]
+    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
+    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
+        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
+          : tensor<?x64xf32> into tensor<?x64xf32>
+    }
+  }
+  return %r : tensor<?x64xf32>
 }
