@@ -50,9 +50,12 @@ struct GPUPipelineOptions : public PassPipelineOptions<Derived> {
       llvm::cl::init(0)};
   mlir::detail::PassOptions::ListOption<int64_t> tileSizes{
       *this, "tile-sizes",
-      llvm::cl::desc("With keep-host: attnres-tile's tile sizes (tokens); a "
-                     "block of a tiled forward's or merge's kernels covers "
-                     "one tile (ops with one token dimension)")};
+      llvm::cl::desc("With keep-host: attnres-tile's tile sizes (tokens, "
+                     "outermost token dimension first; all but the last "
+                     "tiled one must be 1); a block of a tiled forward's or "
+                     "merge's kernels covers one tile. A multi-query "
+                     "forward's merge has the queries as its first token "
+                     "dimension")};
   mlir::detail::PassOptions::Option<std::string> transformLibrary{
       *this, "transform-library",
       llvm::cl::desc("With keep-host: a transform dialect file whose "

@@ -169,6 +169,9 @@ struct ConvertAttnResToGPUPass
     ModuleOp module = getOperation();
     OpBuilder b(module.getContext());
     Location loc = module.getLoc();
+    // Keyed by ops of this run (a pass instance may run again).
+    tileTokens.clear();
+    mergeTileTokens.clear();
     if (subgroupSize < 1 || !llvm::isPowerOf2_64(subgroupSize) ||
         maxBlockThreads < subgroupSize) {
       emitError(loc) << "convert-attnres-to-gpu: subgroup-size must be a "
@@ -539,6 +542,14 @@ struct ConvertAttnResToGPUPass
     RowLayout layout = *layoutOr;
     TokenTiles tiles = tileTokens.lookup(op);
     layout.tokenTiles = static_cast<bool>(tiles);
+    // The merge of a split forward whose merge was tiled on its own takes
+    // that merge's tiles, else the forward's, over its [M?, T...] rows (the
+    // queries tiled by 1).
+    TokenTiles mergeTiles = tiles;
+    if (mergeTileTokens.count(op))
+      mergeTiles = mergeTileTokens.lookup(op);
+    else if (tiles && op.isMultiQuery())
+      mergeTiles.dims += 1;
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
     SourceSchedule schedule =
@@ -587,7 +598,9 @@ struct ConvertAttnResToGPUPass
     // without: docs/Performance.md).
     bool wideBlocks = layout.blockThreads() >= 256;
     SourceSchedule clusterSchedule = wideBlocks ? schedule : partialSchedule;
-    if (clusters && layout.rowsPerBlock == 1 && !tiles && spec.width % 4 == 0 &&
+    // A cluster block is one row: no tiles of the walk or the merge.
+    if (clusters && layout.rowsPerBlock == 1 && !tiles && !mergeTiles &&
+        spec.width % 4 == 0 &&
         forwardWorkgroupBytes(b, loc, spec, layout, clusterSchedule,
                               ForwardKind::ClusterMerged) <=
             kMaxWorkgroupBytes) {
@@ -615,10 +628,6 @@ struct ConvertAttnResToGPUPass
     if (failed(mergeLayoutOr))
       return {};
     RowLayout mergeLayout = *mergeLayoutOr;
-    // The merge of a split forward whose merge was tiled on its own takes
-    // that merge's tiles, else the forward's.
-    TokenTiles mergeTiles =
-        mergeTileTokens.count(op) ? mergeTileTokens.lookup(op) : tiles;
     mergeLayout.tokenTiles = static_cast<bool>(mergeTiles);
     appendTiles(b, facts, "merge_", mergeTiles);
     facts.append("merge", record(b, emitMergeKernel(b, loc, prefix + "_merge",

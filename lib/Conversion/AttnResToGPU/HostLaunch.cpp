@@ -376,8 +376,8 @@ SmallVector<Value> tokenDims(OpBuilder &b, Location loc, Value tensor,
 /// Binds what a launch of kernels tiled by attnres-tile takes (the facts
 /// `<prefix>tile_dims` and `<prefix>tile_tokens`: the loop tiled the first
 /// r token dimensions of `dims`, the last by t): the rows of a tile and of a
-/// run of tiles as kernel arguments, and as grid symbols the tiles of a run
-/// and the runs among the kernel's `rows`. Nothing where the op is
+/// run of tiles as kernel arguments, and as the grid symbol `blocks` the
+/// tiles of all the runs among the kernel's `rows`. Nothing where the op is
 /// untiled.
 void bindTiles(HostLauncher &host, OpBuilder &b, Location loc,
                DictionaryAttr facts, StringRef prefix, ArrayRef<Value> dims,
@@ -396,12 +396,13 @@ void bindTiles(HostLauncher &host, OpBuilder &b, Location loc,
   Value tileRows = arith::MulIOp::create(b, loc, host.index(t.getInt()), inner);
   values["tile_rows"] = host.toI64(tileRows);
   values["dim_rows"] = host.toI64(runRows);
-  // No tokens: no tiles and no runs (and no division by 0).
+  // No tokens: no blocks (and no division by 0).
   Value one = host.index(1);
-  symbols["tiles"] = arith::CeilDivUIOp::create(
+  Value tiles = arith::CeilDivUIOp::create(
       b, loc, runRows, arith::MaxUIOp::create(b, loc, tileRows, one));
-  symbols["runs"] = arith::DivUIOp::create(
+  Value runs = arith::DivUIOp::create(
       b, loc, rows, arith::MaxUIOp::create(b, loc, runRows, one));
+  symbols["blocks"] = arith::MulIOp::create(b, loc, tiles, runs);
 }
 
 /// The addresses of the L rows of the sources, each checked against
@@ -517,14 +518,18 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   bind("o_pre", oPre);
   bind("o_pre_residual", residual);
   Value mergedRows = a.mul(a.constant(op.getNumQueries()), tokens64);
-  // The kernels' grid symbols: tokens, or tiles and runs where attnres-tile
-  // tiled the op (the walks) or its merge.
+  // The kernels' grid symbols: tokens, or the blocks of the tiles where
+  // attnres-tile tiled the op (the walks) or its merge, whose rows are
+  // [M?, T...] (its tiles count the queries too).
   SmallVector<Value> dims = tokenDims(b, loc, first, lead);
+  SmallVector<Value> mergeDims = dims;
+  if (op.isMultiQuery())
+    mergeDims.insert(mergeDims.begin(), host.index(op.getNumQueries()));
   llvm::StringMap<Value> walkSymbols = {{"N", tokens}};
   llvm::StringMap<Value> mergeValues;
   llvm::StringMap<Value> mergeSymbols = {{"rows", host.toIndex(mergedRows)}};
   bindTiles(host, b, loc, facts, "", dims, tokens, values, walkSymbols);
-  bindTiles(host, b, loc, facts, "merge_", dims, host.toIndex(mergedRows),
+  bindTiles(host, b, loc, facts, "merge_", mergeDims, host.toIndex(mergedRows),
             mergeValues, mergeSymbols);
   values["num_tokens"] = tokens64;
   values["num_rows"] = mergedRows;
@@ -555,10 +560,9 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   }
   // The blocks of one partition of the walk.
   auto walkBlocks = [&]() -> Value {
-    if (!walkSymbols.count("tiles"))
+    if (!walkSymbols.count("blocks"))
       return a.ceilDiv(tokens64, a.constant(rowsPerBlock));
-    return host.toI64(arith::MulIOp::create(b, loc, walkSymbols["tiles"],
-                                            walkSymbols["runs"]));
+    return host.toI64(walkSymbols["blocks"]);
   };
   Value partitions = fixed ? a.constant(fixed)
                            : ::attnres::launch::forwardPartitions(

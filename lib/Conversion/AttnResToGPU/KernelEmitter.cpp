@@ -246,8 +246,12 @@ void KernelEmitter::forEachRowStep(
     body(addI(mulI(blockX, groupRows), group), Value());
     return;
   }
-  Value run = toI64(gpu::BlockIdOp::create(b, loc, gpu::Dimension::z));
-  Value tileStart = mulI(blockX, tileRows);
+  // Block x is tile x % tiles of run x / tiles (one grid dimension: a run
+  // count beyond the 65535 blocks of y or z must still launch).
+  Value tiles = ceilDivI(dimRows, tileRows);
+  Value run = divI(blockX, tiles);
+  Value tileStart =
+      mulI(arith::RemUIOp::create(b, loc, blockX, tiles), tileRows);
   Value first = addI(mulI(run, dimRows), tileStart);
   Value count =
       minI(tileRows, arith::SubIOp::create(b, loc, dimRows, tileStart));

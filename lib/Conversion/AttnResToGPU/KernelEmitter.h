@@ -152,8 +152,9 @@ public:
   /// runs for each step. Untiled (null `tileRows`), the block has one step,
   /// rows blockIdx.x * rowsPerBlock on, and `inTile` is null. Tiled, the
   /// rows are in runs of `dimRows` (the tiled token dimension, times the
-  /// whole ones after it), run blockIdx.z, each cut into tiles of `tileRows`
-  /// rows (the last one shorter), tile blockIdx.x; the steps are an scf.for
+  /// whole ones after it), each cut into tiles of `tileRows` rows (the last
+  /// one shorter), and block x takes tile x % tiles of run x / tiles (tiles
+  /// = ceil(dimRows / tileRows)); the steps are an scf.for
   /// whose iterations end with a barrier (so that a step's workgroup data
   /// never overwrites what a thread still reads of the last), and `inTile`
   /// (i1) says whether the row lies in the tile.

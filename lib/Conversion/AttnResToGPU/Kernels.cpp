@@ -1270,11 +1270,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     info.clusterY = true;
     return info;
   }
-  info.grid[0] = layout.tokenTiles ? GridDimension{"tiles", 1, 1}
+  info.grid[0] = layout.tokenTiles ? GridDimension{"blocks", 1, 1}
                                    : GridDimension{"N", 1, layout.rowsPerBlock};
   info.grid[1] = partial ? GridDimension{"P", 1, 1} : GridDimension{"1", 1, 1};
-  info.grid[2] = layout.tokenTiles ? GridDimension{"runs", 1, 1}
-                                   : GridDimension{"1", 1, 1};
+  info.grid[2] = {"1", 1, 1};
   return info;
 }
 
@@ -1530,11 +1529,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
   info.grid[0] = layout.tokenTiles
-                     ? GridDimension{"tiles", 1, 1}
+                     ? GridDimension{"blocks", 1, 1}
                      : GridDimension{"rows", T, layout.rowsPerBlock};
   info.grid[1] = {"1", 1, 1};
-  info.grid[2] = layout.tokenTiles ? GridDimension{"runs", 1, 1}
-                                   : GridDimension{"1", 1, 1};
+  info.grid[2] = {"1", 1, 1};
   return info;
 }
 

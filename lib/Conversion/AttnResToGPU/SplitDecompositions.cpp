@@ -561,6 +561,8 @@ public:
 
   Operation *whole = nullptr;
   TokenTiles tiles;
+  /// The tiled op's result that each loop result is.
+  SmallVector<unsigned> resultOf;
 
 private:
   LogicalResult checkWithWhole();
@@ -585,10 +587,6 @@ private:
   /// Each loop dimension's tile size, min(step, count - index), as the
   /// loop's body computes it.
   SmallVector<Value> tileSizes;
-
-public:
-  /// The tiled op's result that each loop result is.
-  SmallVector<unsigned> resultOf;
 };
 
 /// Whether two sizes are the same: equal constants, one value, or the same
@@ -749,8 +747,6 @@ LogicalResult TileLoopMatcher::check() {
   }
   tiles.dims = rank;
   tiles.tokens = tileSize.back();
-  if (tile->getParentOp() != loop)
-    return fail("the tiled op is nested deeper than the loop's body");
   if (auto reduce = dyn_cast<PartitionReduceOp>(tile);
       reduce && reduce.getKind() != ReduceKind::Softmax)
     return fail("the tiled op is a sum partition_reduce (its kernel has no "
@@ -779,6 +775,8 @@ LogicalResult TileLoopMatcher::check() {
   // results nobody uses may have been dropped (canonicalization drops the
   // loop's unused results).
   scf::InParallelOp terminator = loop.getTerminator();
+  if (llvm::range_size(terminator.getYieldingOps()) != loop.getNumResults())
+    return fail("a shared output of the loop is not written");
   for (auto [index, op] : llvm::enumerate(terminator.getYieldingOps())) {
     auto insert = dyn_cast<tensor::ParallelInsertSliceOp>(&op);
     auto result = insert ? dyn_cast<OpResult>(insert.getSource()) : OpResult();
@@ -811,9 +809,12 @@ LogicalResult TileLoopMatcher::check() {
         continue;
       SmallVector<OpFoldResult> resultOffsets, resultSizes;
       if (failed(interface.getResultTilePosition(
-              scratch, result, offsets, sizes, resultOffsets, resultSizes)))
+              scratch, result, offsets, sizes, resultOffsets, resultSizes))) {
+        whole->erase();
+        whole = nullptr;
         return fail("the op's TilingInterface gives no position of result " +
                     Twine(result));
+      }
       auto shape = llvm::map_to_vector(resultSizes, [](OpFoldResult size) {
         return getConstantIntValue(size).value_or(ShapedType::kDynamic);
       });
@@ -1131,10 +1132,7 @@ LogicalResult gpu_kernels::absorbTileLoops(
       if (Operation *producer = operand.getDefiningOp())
         candidates.insert(producer);
     loop.erase();
-    auto dead = [](Operation *op) {
-      return isa<tensor::EmptyOp, tensor::DimOp, arith::ConstantOp>(op) &&
-             op->use_empty();
-    };
+    auto dead = [](Operation *op) { return isOpTriviallyDead(op); };
     // An op leaves the set when it is erased, so none is visited twice.
     while (Operation *op = [&]() -> Operation * {
       auto found = llvm::find_if(candidates, dead);

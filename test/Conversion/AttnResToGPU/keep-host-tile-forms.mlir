@@ -289,3 +289,74 @@ func.func @too_many_tiles(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
   }
   return %r : tensor<?x64xf32>
 }
+
+// -----
+
+// A shared output the loop never writes.
+func.func @unwritten(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
+    -> (tensor<24x64xbf16>, tensor<24xf32>) {
+  %init = tensor.empty() : tensor<24x64xbf16>
+  %lse0 = tensor.empty() : tensor<24xf32>
+  // expected-error @+1 {{here a shared output of the loop is not written}}
+  %r:2 = scf.forall (%t) = (0) to (24) step (8)
+      shared_outs(%out = %init, %lout = %lse0) -> (tensor<24x64xbf16>, tensor<24xf32>) {
+    %ps = tensor.extract_slice %p[0, %t, 0] [3, 8, 64] [1, 1, 1]
+        : tensor<3x24x64xf32> to tensor<3x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
+          : tensor<8x64xbf16> into tensor<24x64xbf16>
+    }
+  }
+  return %r#0, %r#1 : tensor<24x64xbf16>, tensor<24xf32>
+}
+
+// -----
+
+// The partials computed in the loop rather than sliced.
+func.func @not_a_slice(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
+    -> tensor<24x64xbf16> {
+  %init = tensor.empty() : tensor<24x64xbf16>
+  // expected-error @+1 {{here an operand of the tiled op is not a slice of a tensor defined outside the loop}}
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<24x64xbf16>) {
+    %ps = tensor.empty() : tensor<3x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
+          : tensor<8x64xbf16> into tensor<24x64xbf16>
+    }
+  }
+  return %r : tensor<24x64xbf16>
+}
+
+// -----
+
+// Two merges in one tile loop.
+func.func @two_ops(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
+    -> tensor<24x64xbf16> {
+  %init = tensor.empty() : tensor<24x64xbf16>
+  // expected-error @+1 {{here the loop's body does more than one attnres op ('attnres.partition_reduce')}}
+  %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
+      -> (tensor<24x64xbf16>) {
+    %ps = tensor.extract_slice %p[0, %t, 0] [3, 8, 64] [1, 1, 1]
+        : tensor<3x24x64xf32> to tensor<3x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %t] [3, 8] [1, 1]
+        : tensor<3x24xf32> to tensor<3x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    %o2, %lse2 = attnres.partition_reduce softmax %ps : tensor<3x8x64xf32>
+        lse(%ls : tensor<3x8xf32>) -> tensor<8x64xbf16>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
+          : tensor<8x64xbf16> into tensor<24x64xbf16>
+    }
+  }
+  return %r : tensor<24x64xbf16>
+}

@@ -5,6 +5,10 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
 // RUN:   --attnres-tile=tile-sizes=1,40 --convert-attnres-to-gpu="keep-host=1 clusters=1" \
 // RUN:   --canonicalize --cse | FileCheck %s --check-prefix=SPLIT
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
+// RUN:   --transform-preload-library=transform-library-paths=%S/Inputs/tile-forwards-16.transform.mlir \
+// RUN:   --transform-interpreter --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse \
+// RUN:   | FileCheck %s --check-prefix=SCRIPT
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
 // RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=TWO
@@ -13,9 +17,9 @@
 // tiled into an scf.forall is launched with one block per tile. The kernels
 // see the token dimensions as one row index, so a tile is consecutive rows:
 // a run is the last tiled token dimension with the whole ones after it
-// (dim_rows rows), blockIdx.z picks the run and blockIdx.x its tile of
-// tile_rows rows (the last one shorter); the block walks its tile a row
-// group at a time (an scf.for ending each step with a barrier).
+// (dim_rows rows) cut into tiles of tile_rows rows (the last one shorter);
+// block x takes tile x % tiles of run x / tiles and walks it a row group at
+// a time (an scf.for ending each step with a barrier).
 
 // One token dimension tiled by 40: ceil(N / 40) blocks of one run.
 // ONE-LABEL: func.func @rows(
@@ -25,16 +29,44 @@
 // ONE: %[[TILES:.*]] = arith.ceildivui %[[N]], %c40 : index
 // ONE: %[[NONZERO:.*]] = arith.maxui %[[N]], %c1 : index
 // ONE: %[[RUNS:.*]] = arith.divui %[[N]], %[[NONZERO]] : index
-// ONE: gpu.launch_func  @attnres_kernels::@rows_0_forward blocks in (%[[TILES]], %c1, %[[RUNS]]) {{.*}} %[[N64]] : i64, %c40_i64 : i64, %[[N64]] : i64)
-// ONE: gpu.module @attnres_kernels attributes {attnres.ops = [{{.*}}function = "rows"{{.*}}tile_dims = 1 : i64, tile_tokens = 40 : i64
-// ONE: gpu.func @rows_0_forward({{.*}}name = "tile_rows"{{.*}}name = "dim_rows"{{.*}}grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "tiles"}, {{.*}}, {divisor = 1 : i64, scale = 1 : i64, symbol = "runs"}]
-// ONE: gpu.block_id  z
-// ONE: scf.for
+// ONE: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
+// ONE: gpu.launch_func  @attnres_kernels::@rows_0_forward blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %[[N64]] : i64, %c40_i64 : i64, %[[N64]] : i64)
+// ONE: gpu.module @attnres_kernels attributes {attnres.ops = [{{.*}}function = "rows"{{.*}}, tile_dims = 1 : i64, tile_tokens = 40 : i64
+// ONE: gpu.func @rows_0_forward(%{{.*}}, %[[TOKENS:[a-z0-9]*]]: i64, %[[TILE:[a-z0-9]*]]: i64, %[[RUN_ROWS:[a-z0-9]*]]: i64) {{.*}}name = "tile_rows"{{.*}}name = "dim_rows"{{.*}}grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "blocks"}, {{.*}}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}]
+// The kernel's tile: tile x % tiles of run x / tiles, min(tile_rows,
+// dim_rows - its start) rows, walked 4 rows (a row group each) a step.
+// ONE: %[[BX:.*]] = arith.index_cast %block_id_x : index to i64
+// ONE: %[[RUN_TILES:.*]] = arith.ceildivui %[[RUN_ROWS]], %[[TILE]] : i64
+// ONE: %[[RUN_INDEX:.*]] = arith.divui %[[BX]], %[[RUN_TILES]] : i64
+// ONE: %[[TILE_INDEX:.*]] = arith.remui %[[BX]], %[[RUN_TILES]] : i64
+// ONE: %[[START:.*]] = arith.muli %[[TILE_INDEX]], %[[TILE]] : i64
+// ONE: %[[RUN_START:.*]] = arith.muli %[[RUN_INDEX]], %[[RUN_ROWS]] : i64
+// ONE: %[[FIRST:.*]] = arith.addi %[[RUN_START]], %[[START]] : i64
+// ONE: %[[LEFT:.*]] = arith.subi %[[RUN_ROWS]], %[[START]] : i64
+// ONE: %[[COUNT:.*]] = arith.minsi %[[TILE]], %[[LEFT]] : i64
+// ONE: %[[STEPS:.*]] = arith.ceildivui %[[TILE]], %c4_i64 : i64
+// ONE: scf.for %[[STEP:.*]] = %c0_i64 to %[[STEPS]] step %c1_i64
+// ONE: %[[STEP_ROWS:.*]] = arith.muli %[[STEP]], %c4_i64 : i64
+// ONE: %[[OFFSET:.*]] = arith.addi %[[STEP_ROWS]], %{{.*}} : i64
+// ONE: %[[IN_TILE:.*]] = arith.cmpi slt, %[[OFFSET]], %[[COUNT]] : i64
+// ONE: %[[ROW:.*]] = arith.addi %[[FIRST]], %[[OFFSET]] : i64
+// ONE: %[[IN_N:.*]] = arith.cmpi slt, %[[ROW]], %[[TOKENS]] : i64
+// ONE: arith.andi %[[IN_N]], %[[IN_TILE]] : i1
 // ONE: gpu.barrier
+// ONE-NEXT: }
 // ONE-NOT: gpu.func @rows_0_forward_cluster
 // TWO-LABEL: func.func @rows(
 // TWO-NOT: scf.forall
 // TWO: tile_dims = 1 : i64, tile_tokens = 1 : i64
+// The partial forwards of packed sources (slices of the sources' buffer)
+// tiled by a transform script's tile_using_forall (over ceil(N / 16) tile
+// numbers): nothing of its loops or of the slices stays on the host.
+// SCRIPT-LABEL: func.func @rows(
+// SCRIPT-NOT: scf.forall
+// SCRIPT-NOT: tensor.extract_slice
+// SCRIPT: gpu.launch_func  @attnres_kernels::@rows_0_forward_partial {{.*}} %c2_i64 : i64, %c16_i64 : i64, %{{.*}} : i64)
+// SCRIPT: gpu.launch_func  @attnres_kernels::@rows_0_merge
+// SCRIPT: , tile_dims = 1 : i64, tile_tokens = 16 : i64
 func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
     -> (tensor<?x256xbf16>, tensor<?xf32>) {
   %o, %lse = attnres.forward packed(%v : tensor<3x?x256xbf16>)
@@ -54,8 +86,9 @@ func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 // TWO: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
 // TWO: %[[NONZERO:.*]] = arith.maxui %[[S]], %c1 : index
 // TWO: %[[RUNS:.*]] = arith.divui %{{.*}}, %[[NONZERO]] : index
-// TWO: gpu.launch_func  @attnres_kernels::@layer_0_forward blocks in (%[[TILES]], %c1, %[[RUNS]]) {{.*}} %c40_i64 : i64, %[[S64]] : i64)
-// TWO: tile_dims = 2 : i64, tile_tokens = 40 : i64
+// TWO: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
+// TWO: gpu.launch_func  @attnres_kernels::@layer_0_forward blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c40_i64 : i64, %[[S64]] : i64)
+// TWO: , tile_dims = 2 : i64, tile_tokens = 40 : i64
 // ONE-LABEL: func.func @layer(
 // ONE: tile_dims = 1 : i64, tile_tokens = 40 : i64
 // SPLIT-LABEL: func.func @layer(
@@ -63,10 +96,11 @@ func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 // SPLIT: %[[S:.*]] = tensor.dim %arg0, %c1 : tensor<4x?x1024xbf16>
 // SPLIT: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
 // SPLIT: %[[RUNS:.*]] = arith.divui
-// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_forward_partial blocks in (%[[TILES]], %c2, %[[RUNS]]) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
-// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_merge blocks in (%[[TILES]], %c1, %[[RUNS]]) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
+// SPLIT: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
+// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_forward_partial blocks in (%[[BLOCKS]], %c2, %c1) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
+// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_merge blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
 // SPLIT: merge_tile_dims = 2 : i64, merge_tile_tokens = 40 : i64
-// SPLIT-SAME: tile_dims = 2 : i64, tile_tokens = 40 : i64
+// SPLIT-SAME: , tile_dims = 2 : i64, tile_tokens = 40 : i64
 // SPLIT-NOT: forward_cluster
 func.func @layer(%v: tensor<4x?x1024xbf16>, %w: tensor<4x?x1024xbf16>,
                  %q: tensor<1024xbf16>, %h: tensor<1024xbf16>)
@@ -84,12 +118,37 @@ func.func @layer(%v: tensor<4x?x1024xbf16>, %w: tensor<4x?x1024xbf16>,
 // ONE-NOT: scf.forall
 // ONE: %[[R:.*]] = tensor.dim %arg0, %c1 : tensor<3x?x64xf32>
 // ONE: %[[TILES:.*]] = arith.ceildivui %[[R]], %c40 : index
-// ONE: gpu.launch_func  @attnres_kernels::@merge_0_merge blocks in (%[[TILES]], %c1, %{{.*}}) {{.*}} %c3_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
-// ONE: tile_dims = 1 : i64, tile_tokens = 40 : i64
+// ONE: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %{{.*}} : index
+// ONE: gpu.launch_func  @attnres_kernels::@merge_0_merge blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c3_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
+// ONE: , tile_dims = 1 : i64, tile_tokens = 40 : i64
 // ONE: gpu.func @merge_0_merge({{.*}}name = "tile_rows"{{.*}}name = "dim_rows"
 func.func @merge(%p: tensor<3x?x64xf32>, %l: tensor<3x?xf32>)
     -> (tensor<?x64xbf16>, tensor<?xf32>) {
   %o, %lse = attnres.partition_reduce softmax %p : tensor<3x?x64xf32>
       lse(%l : tensor<3x?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
   return %o, %lse : tensor<?x64xbf16>, tensor<?xf32>
+}
+
+// -----
+
+// Two queries: the merge of the split forward has [M, N] rows, the queries
+// its first token dimension. Tiled by (1, 40), the partials' tiles are of
+// one token (their one token dimension by 1) and the merge's 40 rows of one
+// query (2 runs of N rows).
+// SPLIT-LABEL: func.func @queries(
+// SPLIT-NOT: scf.forall
+// SPLIT: %[[N:.*]] = tensor.dim %arg0, %c1 : tensor<4x?x128xbf16>
+// SPLIT: %[[NONZERO:.*]] = arith.maxui %[[N]], %c1 : index
+// SPLIT: %[[TILES:.*]] = arith.ceildivui %[[N]], %c40 : index
+// SPLIT: %[[RUNS:.*]] = arith.divui %{{.*}}, %[[NONZERO]] : index
+// SPLIT: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
+// SPLIT: gpu.launch_func  @attnres_kernels::@queries_0_forward_partial {{.*}} %c2_i64 : i64, %c1_i64 : i64, %{{.*}} : i64)
+// SPLIT: gpu.launch_func  @attnres_kernels::@queries_0_merge blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
+// SPLIT: merge_tile_dims = 2 : i64, merge_tile_tokens = 40 : i64
+// SPLIT-SAME: , tile_dims = 1 : i64, tile_tokens = 1 : i64
+func.func @queries(%v: tensor<4x?x128xbf16>, %q: tensor<2x128xbf16>)
+    -> (tensor<2x?x128xbf16>, tensor<2x?xf32>) {
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x128xbf16>)
+      query(%q : tensor<2x128xbf16>) -> tensor<2x?x128xbf16>, tensor<2x?xf32>
+  return %o, %lse : tensor<2x?x128xbf16>, tensor<2x?xf32>
 }
