@@ -255,13 +255,18 @@ void KernelEmitter::forEachRowStep(
   Value first = addI(mulI(run, dimRows), tileStart);
   Value count =
       minI(tileRows, arith::SubIOp::create(b, loc, dimRows, tileStart));
-  auto loop =
-      scf::ForOp::create(b, loc, constI64(0), ceilDivI(tileRows, groupRows),
-                         constI64(1), ValueRange{});
+  // Operands built one statement at a time: the order of a call's
+  // arguments is the compiler's, and the IR must not depend on it.
+  Value zero = constI64(0);
+  Value steps = ceilDivI(tileRows, groupRows);
+  Value one = constI64(1);
+  auto loop = scf::ForOp::create(b, loc, zero, steps, one, ValueRange{});
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(loop.getBody()->getTerminator());
   Value offset = addI(mulI(loop.getInductionVar(), groupRows), group);
-  body(addI(first, offset), lessThan(offset, count));
+  Value inTile = lessThan(offset, count);
+  Value row = addI(first, offset);
+  body(row, inTile);
   gpu::BarrierOp::create(b, loc);
 }
 

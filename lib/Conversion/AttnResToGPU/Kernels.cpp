@@ -1332,200 +1332,194 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
   auto columnRows = [&](int arg) {
     return arg >= 0 ? e.mulI(k.arg(arg), e.constI64(T)) : Value();
   };
-  e.forEachRowStep(
-      columnRows(tileRowsArg), columnRows(dimRowsArg),
-      [&](Value row, Value inTile) {
-        Value valid = e.lessThan(row, tileRows);
-        if (inTile)
-          valid = arith::AndIOp::create(b, loc, valid, inTile);
-        Value rowc = e.minI(row, e.addI(tileRows, e.constI64(-1)));
-        // The row of the lse, the sink and the weights.
-        Value logicalRow = T > 1 ? e.divI(rowc, e.constI64(T)) : rowc;
-        Value negInf = e.constF32(-kInf);
-        Value zero = e.zeroVector();
-        Value sinkLogit =
-            sink >= 0 ? e.loadScalar(k.arg(sink), logicalRow, f32) : negInf;
-        auto lseOf = [&](Value p) {
-          return e.loadScalar(k.arg(partialLse),
-                              e.addI(e.mulI(p, rows), logicalRow), f32);
-        };
-        Value maximum;
-        auto weightOf = [&](Value x) { return partitionWeight(e, x, maximum); };
-        // An empty partition's row may hold anything, NaN included: it is
-        // selected away, never multiplied in.
-        auto loadPartial = [&](Value p) {
-          return loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc),
-                         f32);
-        };
-        auto accumulateRow = [&](ArrayRef<Value> acc, Value w,
-                                 ArrayRef<Value> part) {
-          Value contributes =
-              e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
-          Value wV = e.splat(w, layout.vectorWidth);
-          SmallVector<Value> next;
-          for (int64_t c = 0; c < C; ++c)
-            next.push_back(
-                e.add(acc[c], e.select(contributes, e.mul(part[c], wV), zero)));
-          return next;
-        };
-        auto accumulate = [&](ArrayRef<Value> acc, Value w, Value p) {
-          return accumulateRow(acc, w, loadPartial(p));
-        };
+  Value tileRowsValue = columnRows(tileRowsArg);
+  Value dimRowsValue = columnRows(dimRowsArg);
+  e.forEachRowStep(tileRowsValue, dimRowsValue, [&](Value row, Value inTile) {
+    Value valid = e.lessThan(row, tileRows);
+    if (inTile)
+      valid = arith::AndIOp::create(b, loc, valid, inTile);
+    Value rowc = e.minI(row, e.addI(tileRows, e.constI64(-1)));
+    // The row of the lse, the sink and the weights.
+    Value logicalRow = T > 1 ? e.divI(rowc, e.constI64(T)) : rowc;
+    Value negInf = e.constF32(-kInf);
+    Value zero = e.zeroVector();
+    Value sinkLogit =
+        sink >= 0 ? e.loadScalar(k.arg(sink), logicalRow, f32) : negInf;
+    auto lseOf = [&](Value p) {
+      return e.loadScalar(k.arg(partialLse),
+                          e.addI(e.mulI(p, rows), logicalRow), f32);
+    };
+    Value maximum;
+    auto weightOf = [&](Value x) { return partitionWeight(e, x, maximum); };
+    // An empty partition's row may hold anything, NaN included: it is
+    // selected away, never multiplied in.
+    auto loadPartial = [&](Value p) {
+      return loadRow(e, k.arg(partials), e.addI(e.mulI(p, tileRows), rowc),
+                     f32);
+    };
+    auto accumulateRow = [&](ArrayRef<Value> acc, Value w,
+                             ArrayRef<Value> part) {
+      Value contributes =
+          e.splat(e.greater(w, e.constF32(0.0)), layout.vectorWidth);
+      Value wV = e.splat(w, layout.vectorWidth);
+      SmallVector<Value> next;
+      for (int64_t c = 0; c < C; ++c)
+        next.push_back(
+            e.add(acc[c], e.select(contributes, e.mul(part[c], wV), zero)));
+      return next;
+    };
+    auto accumulate = [&](ArrayRef<Value> acc, Value w, Value p) {
+      return accumulateRow(acc, w, loadPartial(p));
+    };
 
-        Value total;
-        SmallVector<Value> acc(C, zero);
-        if (unrolled) {
-          // Few partitions: every lse in registers, every partial row load in
-          // flight at once.
-          SmallVector<Value> lse;
-          maximum = sinkLogit;
-          for (int64_t p = 0; p < spec.staticPartitions; ++p) {
-            lse.push_back(lseOf(e.constI64(p)));
-            maximum = e.maximum(maximum, lse.back());
-          }
-          total = sink >= 0 ? weightOf(sinkLogit) : e.constF32(0.0);
-          for (int64_t p = 0; p < spec.staticPartitions; ++p) {
-            Value w = weightOf(lse[p]);
-            total = e.add(total, w);
-            acc = accumulate(acc, w, e.constI64(p));
-          }
-        } else {
-          // Many or run-time partitions: the lanes of a row split the lse work,
-          // then stage the weights in workgroup memory a tile at a time.
-          Value lane = e.lane, stride = e.constI64(layout.threadsPerRow);
-          auto strided = [&](Value init,
-                             function_ref<Value(Value, Value)> body) {
-            auto loop = scf::ForOp::create(
-                b, loc, lane, P, stride, ValueRange{init},
-                [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
-                  OpBuilder::InsertionGuard guard(b);
-                  b.setInsertionPoint(nested.getInsertionBlock(),
-                                      nested.getInsertionPoint());
-                  scf::YieldOp::create(b, loc, body(p, carried[0]));
-                });
-            return loop.getResult(0);
-          };
-          Value localMax = strided(
-              negInf, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
-          maximum = e.maximum(e.rowMax({localMax})[0], sinkLogit);
-          Value localSum = strided(e.constF32(0.0), [&](Value p, Value sum) {
-            return e.add(sum, weightOf(lseOf(p)));
-          });
-          total = e.rowSum({localSum})[0];
-          if (sink >= 0)
-            total = e.add(total, weightOf(sinkLogit));
-
-          Value tile = e.constI64(weightTile);
-          Value weights = e.workgroupBuffer();
-          Value rowBase =
-              e.addI(e.constI64(reduceFloats), e.mulI(e.group, tile));
-          auto slot = [&](Value p, Value tileStart) {
-            return arith::IndexCastOp::create(
-                b, loc, b.getIndexType(),
-                e.addI(rowBase, arith::SubIOp::create(b, loc, p, tileStart)));
-          };
-          Carried init;
-          init.add(acc);
-          auto tiles = scf::ForOp::create(
-              b, loc, e.constI64(0), e.ceilDivI(P, tile), e.constI64(1),
-              init.values,
-              [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
-                OpBuilder::InsertionGuard guard(b);
-                b.setInsertionPoint(nested.getInsertionBlock(),
-                                    nested.getInsertionPoint());
-                Value tileStart = e.mulI(t, tile);
-                Value tileEnd = e.minI(e.addI(tileStart, tile), P);
-                scf::ForOp::create(
-                    b, loc, e.addI(tileStart, lane), tileEnd, stride,
-                    ValueRange{},
-                    [&](OpBuilder &inner, Location, Value p, ValueRange) {
-                      OpBuilder::InsertionGuard innerGuard(b);
-                      b.setInsertionPoint(inner.getInsertionBlock(),
-                                          inner.getInsertionPoint());
-                      memref::StoreOp::create(b, loc, weightOf(lseOf(p)),
-                                              weights,
-                                              ValueRange{slot(p, tileStart)});
-                      scf::YieldOp::create(b, loc);
-                    });
-                gpu::BarrierOp::create(b, loc);
-                // spec.loadsInFlight partitions a step: their rows are all
-                // loaded before any is added, so that the step waits for one
-                // load latency, not one per partition. Past the tile's end the
-                // last partition is read again with weight 0.
-                Value last = e.addI(tileEnd, e.constI64(-1));
-                auto inner = scf::ForOp::create(
-                    b, loc, tileStart, tileEnd, e.constI64(spec.loadsInFlight),
-                    carried,
-                    [&](OpBuilder &innerBuilder, Location, Value p,
-                        ValueRange partial) {
-                      OpBuilder::InsertionGuard innerGuard(b);
-                      b.setInsertionPoint(innerBuilder.getInsertionBlock(),
-                                          innerBuilder.getInsertionPoint());
-                      SmallVector<Value> ws;
-                      SmallVector<SmallVector<Value>> rowsInFlight;
-                      for (int64_t u = 0; u < spec.loadsInFlight; ++u) {
-                        Value pu = e.addI(p, e.constI64(u));
-                        Value inTile = e.lessThan(pu, tileEnd);
-                        Value clamped = e.minI(pu, last);
-                        Value w = memref::LoadOp::create(
-                            b, loc, weights,
-                            ValueRange{slot(clamped, tileStart)});
-                        ws.push_back(e.select(inTile, w, e.constF32(0.0)));
-                        rowsInFlight.push_back(loadPartial(clamped));
-                      }
-                      SmallVector<Value> next(partial);
-                      for (int64_t u = 0; u < spec.loadsInFlight; ++u)
-                        next = accumulateRow(next, ws[u], rowsInFlight[u]);
-                      scf::YieldOp::create(b, loc, next);
-                    });
-                gpu::BarrierOp::create(b, loc);
-                scf::YieldOp::create(b, loc, inner.getResults());
-              });
-          acc.assign(tiles.getResults().begin(), tiles.getResults().end());
-        }
-        Value anyMass = e.greater(total, e.constF32(0.0));
-        SmallVector<Value> merged;
-        Value inverse = e.div(e.constF32(1.0), total);
-        for (int64_t c = 0; c < C; ++c)
-          merged.push_back(e.select(
-              e.splat(anyMass, layout.vectorWidth),
-              e.mul(acc[c], e.splat(inverse, layout.vectorWidth)), zero));
-        Value lse = e.select(anyMass, e.add(maximum, e.log(total)), negInf);
-
-        SmallVector<Value> oRow = merged;
-        if (weight >= 0) {
-          Value weightRow = e.constI64(0);
-          if (rowsPerWeight >= 0)
-            weightRow = e.divI(rowc, k.arg(rowsPerWeight));
-          SmallVector<Value> h =
-              loadRow(e, k.arg(weight), weightRow, spec.outputNorm);
-          Value rho = normFactor(e, e.rowSum({dotChunks(e, merged, merged)})[0],
-                                 D, spec.eps);
-          Value rhoV = e.splat(rho, layout.vectorWidth);
-          oRow.clear();
-          for (int64_t c = 0; c < C; ++c)
-            oRow.push_back(e.mul(e.mul(merged[c], rhoV), h[c]));
-        }
-        Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
-        storeRow(e, oRow, k.arg(out), row, spec.output, valid,
-                 oPreOut >= 0 ? Value() : residual);
-        if (oPreOut >= 0)
-          storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid,
-                   residual);
-        // Lane 0 of a row's first tile stores its lse.
-        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                              e.lane, e.constI64(0));
-        Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
-        if (T > 1)
-          writesLse = arith::AndIOp::create(
-              b, loc, writesLse,
-              arith::CmpIOp::create(
-                  b, loc, arith::CmpIPredicate::eq,
-                  arith::RemUIOp::create(b, loc, rowc, e.constI64(T)),
-                  e.constI64(0)));
-        e.ifThen(writesLse,
-                 [&] { e.storeScalar(lse, k.arg(lseOut), logicalRow, f32); });
+    Value total;
+    SmallVector<Value> acc(C, zero);
+    if (unrolled) {
+      // Few partitions: every lse in registers, every partial row load in
+      // flight at once.
+      SmallVector<Value> lse;
+      maximum = sinkLogit;
+      for (int64_t p = 0; p < spec.staticPartitions; ++p) {
+        lse.push_back(lseOf(e.constI64(p)));
+        maximum = e.maximum(maximum, lse.back());
+      }
+      total = sink >= 0 ? weightOf(sinkLogit) : e.constF32(0.0);
+      for (int64_t p = 0; p < spec.staticPartitions; ++p) {
+        Value w = weightOf(lse[p]);
+        total = e.add(total, w);
+        acc = accumulate(acc, w, e.constI64(p));
+      }
+    } else {
+      // Many or run-time partitions: the lanes of a row split the lse work,
+      // then stage the weights in workgroup memory a tile at a time.
+      Value lane = e.lane, stride = e.constI64(layout.threadsPerRow);
+      auto strided = [&](Value init, function_ref<Value(Value, Value)> body) {
+        auto loop = scf::ForOp::create(
+            b, loc, lane, P, stride, ValueRange{init},
+            [&](OpBuilder &nested, Location, Value p, ValueRange carried) {
+              OpBuilder::InsertionGuard guard(b);
+              b.setInsertionPoint(nested.getInsertionBlock(),
+                                  nested.getInsertionPoint());
+              scf::YieldOp::create(b, loc, body(p, carried[0]));
+            });
+        return loop.getResult(0);
+      };
+      Value localMax = strided(
+          negInf, [&](Value p, Value m) { return e.maximum(m, lseOf(p)); });
+      maximum = e.maximum(e.rowMax({localMax})[0], sinkLogit);
+      Value localSum = strided(e.constF32(0.0), [&](Value p, Value sum) {
+        return e.add(sum, weightOf(lseOf(p)));
       });
+      total = e.rowSum({localSum})[0];
+      if (sink >= 0)
+        total = e.add(total, weightOf(sinkLogit));
+
+      Value tile = e.constI64(weightTile);
+      Value weights = e.workgroupBuffer();
+      Value rowBase = e.addI(e.constI64(reduceFloats), e.mulI(e.group, tile));
+      auto slot = [&](Value p, Value tileStart) {
+        return arith::IndexCastOp::create(
+            b, loc, b.getIndexType(),
+            e.addI(rowBase, arith::SubIOp::create(b, loc, p, tileStart)));
+      };
+      Carried init;
+      init.add(acc);
+      auto tiles = scf::ForOp::create(
+          b, loc, e.constI64(0), e.ceilDivI(P, tile), e.constI64(1),
+          init.values,
+          [&](OpBuilder &nested, Location, Value t, ValueRange carried) {
+            OpBuilder::InsertionGuard guard(b);
+            b.setInsertionPoint(nested.getInsertionBlock(),
+                                nested.getInsertionPoint());
+            Value tileStart = e.mulI(t, tile);
+            Value tileEnd = e.minI(e.addI(tileStart, tile), P);
+            scf::ForOp::create(
+                b, loc, e.addI(tileStart, lane), tileEnd, stride, ValueRange{},
+                [&](OpBuilder &inner, Location, Value p, ValueRange) {
+                  OpBuilder::InsertionGuard innerGuard(b);
+                  b.setInsertionPoint(inner.getInsertionBlock(),
+                                      inner.getInsertionPoint());
+                  memref::StoreOp::create(b, loc, weightOf(lseOf(p)), weights,
+                                          ValueRange{slot(p, tileStart)});
+                  scf::YieldOp::create(b, loc);
+                });
+            gpu::BarrierOp::create(b, loc);
+            // spec.loadsInFlight partitions a step: their rows are all
+            // loaded before any is added, so that the step waits for one
+            // load latency, not one per partition. Past the tile's end the
+            // last partition is read again with weight 0.
+            Value last = e.addI(tileEnd, e.constI64(-1));
+            auto inner = scf::ForOp::create(
+                b, loc, tileStart, tileEnd, e.constI64(spec.loadsInFlight),
+                carried,
+                [&](OpBuilder &innerBuilder, Location, Value p,
+                    ValueRange partial) {
+                  OpBuilder::InsertionGuard innerGuard(b);
+                  b.setInsertionPoint(innerBuilder.getInsertionBlock(),
+                                      innerBuilder.getInsertionPoint());
+                  SmallVector<Value> ws;
+                  SmallVector<SmallVector<Value>> rowsInFlight;
+                  for (int64_t u = 0; u < spec.loadsInFlight; ++u) {
+                    Value pu = e.addI(p, e.constI64(u));
+                    Value inTile = e.lessThan(pu, tileEnd);
+                    Value clamped = e.minI(pu, last);
+                    Value w = memref::LoadOp::create(
+                        b, loc, weights, ValueRange{slot(clamped, tileStart)});
+                    ws.push_back(e.select(inTile, w, e.constF32(0.0)));
+                    rowsInFlight.push_back(loadPartial(clamped));
+                  }
+                  SmallVector<Value> next(partial);
+                  for (int64_t u = 0; u < spec.loadsInFlight; ++u)
+                    next = accumulateRow(next, ws[u], rowsInFlight[u]);
+                  scf::YieldOp::create(b, loc, next);
+                });
+            gpu::BarrierOp::create(b, loc);
+            scf::YieldOp::create(b, loc, inner.getResults());
+          });
+      acc.assign(tiles.getResults().begin(), tiles.getResults().end());
+    }
+    Value anyMass = e.greater(total, e.constF32(0.0));
+    SmallVector<Value> merged;
+    Value inverse = e.div(e.constF32(1.0), total);
+    for (int64_t c = 0; c < C; ++c)
+      merged.push_back(
+          e.select(e.splat(anyMass, layout.vectorWidth),
+                   e.mul(acc[c], e.splat(inverse, layout.vectorWidth)), zero));
+    Value lse = e.select(anyMass, e.add(maximum, e.log(total)), negInf);
+
+    SmallVector<Value> oRow = merged;
+    if (weight >= 0) {
+      Value weightRow = e.constI64(0);
+      if (rowsPerWeight >= 0)
+        weightRow = e.divI(rowc, k.arg(rowsPerWeight));
+      SmallVector<Value> h =
+          loadRow(e, k.arg(weight), weightRow, spec.outputNorm);
+      Value rho = normFactor(e, e.rowSum({dotChunks(e, merged, merged)})[0], D,
+                             spec.eps);
+      Value rhoV = e.splat(rho, layout.vectorWidth);
+      oRow.clear();
+      for (int64_t c = 0; c < C; ++c)
+        oRow.push_back(e.mul(e.mul(merged[c], rhoV), h[c]));
+    }
+    Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
+    storeRow(e, oRow, k.arg(out), row, spec.output, valid,
+             oPreOut >= 0 ? Value() : residual);
+    if (oPreOut >= 0)
+      storeRow(e, merged, k.arg(oPreOut), row, spec.output, valid, residual);
+    // Lane 0 of a row's first tile stores its lse.
+    Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          e.lane, e.constI64(0));
+    Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
+    if (T > 1)
+      writesLse = arith::AndIOp::create(
+          b, loc, writesLse,
+          arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::eq,
+              arith::RemUIOp::create(b, loc, rowc, e.constI64(T)),
+              e.constI64(0)));
+    e.ifThen(writesLse,
+             [&] { e.storeScalar(lse, k.arg(lseOut), logicalRow, f32); });
+  });
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
   info.grid[0] = layout.tokenTiles
