@@ -103,6 +103,33 @@ private:
   std::optional<int64_t> tokenCount;
 };
 
+/// `map` over `operands`, fully composed with the affine ops that define
+/// them, each remaining operand renamed by `name` (a constant inline, else a
+/// dimension or symbol among `numDims` / `numSymbols`); none where `name`
+/// has no name for one.
+std::optional<AffineMap>
+composeRenamed(AffineMap map, SmallVector<Value> operands, unsigned numDims,
+               unsigned numSymbols,
+               function_ref<std::optional<AffineExpr>(Value)> name) {
+  affine::fullyComposeAffineMapAndOperands(&map, &operands);
+  affine::canonicalizeMapAndOperands(&map, &operands);
+  SmallVector<AffineExpr> replacements;
+  for (Value operand : operands) {
+    std::optional<AffineExpr> renamed =
+        getConstantIntValue(operand)
+            ? getAffineConstantExpr(*getConstantIntValue(operand),
+                                    map.getContext())
+            : name(operand);
+    if (!renamed)
+      return std::nullopt;
+    replacements.push_back(*renamed);
+  }
+  ArrayRef<AffineExpr> all(replacements);
+  return map.replaceDimsAndSymbols(all.take_front(map.getNumDims()),
+                                   all.drop_front(map.getNumDims()), numDims,
+                                   numSymbols);
+}
+
 /// Whether `size` is dimension `dim` of `tensor` (a tensor.dim of it).
 bool isDimOf(OpFoldResult size, Value tensor, int64_t dim) {
   auto value = dyn_cast<Value>(size);
@@ -177,34 +204,27 @@ LogicalResult SplitBackwardMatcher::checkMin(Value value,
   auto min = value.getDefiningOp<affine::AffineMinOp>();
   if (!min)
     return fail("the block's " + what + " is not an affine.min");
-  AffineMap map = min.getAffineMap();
-  SmallVector<Value> operands(min.getOperands());
-  affine::fullyComposeAffineMapAndOperands(&map, &operands);
-  affine::canonicalizeMapAndOperands(&map, &operands);
   MLIRContext *context = loop.getContext();
   auto isTokenCount = [&](Value candidate) {
     return llvm::any_of(tokenTensors, [&](auto tensorAndDim) {
       return isDimOf(candidate, tensorAndDim.first, tensorAndDim.second);
     });
   };
-  SmallVector<AffineExpr> replacements;
-  for (Value operand : operands) {
-    if (std::optional<int64_t> constant = getConstantIntValue(operand))
-      replacements.push_back(getAffineConstantExpr(*constant, context));
-    else if (operand == loop.getInductionVar(0))
-      replacements.push_back(getAffineDimExpr(0, context));
-    else if (isTokenCount(operand))
-      replacements.push_back(getAffineSymbolExpr(0, context));
-    else if (offset && operand == offset && value != offset)
-      replacements.push_back(getAffineSymbolExpr(1, context));
-    else
-      return fail("the block's " + what +
-                  " depends on values other than the loop index and N");
-  }
-  unsigned numDims = map.getNumDims();
-  ArrayRef<AffineExpr> all(replacements);
-  AffineMap renamed = map.replaceDimsAndSymbols(all.take_front(numDims),
-                                                all.drop_front(numDims), 1, 2);
+  std::optional<AffineMap> composed =
+      composeRenamed(min.getAffineMap(), min.getOperands(), 1, 2,
+                     [&](Value operand) -> std::optional<AffineExpr> {
+                       if (operand == loop.getInductionVar(0))
+                         return getAffineDimExpr(0, context);
+                       if (isTokenCount(operand))
+                         return getAffineSymbolExpr(0, context);
+                       if (offset && operand == offset && value != offset)
+                         return getAffineSymbolExpr(1, context);
+                       return std::nullopt;
+                     });
+  if (!composed)
+    return fail("the block's " + what +
+                " depends on values other than the loop index and N");
+  AffineMap renamed = *composed;
   SmallVector<AffineExpr> found;
   for (AffineExpr result : renamed.getResults())
     found.push_back(simplifyAffineExpr(result, 1, 2));
@@ -626,23 +646,14 @@ TileLoopMatcher::composedOver(Value value, unsigned dim, OpFoldResult count) {
     map = apply.getAffineMap();
     operands.assign(apply.getOperands().begin(), apply.getOperands().end());
   }
-  affine::fullyComposeAffineMapAndOperands(&map, &operands);
-  affine::canonicalizeMapAndOperands(&map, &operands);
-  SmallVector<AffineExpr> replacements;
-  for (Value operand : operands) {
-    if (std::optional<int64_t> constant = getConstantIntValue(operand))
-      replacements.push_back(getAffineConstantExpr(*constant, context));
-    else if (operand == loop.getInductionVar(dim))
-      replacements.push_back(getAffineDimExpr(0, context));
-    else if (count && sameSize(operand, count))
-      replacements.push_back(getAffineSymbolExpr(0, context));
-    else
-      return std::nullopt;
-  }
-  unsigned numDims = map.getNumDims();
-  ArrayRef<AffineExpr> all(replacements);
-  return map.replaceDimsAndSymbols(all.take_front(numDims),
-                                   all.drop_front(numDims), 1, 1);
+  return composeRenamed(map, operands, 1, 1,
+                        [&](Value operand) -> std::optional<AffineExpr> {
+                          if (operand == loop.getInductionVar(dim))
+                            return getAffineDimExpr(0, context);
+                          if (count && sameSize(operand, count))
+                            return getAffineSymbolExpr(0, context);
+                          return std::nullopt;
+                        });
 }
 
 /// Whether `offset` is the first token of the tile of loop dimension `dim`.
