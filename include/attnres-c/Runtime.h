@@ -95,7 +95,8 @@ attnresForward(const AttnresRuntime *runtime, int op,
 
 /* Backward of op `op`: `grad_sources` is a device table of L pointers to the
  * [N, D] source gradients; dq, dg and dh have the parameters' shapes;
- * `saved_residual` is the forward's o_pre_residual where the op reads one.
+ * `saved_residual` is the forward's o_pre_residual where the op reads one,
+ * `grad_lse` the lse's gradient where the op takes one.
  * `blocks` (of tokens) and `partitions` (of the sources) = 0 choose by the
  * manifest's rules. The workspace must hold attnresBackwardWorkspaceSize
  * bytes, aligned to 256. */
@@ -111,6 +112,9 @@ typedef struct AttnresBackwardArgs {
   void *workspace;
   size_t workspace_size;
   const void *saved_residual;
+  /* [M, N] f32: the gradient of the forward's lse, for an op compiled with
+   * grad_lse(...) (the backward of a partial result); else null. */
+  const void *grad_lse;
 } AttnresBackwardArgs;
 
 ATTNRES_RUNTIME_EXPORT AttnresStatus attnresBackwardWorkspaceSize(

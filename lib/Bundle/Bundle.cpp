@@ -494,11 +494,13 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   std::map<std::string, std::string> items;
   SmallVector<StringRef> parts;
   rest.split(parts, ',', -1, /*KeepEmpty=*/false);
-  static const char *const flags[] = {"key_norm", "packed", "multi_query"};
+  static const char *const flags[] = {"key_norm", "packed", "multi_query",
+                                      "grad_lse"};
   static const char *const known[] = {
       "L",           "D",        "R",           "M",      "dtype",
       "param_dtype", "key_norm", "output_norm", "save",   "eps",
-      "scale",       "packed",   "multi_query", "tokens", "output_dtype"};
+      "scale",       "packed",   "multi_query", "tokens", "output_dtype",
+      "grad_lse"};
   for (StringRef part : parts) {
     StringRef item = part.trim();
     auto [key, value] = item.split('=');
@@ -598,6 +600,12 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   bool multi = items.count("multi_query") || M > 1;
   bool keyNorm = items.count("key_norm");
   bool outputNorm = items.count("output_norm");
+  bool gradLse = items.count("grad_lse");
+  if (gradLse && kind == "forward") {
+    error = "spec item grad_lse (the lse's gradient, an operand of the "
+            "backward) needs a backward: or train: spec";
+    return failure();
+  }
   bool perQuery = text("output_norm", "") == "per_query";
   std::string save = text("save", "o_pre");
   double eps = 1e-6, scale = 1.0;
@@ -640,7 +648,8 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   Type sourceType = tensor({}, {T, D}, value);
   Type packedType = tensor({}, {L, T, D}, value);
   Type perQueryType = tensor(lead, {T, D}, output);
-  Type gradType = tensor(lead, {T, D}, value);
+  // The gradient of o has o's type (f32 for FP32 partial outputs).
+  Type gradType = tensor(lead, {T, D}, output);
   Type lseType = tensor(lead, {T}, b.getF32Type());
   Type queryType = tensor(lead, {R}, parameter);
   Type keyNormType = tensor({}, {R}, parameter);
@@ -673,6 +682,8 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
       if (residual)
         arguments.push_back(residualType);
     }
+    if (gradLse)
+      arguments.push_back(lseType);
   }
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
@@ -710,13 +721,15 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
       saved = next(savesOutput);
       savedResidual = next(residual);
     }
+    Value gradLseValue = next(gradLse);
     SmallVector<Type> sourceGrads(packed ? 1 : L,
                                   packed ? packedType : sourceType);
     BackwardOp::create(b, loc, sourceGrads, queryType,
                        keyNorm ? keyNormType : Type(),
                        outputNorm ? outputNormType : Type(), sources, packed,
                        query, keyNormWeight, outputNormWeight, grad, lse, saved,
-                       savedResidual, APFloat(eps), APFloat(scale));
+                       savedResidual, gradLseValue, APFloat(eps),
+                       APFloat(scale));
   }
   func::ReturnOp::create(b, loc);
 

@@ -84,7 +84,8 @@ class BackwardArgs(ctypes.Structure):
                 ("lse", _p), ("saved", _p), ("grad_sources", _p),
                 ("dq", _p), ("dg", _p), ("dh", _p), ("blocks", _i64),
                 ("partitions", _i64), ("workspace", _p),
-                ("workspace_size", ctypes.c_size_t), ("saved_residual", _p)]
+                ("workspace_size", ctypes.c_size_t), ("saved_residual", _p),
+                ("grad_lse", _p)]
 
 
 class MergeArgs(ctypes.Structure):

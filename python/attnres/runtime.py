@@ -105,12 +105,13 @@ class Runtime:
     def backward(self, op, *, num_tokens, sources, query, grad,
                  grad_sources, dq, lse=0, saved=0, saved_residual=0,
                  key_norm=0, output_norm=0, dg=0, dh=0, blocks=0,
-                 partitions=0, workspace=0, workspace_size=0, stream=0):
+                 partitions=0, workspace=0, workspace_size=0, stream=0,
+                 grad_lse=0):
         args = _native.BackwardArgs(num_tokens, sources, query, key_norm,
                                     output_norm, grad, lse, saved,
                                     grad_sources, dq, dg, dh, blocks,
                                     partitions, workspace, workspace_size,
-                                    saved_residual)
+                                    saved_residual, grad_lse)
         _native.runtime_call("attnresBackward", self._handle, _index(op),
                              ctypes.byref(args), stream)
 

@@ -78,3 +78,21 @@ func.func @residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<1
   return %dq : tensor<16xf32>
 }
 
+
+// -----
+
+// The lse gradient is sliced per token block like the lse.
+// CHECK-LABEL: func.func @lse_gradient
+// CHECK-SAME: %[[DLSE:[a-z0-9]+]]: tensor<?xf32>) -> tensor<16xf32>
+// CHECK: scf.forall (%{{.*}}) in (7)
+// CHECK: %[[DL:.*]] = tensor.extract_slice %[[DLSE]][%{{.*}}] [%{{.*}}] [1] : tensor<?xf32> to tensor<?xf32>
+// CHECK: attnres.backward {{.*}} grad_lse(%[[DL]] : tensor<?xf32>)
+func.func @lse_gradient(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xf32>,
+                        %do: tensor<?x64xf32>, %lse: tensor<?xf32>, %o: tensor<?x64xf32>,
+                        %dlse: tensor<?xf32>) -> tensor<16xf32> {
+  %dv:2, %dq = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xf32>) lse(%lse : tensor<?xf32>)
+      saved(%o : tensor<?x64xf32>) grad_lse(%dlse : tensor<?xf32>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return %dq : tensor<16xf32>
+}

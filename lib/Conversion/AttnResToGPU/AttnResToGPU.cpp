@@ -643,6 +643,7 @@ struct ConvertAttnResToGPUPass
     spec.grad = elementOf(op.getGradOutput());
     spec.saved = elementOf(op.getSavedOutput());
     spec.readResidual = static_cast<bool>(op.getSavedResidual());
+    spec.readGradLse = static_cast<bool>(op.getGradLse());
     spec.gradQuery = elementOf(op.getGradQuery());
     spec.gradKeyNorm = elementOf(op.getGradKeyNormWeight());
     spec.gradOutputNorm = elementOf(op.getGradOutputNormWeight());
@@ -674,6 +675,8 @@ struct ConvertAttnResToGPUPass
     if (spec.saved)
       facts.append("saved_type", b.getStringAttr(typeName(spec.saved)));
     facts.append("reads_saved_residual", b.getBoolAttr(spec.readResidual));
+    if (spec.readGradLse)
+      facts.append("reads_grad_lse", b.getBoolAttr(true));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     // Whether the backward adds its row groups' partial rows before writing
     // them (bundles without this fact wrote one per row group).

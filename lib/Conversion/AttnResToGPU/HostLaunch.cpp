@@ -667,6 +667,7 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   bind("lse", host.readBuffer(op.getLse()));
   bind("saved", host.readBuffer(op.getSavedOutput()));
   bind("saved_residual", host.readBuffer(op.getSavedResidual()));
+  bind("grad_lse", host.readBuffer(op.getGradLse()));
 
   // Gradients have the shapes of their operands.
   SmallVector<Value> results;
@@ -743,7 +744,7 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
 
   llvm::StringSet<> callerBuffers = {"query",         "key_norm", "output_norm",
                                      "grad",          "lse",      "saved",
-                                     "saved_residual"};
+                                     "saved_residual", "grad_lse"};
   host.checkArguments(info, values, callerBuffers);
   host.checkArguments(finalize->second, values, callerBuffers);
   llvm::StringMap<Value> symbols = {{"N", tokens},

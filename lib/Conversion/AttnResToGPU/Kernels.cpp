@@ -1633,6 +1633,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   int savedResidual = spec.readResidual ? k.buffer("saved_residual",
                                                    b.getI8Type(), "[M, N, D/2]")
                                         : -1;
+  int gradLseIn =
+      spec.readGradLse ? k.buffer("grad_lse", f32, "[M, N]") : -1;
   unsigned gradSources = k.table("grad_sources", spec.value, "L x [N, D]");
   unsigned partialDa =
       k.buffer("partial_da", f32, "[P * B * partial_rows_per_block, M, R]");
@@ -1797,6 +1799,13 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
         for (int64_t m = 0; m < M; ++m)
           deltaTerms.push_back(dotChunks(e, dPre[m], oPre[m]));
         SmallVector<Value> delta = e.rowSum(deltaTerms);
+        // The lse's gradient adds scale * p_s * dlse to each logit's.
+        if (gradLseIn >= 0)
+          for (int64_t m = 0; m < M; ++m) {
+            Value perQueryRow = e.addI(e.mulI(e.constI64(m), N), rowc);
+            Value dlse = e.loadScalar(k.arg(gradLseIn), perQueryRow, f32);
+            delta[m] = e.sub(delta[m], dlse);
+          }
 
         // One pass over the partition's sources: dv, and the block's share
         // of da.

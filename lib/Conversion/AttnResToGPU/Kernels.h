@@ -39,6 +39,7 @@ struct AttnResSpec {
   // backward
   Type grad, saved;          // saved is null for the recompute backward
   bool readResidual = false; // residual(...) of the saved o_pre
+  bool readGradLse = false;  // grad_lse(...): delta - dlse in place of delta
   Type gradQuery, gradKeyNorm, gradOutputNorm;
 };
 

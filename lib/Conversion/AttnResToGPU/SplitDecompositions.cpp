@@ -81,7 +81,7 @@ public:
   LogicalResult check();
 
   SmallVector<Value> outerSources;
-  Value outerGrad, outerLse, outerSaved, outerSavedResidual;
+  Value outerGrad, outerLse, outerSaved, outerSavedResidual, outerGradLse;
   SmallVector<PartitionReduceOp> sums;
 
 private:
@@ -283,7 +283,9 @@ LogicalResult SplitBackwardMatcher::check() {
       failed(sliceOf(tile.getSavedOutput(), perQueryLead, "saved output",
                      outerSaved)) ||
       failed(sliceOf(tile.getSavedResidual(), perQueryLead, "saved residual",
-                     outerSavedResidual)))
+                     outerSavedResidual)) ||
+      failed(sliceOf(tile.getGradLse(), perQueryLead, "lse gradient",
+                     outerGradLse)))
     return failure();
   for (Value weight :
        {tile.getQuery(), tile.getKeyNormWeight(), tile.getOutputNormWeight()})
@@ -1091,7 +1093,7 @@ LogicalResult gpu_kernels::absorbSplitBackwards(
         matcher.outerSources, tile.getPackedAttr(), tile.getQuery(),
         tile.getKeyNormWeight(), tile.getOutputNormWeight(), matcher.outerGrad,
         matcher.outerLse, matcher.outerSaved, matcher.outerSavedResidual,
-        tile.getEpsAttr(), tile.getScaleAttr());
+        matcher.outerGradLse, tile.getEpsAttr(), tile.getScaleAttr());
     if (failed(verifyWhole(whole, loop, "attnres-split-reduction")))
       return failure();
     blocks[whole] = *getConstantIntValue(loop.getMixedUpperBound().front());

@@ -586,6 +586,16 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
                   [&](OpBuilder &n, Location, ValueRange x) {
                     return e.add(n, x[2], e.mul(n, x[0], x[1]));
                   });
+    // An lse gradient adds scale * p * dlse to each logit's gradient, which
+    // is delta - dlse in place of delta.
+    if (Value gradLse = op.getGradLse()) {
+      Value dlse = normalizePerQuery(e, gradLse, multi, numTokenDims);
+      delta = e.generic({delta, dlse}, {e.map(2, {0, 1}), e.map(2, {0, 1})},
+                        e.empty({M, N}), e.map(2, {0, 1}), {kPar, kPar},
+                        [&](OpBuilder &n, Location, ValueRange x) {
+                          return e.sub(n, x[0], x[1]);
+                        });
+    }
     // ds[m, l, n] = scale * p * (<do_pre, v_l> - delta)
     Value gradDot = e.generic(
         {gradOPre, terms.sources}, {e.map(4, {0, 2, 3}), e.map(4, {1, 2, 3})},

@@ -293,3 +293,25 @@ func.func @normed(%v: tensor<4x?x1024xbf16>, %q: tensor<1024xbf16>,
       save(o_pre) -> tensor<?x1024xbf16>, tensor<?xf32>, tensor<?x1024xbf16>
   return
 }
+
+// -----
+
+// A backward given the lse's gradient (of a partial result, f32 grad and
+// saved o): the kernel takes it as a buffer after the saved o_pre and forms
+// delta - dlse where it would form delta.
+// CHECK-LABEL: backward = "partial_0_backward"
+// CHECK-SAME: reads_grad_lse = true
+// CHECK: gpu.func @partial_0_backward(
+// CHECK-SAME: name = "saved", shape = "[M, N, D]", type = "f32"}, {alignment = 4 : i64, kind = "buffer", name = "grad_lse", shape = "[M, N]", type = "f32"}, {{{.*}}name = "grad_sources"
+// CHECK: %[[AT:.*]] = llvm.getelementptr %arg5[%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, f32
+// CHECK-NEXT: %[[DLSE:.*]] = llvm.load %[[AT]] {alignment = 4 : i64} : !llvm.ptr<1> -> f32
+// CHECK-NEXT: arith.subf %{{.*}}, %[[DLSE]] fastmath<contract> : f32
+func.func @partial(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xf32>,
+                   %do: tensor<?x64xf32>, %lse: tensor<?xf32>, %o: tensor<?x64xf32>,
+                   %dlse: tensor<?xf32>) {
+  %dv:2, %dq = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xf32>) lse(%lse : tensor<?xf32>)
+      saved(%o : tensor<?x64xf32>) grad_lse(%dlse : tensor<?xf32>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return
+}

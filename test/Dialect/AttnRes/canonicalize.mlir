@@ -101,6 +101,22 @@ func.func @backward_one_source(%v: tensor<?x64xbf16>, %q: tensor<16xf32>, %g: te
 
 // -----
 
+// With an lse gradient a single source still has gradients in q and its key
+// (lse = z): the backward stays.
+// CHECK-LABEL: func.func @backward_one_source_lse_gradient
+// CHECK: attnres.backward {{.*}} grad_lse(
+func.func @backward_one_source_lse_gradient(%v: tensor<?x64xf32>, %q: tensor<16xf32>,
+                                            %do: tensor<?x64xf32>, %lse: tensor<?xf32>,
+                                            %dlse: tensor<?xf32>)
+    -> (tensor<?x64xf32>, tensor<16xf32>) {
+  %dv, %dq = attnres.backward sources(%v : tensor<?x64xf32>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xf32>) lse(%lse : tensor<?xf32>)
+      grad_lse(%dlse : tensor<?xf32>) -> tensor<?x64xf32>, tensor<16xf32>
+  return %dv, %dq : tensor<?x64xf32>, tensor<16xf32>
+}
+
+// -----
+
 // Packed, with an f32 gradient of bf16 sources: do is truncated and expanded.
 // CHECK-LABEL: func.func @backward_one_packed_source
 // CHECK-SAME: %[[DO:[a-z0-9]+]]: tensor<8x64xf32>, %{{.*}}: tensor<8xf32>)

@@ -177,3 +177,22 @@ func.func @o_pre_residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
   return %dq, %mr : tensor<2x16xf32>, tensor<?x32xi8>
 }
 
+
+// -----
+
+// The backward of a partial result whose lse is used: grad_lse(...) comes
+// after the saved operands.
+// CHECK-LABEL: func.func @lse_gradient
+// CHECK: attnres.backward sources(%{{.*}}, %{{.*}} : tensor<?x64xbf16>) query(%{{.*}} : tensor<2x16xf32>) grad(%{{.*}} : tensor<2x?x64xf32>) lse(%{{.*}} : tensor<2x?xf32>) saved(%{{.*}} : tensor<2x?x64xf32>) grad_lse(%{{.*}} : tensor<2x?xf32>) -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<2x16xf32>
+func.func @lse_gradient(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                        %q: tensor<2x16xf32>, %do: tensor<2x?x64xf32>,
+                        %dlse: tensor<2x?xf32>) -> tensor<2x16xf32> {
+  %o, %lse = attnres.forward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<2x16xf32>) -> tensor<2x?x64xf32>, tensor<2x?xf32>
+  %dv:2, %dq = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<2x16xf32>) grad(%do : tensor<2x?x64xf32>)
+      lse(%lse : tensor<2x?xf32>) saved(%o : tensor<2x?x64xf32>)
+      grad_lse(%dlse : tensor<2x?xf32>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<2x16xf32>
+  return %dq : tensor<2x16xf32>
+}

@@ -125,7 +125,8 @@ Forward forward(const Problem &pb) {
 
 Backward backward(const Problem &pb, const std::vector<double> &gradOutput,
                   const std::vector<double> &lse,
-                  const std::vector<double> *savedOPre) {
+                  const std::vector<double> *savedOPre,
+                  const std::vector<double> *gradLse) {
   Backward out;
   out.dv.value.assign(pb.L * pb.N * pb.D, 0.0);
   out.dv.magnitude = out.dv.value;
@@ -193,6 +194,11 @@ Backward backward(const Problem &pb, const std::vector<double> &gradOutput,
       for (int64_t d = 0; d < pb.D; ++d) {
         delta += dPre[d] * oPre[d];
         deltaMag += dPreMag[d] * oPreMag[d];
+      }
+      // d lse / d z_l = p_l: the lse's gradient moves every logit's.
+      if (gradLse) {
+        delta -= (*gradLse)[mn];
+        deltaMag += std::fabs((*gradLse)[mn]);
       }
 
       for (int64_t l = 0; l < pb.L; ++l) {
@@ -325,17 +331,23 @@ Tensor sum(int64_t P, int64_t S, const std::vector<double> &partials) {
 
 namespace {
 
-double loss(const Problem &pb, const std::vector<double> &gradOutput) {
+/// <o, gradOutput> (+ <lse, gradLse> when given).
+double loss(const Problem &pb, const std::vector<double> &gradOutput,
+            const std::vector<double> *gradLse) {
   Forward f = forward(pb);
   double total = 0.0;
   for (size_t i = 0; i < f.o.value.size(); ++i)
     total += f.o.value[i] * gradOutput[i];
+  if (gradLse)
+    for (size_t i = 0; i < f.lse.value.size(); ++i)
+      total += f.lse.value[i] * (*gradLse)[i];
   return total;
 }
 
 /// max |analytic - numeric| / max |numeric| over one parameter tensor.
 double compareWithDifferences(const Problem &pb,
                               const std::vector<double> &gradOutput,
+                              const std::vector<double> *gradLse,
                               std::vector<double> Problem::*parameter,
                               const std::vector<double> &analytic) {
   Problem probe = pb;
@@ -345,9 +357,9 @@ double compareWithDifferences(const Problem &pb,
     double x = (pb.*parameter)[i];
     double step = 1e-5 * std::max(1.0, std::fabs(x));
     (probe.*parameter)[i] = x + step;
-    double up = loss(probe, gradOutput);
+    double up = loss(probe, gradOutput, gradLse);
     (probe.*parameter)[i] = x - step;
-    double down = loss(probe, gradOutput);
+    double down = loss(probe, gradOutput, gradLse);
     (probe.*parameter)[i] = x;
     numeric.push_back((up - down) / (2 * step));
     scale = std::max(scale, std::fabs(numeric.back()));
@@ -374,7 +386,7 @@ double checkGradientsByFiniteDifferences(bool verbose) {
       {1, 2, 4, 2, 1, true, true, false, 1e-6, 1.0},
       {5, 1, 8, 2, 2, true, false, false, 0.5, 2.0},
   };
-  std::mt19937_64 rng(1234);
+  std::mt19937_64 rng(1234), lseRng(4321);
   std::normal_distribution<double> normal;
   double worst = 0.0;
   for (const Shape &s : shapes) {
@@ -393,32 +405,45 @@ double checkGradientsByFiniteDifferences(bool verbose) {
     fill(pb.h, (s.perQuery ? s.M : 1) * s.D, 1.0);
     std::vector<double> gradOutput;
     fill(gradOutput, s.M * s.N * s.D, 0.0);
+    // From a generator of its own, so the problems stay those checked
+    // before lse gradients were.
+    std::vector<double> randomGradLse(s.M * s.N);
+    for (double &value : randomGradLse)
+      value = normal(lseRng);
 
     Forward f = forward(pb);
-    Backward saved = backward(pb, gradOutput, f.lse.value, &f.oPre.value);
-    Backward recomputed = backward(pb, gradOutput, f.lse.value, nullptr);
-    double error = 0.0;
-    error = std::max(error, compareWithDifferences(pb, gradOutput, &Problem::v,
-                                                   saved.dv.value));
-    error = std::max(error, compareWithDifferences(pb, gradOutput, &Problem::q,
-                                                   saved.dq.value));
-    if (s.keyNorm)
-      error = std::max(error, compareWithDifferences(
-                                  pb, gradOutput, &Problem::g, saved.dg.value));
-    if (s.outputNorm)
-      error = std::max(error, compareWithDifferences(
-                                  pb, gradOutput, &Problem::h, saved.dh.value));
-    // The recompute backward must agree with the single-pass one.
-    for (size_t i = 0; i < saved.dv.value.size(); ++i)
-      error = std::max(error,
-                       std::fabs(saved.dv.value[i] - recomputed.dv.value[i]));
-    if (verbose)
-      std::printf("finite differences L=%lld N=%lld D=%lld R=%lld M=%lld "
-                  "g=%d h=%d%s: max relative error %.3g\n",
-                  (long long)s.L, (long long)s.N, (long long)s.D,
-                  (long long)s.R, (long long)s.M, s.keyNorm, s.outputNorm,
-                  s.perQuery ? "[M,D]" : "", error);
-    worst = std::max(worst, error);
+    // Once for a loss of o alone, once with the lse in it too.
+    const std::vector<double> *withAndWithout[] = {nullptr, &randomGradLse};
+    for (const std::vector<double> *gradLse : withAndWithout) {
+      Backward saved =
+          backward(pb, gradOutput, f.lse.value, &f.oPre.value, gradLse);
+      Backward recomputed =
+          backward(pb, gradOutput, f.lse.value, nullptr, gradLse);
+      double error = 0.0;
+      auto compare = [&](std::vector<double> Problem::*parameter,
+                         const Tensor &analytic) {
+        error = std::max(error, compareWithDifferences(pb, gradOutput, gradLse,
+                                                       parameter,
+                                                       analytic.value));
+      };
+      compare(&Problem::v, saved.dv);
+      compare(&Problem::q, saved.dq);
+      if (s.keyNorm)
+        compare(&Problem::g, saved.dg);
+      if (s.outputNorm)
+        compare(&Problem::h, saved.dh);
+      // The recompute backward must agree with the single-pass one.
+      for (size_t i = 0; i < saved.dv.value.size(); ++i)
+        error = std::max(error,
+                         std::fabs(saved.dv.value[i] - recomputed.dv.value[i]));
+      if (verbose)
+        std::printf("finite differences L=%lld N=%lld D=%lld R=%lld M=%lld "
+                    "g=%d h=%d%s%s: max relative error %.3g\n",
+                    (long long)s.L, (long long)s.N, (long long)s.D,
+                    (long long)s.R, (long long)s.M, s.keyNorm, s.outputNorm,
+                    s.perQuery ? "[M,D]" : "", gradLse ? " dlse" : "", error);
+      worst = std::max(worst, error);
+    }
   }
   return worst;
 }

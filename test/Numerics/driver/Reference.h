@@ -46,10 +46,13 @@ struct Backward {
 Forward forward(const Problem &problem);
 
 /// `savedOPre` is the forward's o_pre ([M, N, D]) for the single-pass
-/// backward, or null to recompute it from the sources and lse.
+/// backward, or null to recompute it from the sources and lse. `gradLse`
+/// ([M, N]) is the gradient of the forward's lse, or null when the lse is
+/// not used.
 Backward backward(const Problem &problem, const std::vector<double> &gradOutput,
                   const std::vector<double> &lse,
-                  const std::vector<double> *savedOPre);
+                  const std::vector<double> *savedOPre,
+                  const std::vector<double> *gradLse = nullptr);
 
 /// Softmax merge of P partitions: partials [P, N, D], lse [P, N], optional
 /// sink [N]. Returns o [N, D] and lse [N].

@@ -67,6 +67,11 @@ static constexpr double kToleranceResidual = 3e-4;
 //   remains, as in the f32 suites. Ignoring the residual moves them by
 //   1e-5 to 1e-3 (delta cancels against <do, v>).
 static constexpr double kToleranceResidualF32Grad = kToleranceF32;
+// * An lse gradient at logits |z| ~ 1e4 (f32): the FP32 logit is off by a few
+//   ulp(1e4) ~ 1e-3, so p_s is off by that relatively, and scale * p_s * dlse
+//   (which, unlike p_s * (<do, v_s> - delta), does not cancel for a one-hot
+//   softmax) carries it into dv and dq: 2.7e-5 of their magnitude measured.
+static constexpr double kToleranceLargeLogitGradLse = 1e-4;
 
 //===----------------------------------------------------------------------===//
 // Storage types and buffers
@@ -209,6 +214,7 @@ struct Case {
   // With saveOPre and bf16 storage: forward save(o_pre_residual), backward
   // residual(...).
   bool residual = false;
+  bool gradLse = false; // backward: grad_lse(...), the lse's gradient
   Elem storage = Elem::F32, params = Elem::F32;
   double eps = 1e-6, scale = 1.0;
   Inputs inputs = Inputs::Normal;
@@ -251,6 +257,7 @@ std::string Case::describe() const {
        << (outputNorm ? (perQueryOutputNorm ? " h[MD]" : " h") : "")
        << (packed ? " packed" : " list")
        << (saveOPre ? (residual ? " o_pre+residual" : " o_pre") : " recompute")
+       << (gradLse ? " dlse" : "")
        << " " << name(storage) << "/" << name(params) << " eps=" << eps
        << " scale=" << scale;
     switch (inputs) {
@@ -889,8 +896,12 @@ Outcome runBackward(Runner &runner, const Case &c) {
     for (int64_t i = 0; i < saved.count; ++i)
       savedValues[i] = decodeResidual(savedValues[i], residualAt(residual, i));
   }
+  Buffer gradLse(Elem::F32, actual(c, perQueryLead(c), {}));
+  std::vector<double> dlse =
+      gradLse.setAll(random.normals(gradLse.count, 0.0, 1.0));
   ref::Backward expected =
-      ref::backward(pb, dout, lseValues, c.saveOPre ? &savedValues : nullptr);
+      ref::backward(pb, dout, lseValues, c.saveOPre ? &savedValues : nullptr,
+                    c.gradLse ? &dlse : nullptr);
 
   operands += " grad(" + w.input("do", gradOutput, outShape) + " : " +
               KernelWriter::tensorType(gradOutput, outShape) + ")";
@@ -902,6 +913,9 @@ Outcome runBackward(Runner &runner, const Case &c) {
   if (c.residual)
     operands += " residual(" + w.input("residual", residual, residualShape) +
                 " : " + KernelWriter::tensorType(residual, residualShape) + ")";
+  if (c.gradLse)
+    operands += " grad_lse(" + w.input("dlse", gradLse, lseShape) + " : " +
+                KernelWriter::tensorType(gradLse, lseShape) + ")";
 
   std::vector<Buffer *> arguments = data.leadingArguments();
   arguments.push_back(&gradOutput);
@@ -910,6 +924,8 @@ Outcome runBackward(Runner &runner, const Case &c) {
     arguments.push_back(&saved);
   if (c.residual)
     arguments.push_back(&residual);
+  if (c.gradLse)
+    arguments.push_back(&gradLse);
 
   // Results: source gradients, then dq, dg, dh. The gradients of a source
   // list are concatenated into one [L, T..., D] output.
@@ -961,6 +977,9 @@ Outcome runBackward(Runner &runner, const Case &c) {
     addParameterGrad("dg", *data.keyNorm, expected.dg);
   if (c.outputNorm)
     addParameterGrad("dh", *data.outputNorm, expected.dh);
+  if (c.gradLse && c.inputs == Inputs::LargeLogits && c.storage == Elem::F32)
+    for (Check &check : checks)
+      check.tolerance = kToleranceLargeLogitGradLse;
 
   std::string typeList;
   for (size_t i = 0; i < types.size(); ++i)
@@ -1129,6 +1148,7 @@ std::vector<Case> matrix(Kind kind, Elem storage) {
         c.saveOPre = index % 5 != 2;
         c.residual = c.saveOPre && storage == Elem::BF16 && D % 2 == 0 &&
                      (index % 4 == 0 || index % 4 == 3);
+        c.gradLse = kind == Kind::Backward && (index / 2) % 3 == 1;
         c.scale = index % 7 == 3 ? 0.5 : 1.0;
         // Keep L * N * D near a million elements or fewer.
         int64_t N = std::clamp<int64_t>(1200000 / (L * D), 1, 40);
@@ -1215,6 +1235,16 @@ std::vector<Case> edgeCases() {
         c = base();
         c.residual = true; // f32 gradients held to the residual's accuracy
         c.params = Elem::F32;
+        cases.push_back(c);
+      }
+      if (kind == Kind::Backward) {
+        c = base();
+        c.gradLse = true; // the lse's gradient with large logits
+        c.inputs = Inputs::LargeLogits;
+        cases.push_back(c);
+        c = base();
+        c.gradLse = true; // one source: lse = z, the gradient is dlse alone
+        c.L = 1, c.outputNorm = false, c.M = 1, c.multiQueryForm = false;
         cases.push_back(c);
       }
     }

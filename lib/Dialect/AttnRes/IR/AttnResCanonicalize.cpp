@@ -98,6 +98,10 @@ struct BackwardOfOneSource : OpRewritePattern<BackwardOp> {
         op.isMultiQuery())
       return rewriter.notifyMatchFailure(op, "not a single-query backward over "
                                              "one source without output norm");
+    // With one source lse = z, so an lse gradient reaches the query and the
+    // key coordinates.
+    if (op.getGradLse())
+      return rewriter.notifyMatchFailure(op, "the lse has a gradient");
     Location loc = op.getLoc();
     auto gradSourceType =
         cast<RankedTensorType>(op.getGradSources().front().getType());

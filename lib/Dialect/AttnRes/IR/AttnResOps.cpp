@@ -560,6 +560,13 @@ LogicalResult BackwardOp::verify() {
       return failure();
   }
 
+  if (Value gradLse = getGradLse())
+    if (failed(verifyShapedLike(*this, gradLse.getType(), sig->lseShape(),
+                                Float32Type::get(getContext()),
+                                "grad_lse (the gradient of the forward's lse)",
+                                sig->multiQuery ? "[M, T...]" : "[T...]")))
+      return failure();
+
   if (getGradSources().size() != getSources().size())
     return emitOpError() << "expects one source gradient per source operand ("
                          << getSources().size() << "), got "

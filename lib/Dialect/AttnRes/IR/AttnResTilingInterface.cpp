@@ -218,7 +218,7 @@ BackwardOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
   Location loc = getLoc();
   TokenLayout perQuery = perQueryLayout(*this);
   // Operands in their segment order: sources, query, weights, then the
-  // per-token grad, lse, saved output and its residual.
+  // per-token grad, lse, saved output, its residual and the lse gradient.
   SmallVector<Value> operands = sourceTiles(b, *this, offsets, sizes, slices);
   operands.push_back(getQuery());
   if (Value weight = getKeyNormWeight())
@@ -226,7 +226,8 @@ BackwardOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
   if (Value weight = getOutputNormWeight())
     operands.push_back(weight);
   for (Value perToken :
-       {getGradOutput(), getLse(), getSavedOutput(), getSavedResidual()})
+       {getGradOutput(), getLse(), getSavedOutput(), getSavedResidual(),
+        getGradLse()})
     if (perToken)
       operands.push_back(
           tokenSlice(b, loc, perToken, perQuery, offsets, sizes, slices));

@@ -57,7 +57,8 @@ BackwardOp withOneTokenDim(IRRewriter &rewriter, BackwardOp op) {
       typeOf(op.getGradKeyNormWeight()), typeOf(op.getGradOutputNormWeight()),
       sources, op.getPackedAttr(), op.getQuery(), op.getKeyNormWeight(),
       op.getOutputNormWeight(), flat(op.getGradOutput()), flat(op.getLse()),
-      flat(op.getSavedOutput()), flat(op.getSavedResidual()), op.getEpsAttr(),
+      flat(op.getSavedOutput()), flat(op.getSavedResidual()),
+      flat(op.getGradLse()), op.getEpsAttr(),
       op.getScaleAttr());
 
   SmallVector<Value> replacements;

@@ -166,6 +166,11 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
       rounding (`save(o_pre_residual)`), `[M?, T..., D/2]` `i8`: `delta` and
       the output norm's statistics are then formed from `o_pre` to 14 times
       the precision of the 16-bit type.
+    * `grad_lse(%dlse)`: optional, `[M?, T...]` `f32`; the gradient of the
+      forward's `lse`, for a forward whose `lse` is used (a partial result
+      merged by `partition_reduce`). It adds `scale * p_s * dlse` to every
+      logit's gradient: the backward forms `delta - dlse` where it would form
+      `delta`. Without it the `lse` result is taken to be unused.
 
     The query, key-norm and output-norm gradients are reductions over every
     token; they are computed in FP32 in a fixed order (deterministic) and
@@ -199,7 +204,8 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
       AnyRankedTensor:$grad_output,
       AnyRankedTensor:$lse,
       Optional<AnyRankedTensor>:$saved_output,
-      Optional<AnyRankedTensor>:$saved_residual), AttnRes_NormAttrs);
+      Optional<AnyRankedTensor>:$saved_residual,
+      Optional<AnyRankedTensor>:$grad_lse), AttnRes_NormAttrs);
   let results = (outs
       Variadic<AnyRankedTensor>:$grad_sources,
       AnyRankedTensor:$grad_query,
@@ -211,6 +217,7 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
     `lse` `(` $lse `:` type($lse) `)`
     (`saved` `(` $saved_output^ `:` type($saved_output) `)`)?
     (`residual` `(` $saved_residual^ `:` type($saved_residual) `)`)?
+    (`grad_lse` `(` $grad_lse^ `:` type($grad_lse) `)`)?
     attr-dict
     custom<GradientTypes>(ref(type($sources)), ref(type($key_norm_weight)),
         ref(type($output_norm_weight)), type($grad_sources), type($grad_query),
