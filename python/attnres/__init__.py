@@ -4,8 +4,10 @@
   spec or MLIR module into a kernel bundle; :func:`load` runs one (needs
   only the runtime library and a GPU driver); :func:`inspect` reads one
   anywhere.
-* :func:`attnres` and :func:`partition_reduce` are the PyTorch ops (import
-  PyTorch >= 2.4 on first use).
+* :func:`attnres`, :func:`attnres_partial` and :func:`partition_reduce` are
+  the PyTorch ops (import PyTorch >= 2.4 on first use);
+  ``attnres.distributed`` shards the sources of one AttnRes over the ranks of
+  a ``torch.distributed`` process group.
 """
 
 from .errors import (AttnresError, BundleError, CompileError, DriverError,
@@ -17,7 +19,7 @@ from .runtime import Runtime, inspect, load
 
 __version__ = "0.1.0"
 
-_TORCH_OPS = ("attnres", "partition_reduce")
+_TORCH_OPS = ("attnres", "attnres_partial", "partition_reduce")
 
 
 def __getattr__(name):
@@ -30,4 +32,5 @@ def __getattr__(name):
 __all__ = ["AttnresError", "BundleError", "CompileError", "DriverError",
            "InvalidArgumentError", "LibraryNotFoundError", "NoDriverError",
            "CompiledBundle", "compile", "compiler_version", "prebuild",
-           "Runtime", "inspect", "load", "attnres", "partition_reduce"]
+           "Runtime", "inspect", "load", "attnres", "attnres_partial",
+           "partition_reduce"]

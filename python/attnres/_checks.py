@@ -53,10 +53,14 @@ class Call:
         for name, value in fields.items():
             setattr(self, name, value)
 
-    def spec(self):
-        """The compiler spec (docs/Bundle.md) of the forward and backward."""
+    def spec(self, partial=False):
+        """The compiler spec (docs/Bundle.md) of the forward and backward;
+        with `partial`, of the partial result (FP32 o and its lse, no output
+        norm) and its backward, which takes the lse's gradient too."""
         items = [f"L={self.L}", f"D={self.D}", f"R={self.R}", f"M={self.M}",
                  f"dtype={self.value_type}", "multi_query"]
+        if partial:
+            items += ["output_dtype=f32", "grad_lse"]
         if self.param_type != self.value_type:
             items.append(f"param_dtype={self.param_type}")
         if self.key_norm:
@@ -64,7 +68,9 @@ class Call:
         if self.output_norm:
             items.append("output_norm=per_query" if self.per_query
                          else "output_norm")
-        save = "o_pre_residual" if self.residual else self.save
+        # An FP32 partial o is saved whole: no residual to keep.
+        save = "o_pre_residual" if self.residual and not partial else \
+            self.save
         items += [f"save={save}", f"eps={self.eps!r}",
                   f"scale={self.scale!r}"]
         return "train:" + ",".join(items)

@@ -87,6 +87,39 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
     return o if call.multi_query else o.squeeze(0)
 
 
+def attnres_partial(sources, query, *, key_norm_weight=None, eps=1e-6,
+                    scale=1.0):
+    """The partial result of AttnRes over one group of sources: ``(o,
+    lse)``, ``o`` the float32 output before any output norm (``[..., D]``,
+    or ``[M, ..., D]`` for a 2-D query) and ``lse`` its log-sum-exp
+    (``[...]`` or ``[M, ...]``).
+
+    The partials of several groups merge into AttnRes over all of their
+    sources: ``partition_reduce(torch.stack(os), torch.stack(lses),
+    output_norm_weight=h)`` equals ``attnres(all sources, query,
+    output_norm_weight=h)``, values and gradients (docs/Math.md section 3).
+    Arguments as for :func:`attnres`; differentiable in the sources, the
+    query and the key-norm weight, through both results.
+    """
+    call = _checks.check_attnres(sources, query, key_norm_weight, None, eps,
+                                 scale, "o_pre",
+                                 cuda_available=_cuda_available())
+    ops = _ops()
+    N, D = call.N, call.D
+    if call.packed:
+        flat = [sources.reshape(call.L, N, D)]
+    else:
+        flat = [s.reshape(N, D) for s in sources]
+    q = query if call.multi_query else query.unsqueeze(0)
+    o, lse = ops.partial_op(flat, q, key_norm_weight, float(eps),
+                            float(scale))
+    o = o.reshape((call.M,) + call.lead + (D,))
+    lse = lse.reshape((call.M,) + call.lead)
+    if not call.multi_query:
+        o, lse = o.squeeze(0), lse.squeeze(0)
+    return o, lse
+
+
 def partition_reduce(partials, lse=None, *, sink=None,
                      output_norm_weight=None, eps=1e-6, mode="softmax"):
     """Merges P partial results (docs/Math.md section 3).

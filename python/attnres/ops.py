@@ -443,6 +443,132 @@ def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual):
 forward_op.register_autograd(_forward_backward, setup_context=_forward_setup)
 
 
+# --- attnres::partial / attnres::partial_backward --------------------------
+# The partial result over a group of sources: o [M, N, D] in FP32 before any
+# output norm, and its lse [M, N]; its backward takes the gradients of both
+# (docs/Math.md: ds_s = scale * p_s * (<do, v_s> - delta + dlse)).
+
+def partial_impl(sources, query, key_norm, eps, scale):
+    sources, query, key_norm, _ = _dense_all(sources, query, key_norm, None)
+    call = _call(sources, query, key_norm, None, eps, scale, "o_pre")
+    device = query.device
+    M, N, D = call.M, sources[0].shape[-2], call.D
+    o = torch.empty((M, N, D), dtype=torch.float32, device=device)
+    lse = torch.empty((M, N), dtype=torch.float32, device=device)
+    if N == 0:
+        return o, lse
+    runtime = _runtime(call.spec(partial=True), device)
+    op = runtime.op("forward")
+    partitions = runtime.forward_partitions(op, N)
+    size = runtime.forward_workspace_size(op, N, partitions)
+    workspace = torch.empty(size, dtype=torch.uint8, device=device) \
+        if size else None
+    table = _sources_table(sources)
+    runtime.forward(op, num_tokens=N, sources=table.data_ptr(),
+                    query=query.data_ptr(), key_norm=_pointer(key_norm),
+                    o=o.data_ptr(), lse=lse.data_ptr(),
+                    partitions=partitions, workspace=_pointer(workspace),
+                    workspace_size=size, stream=_stream(device))
+    return o, lse
+
+
+@torch.library.custom_op("attnres::partial", mutates_args=())
+def partial_op(sources: list[torch.Tensor], query: torch.Tensor,
+               key_norm: torch.Tensor | None, eps: float, scale: float
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    return partial_impl(sources, query, key_norm, eps, scale)
+
+
+@partial_op.register_fake
+def _(sources, query, key_norm, eps, scale):
+    M, N, D = query.shape[0], sources[0].shape[-2], sources[0].shape[-1]
+    return (sources[0].new_empty((M, N, D), dtype=torch.float32),
+            sources[0].new_empty((M, N), dtype=torch.float32))
+
+
+def partial_backward_impl(sources, query, key_norm, grad_o, grad_lse, lse, o,
+                          eps, scale):
+    """(d sources [L, N, D], dq, dg) of attnres::partial."""
+    sources, query, key_norm, _ = _dense_all(sources, query, key_norm, None)
+    grad_o, grad_lse, lse, o = (dense(t) for t in (grad_o, grad_lse, lse, o))
+    call = _call(sources, query, key_norm, None, eps, scale, "o_pre")
+    device = query.device
+    N, D, L = sources[0].shape[-2], call.D, call.L
+    grad_sources = torch.empty((L, N, D), dtype=sources[0].dtype,
+                               device=device)
+    dq, dg, _ = _parameter_grads(query, key_norm, None)
+    if N == 0:
+        dq.zero_()
+        dg.zero_()
+        grad_sources.zero_()
+        return grad_sources, dq, dg
+    runtime = _runtime(call.spec(partial=True), device)
+    op = runtime.op("backward")
+    blocks = runtime.backward_blocks(op, N)
+    partitions = runtime.backward_partitions(op, blocks)
+    size = runtime.backward_workspace_size(op, N, blocks, partitions)
+    workspace = torch.empty(size, dtype=torch.uint8, device=device)
+    table = _sources_table(sources)
+    runtime.backward(op, num_tokens=N, sources=table.data_ptr(),
+                     query=query.data_ptr(), key_norm=_pointer(key_norm),
+                     grad=grad_o.data_ptr(), lse=lse.data_ptr(),
+                     saved=o.data_ptr(), grad_lse=grad_lse.data_ptr(),
+                     grad_sources=_packed_table(grad_sources).data_ptr(),
+                     dq=dq.data_ptr(), dg=_pointer(dg), blocks=blocks,
+                     partitions=partitions, workspace=workspace.data_ptr(),
+                     workspace_size=size, stream=_stream(device))
+    return grad_sources, dq, dg
+
+
+@torch.library.custom_op("attnres::partial_backward", mutates_args=())
+def partial_backward_op(sources: list[torch.Tensor], query: torch.Tensor,
+                        key_norm: torch.Tensor | None, grad_o: torch.Tensor,
+                        grad_lse: torch.Tensor, lse: torch.Tensor,
+                        o: torch.Tensor, eps: float, scale: float
+                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return partial_backward_impl(sources, query, key_norm, grad_o, grad_lse,
+                                 lse, o, eps, scale)
+
+
+@partial_backward_op.register_fake
+def _(sources, query, key_norm, grad_o, grad_lse, lse, o, eps, scale):
+    L = len(sources) if sources[0].dim() == 2 else sources[0].shape[0]
+    N, D = sources[0].shape[-2], sources[0].shape[-1]
+    dq, dg, _ = _parameter_grads(query, key_norm, None)
+    return sources[0].new_empty((L, N, D)), dq, dg
+
+
+def _partial_setup(ctx, inputs, output):
+    sources, query, key_norm, eps, scale = inputs
+    o, lse = output
+    ctx.count = len(sources)
+    ctx.has_key_norm = key_norm is not None
+    ctx.constants = (eps, scale)
+    ctx.save_for_backward(*sources, query,
+                          *((key_norm,) if key_norm is not None else ()),
+                          o, lse)
+
+
+def _partial_backward(ctx, grad_o, grad_lse):
+    tensors = list(ctx.saved_tensors)
+    sources = tensors[:ctx.count]
+    rest = tensors[ctx.count:]
+    query = rest.pop(0)
+    key_norm = rest.pop(0) if ctx.has_key_norm else None
+    o, lse = rest
+    # A result that did not reach the loss has no gradient: zeros.
+    grad_o = torch.zeros_like(o) if grad_o is None else grad_o.float()
+    grad_lse = torch.zeros_like(lse) if grad_lse is None else grad_lse.float()
+    grad_sources, dq, dg = partial_backward_op(
+        sources, query, key_norm, grad_o, grad_lse, lse, o, *ctx.constants)
+    per_source, dq, dg, _ = _gradients(sources, key_norm, None,
+                                       (grad_sources, dq, dg, None))
+    return list(per_source), dq, dg, None, None
+
+
+partial_op.register_autograd(_partial_backward, setup_context=_partial_setup)
+
+
 # --- the eager path --------------------------------------------------------
 # An eager call need not go through the dispatcher, nor be checked in full
 # every time: the first call of a signature (the shapes, dtypes and devices

@@ -44,11 +44,56 @@ def attnres_reference(sources, query, *, key_norm_weight=None,
     return (o, lse) if return_lse else o
 
 
+def attnres_partial_reference(sources, query, *, key_norm_weight=None,
+                              eps=1e-6, scale=1.0):
+    """The partial result of :func:`attnres.attnres_partial`: ``(o, lse)``,
+    o before any output norm, both in float32 (float64 for float64
+    inputs)."""
+    v = sources if isinstance(sources, torch.Tensor) else torch.stack(
+        list(sources))
+    compute = torch.float64 if v.dtype == torch.float64 else torch.float32
+    o, lse = attnres_reference(v.to(compute), query.to(compute),
+                               key_norm_weight=None if key_norm_weight is None
+                               else key_norm_weight.to(compute),
+                               eps=eps, scale=scale, return_lse=True)
+    return o, lse
+
+
+def partition_reduce_reference(partials, lse, *, output_norm_weight=None,
+                               eps=1e-6):
+    """The softmax merge of docs/Math.md section 3 (no sink), differentiable
+    by autograd: partials ``[P, ..., D]`` and ``lse`` ``[P, ...]`` give
+    ``(o, lse)``. An ``output_norm_weight`` of ``[D]``, or ``[M, D]`` for
+    partials ``[P, M, ..., D]``, RMS-normalizes the merged rows."""
+    empty = torch.isneginf(lse)
+    top = lse.max(dim=0).values
+    shift = torch.where(torch.isneginf(top), torch.zeros_like(top), top)
+    weights = torch.where(empty, torch.zeros_like(lse),
+                          torch.exp(lse - shift))
+    total = weights.sum(0)
+    values = torch.where(empty.unsqueeze(-1), torch.zeros_like(partials),
+                         partials)
+    merged = (weights.unsqueeze(-1) * values).sum(0) / \
+        torch.where(total > 0, total, torch.ones_like(total)).unsqueeze(-1)
+    merged_lse = shift + torch.log(total)
+    if output_norm_weight is not None:
+        h = output_norm_weight.to(merged.dtype)
+        if h.dim() == 2:
+            h = h.reshape((h.shape[0],) + (1,) * (merged.dim() - 2) +
+                          (h.shape[1],))
+        merged = merged * torch.rsqrt(
+            merged.square().mean(-1, keepdim=True) + eps) * h
+    return merged, merged_lse
+
+
 def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
-                               output_norm_weight=None, eps=1e-6, scale=1.0):
+                               output_norm_weight=None, eps=1e-6, scale=1.0,
+                               grad_lse=None):
     """The gradients by the formulas of docs/Math.md section 2 (not autograd):
     returns (d sources [L, ..., D], dq, dg or None, dh or None) for the
-    output gradient `grad` ([..., D], or [M, ..., D] for a 2-D query)."""
+    output gradient `grad` ([..., D], or [M, ..., D] for a 2-D query) and,
+    when given, the gradient `grad_lse` of the forward's lse ([...] or
+    [M, ...])."""
     v = sources if isinstance(sources, torch.Tensor) else torch.stack(
         list(sources))
     compute = torch.float64 if v.dtype == torch.float64 else torch.float32
@@ -77,6 +122,8 @@ def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
     else:
         do_pre = do
     delta = (do_pre * o_pre).sum(-1)                       # [M, N]
+    if grad_lse is not None:                  # d lse / d z_s = p_s
+        delta = delta - grad_lse.to(compute).reshape(M, -1)
     ds = scale * p * (torch.einsum("mnd,lnd->mln", do_pre, v) -
                       delta[:, None])
     dv = torch.einsum("mln,mnd->lnd", p, do_pre)

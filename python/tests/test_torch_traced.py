@@ -27,7 +27,9 @@ def cpu_ops():
     import attnres
     from attnres import _checks, ops
     from attnres.reference import (attnres_backward_reference,
-                                   attnres_reference, o_pre_residual)
+                                   attnres_partial_reference,
+                                   attnres_reference, o_pre_residual,
+                                   partition_reduce_reference)
 
     def forward(sources, query, key_norm, output_norm, eps, scale, save):
         v = sources[0] if sources[0].dim() == 3 else torch.stack(sources)
@@ -60,8 +62,33 @@ def cpu_ops():
                 dh.to(query.dtype).contiguous() if dh is not None
                 else query.new_empty(0))
 
+    def partial(sources, query, key_norm, eps, scale):
+        v = sources[0] if sources[0].dim() == 3 else torch.stack(sources)
+        o, lse = attnres_partial_reference(v, query, key_norm_weight=key_norm,
+                                           eps=eps, scale=scale)
+        return o.contiguous(), lse.contiguous()
+
+    def partial_backward(sources, query, key_norm, grad_o, grad_lse, lse, o,
+                         eps, scale):
+        v = sources[0] if sources[0].dim() == 3 else torch.stack(sources)
+        dv, dq, dg, _ = attnres_backward_reference(
+            v, query, grad_o, key_norm_weight=key_norm, eps=eps, scale=scale,
+            grad_lse=grad_lse)
+        return (dv.to(v.dtype).contiguous(), dq.to(query.dtype).contiguous(),
+                dg.to(query.dtype) if dg is not None else query.new_empty(0))
+
+    def merge(partials, lse, sink, output_norm, eps):
+        o, merged = partition_reduce_reference(
+            partials, lse, output_norm_weight=output_norm, eps=eps)
+        dtype = output_norm.dtype if output_norm is not None else \
+            torch.float32
+        return o.to(dtype).contiguous(), merged.contiguous()
+
     ops.forward_op.register_kernel("cpu")(forward)
     ops.backward_op.register_kernel("cpu")(backward)
+    ops.partial_op.register_kernel("cpu")(partial)
+    ops.partial_backward_op.register_kernel("cpu")(partial_backward)
+    ops.merge_op.register_kernel("cpu")(merge)
     original = _checks.check_devices
     _checks.check_devices = lambda tensors, cuda_available=True: None
     yield attnres
@@ -142,3 +169,39 @@ def test_strided_sources_are_copied(cpu_ops):
     from attnres.reference import attnres_reference
     torch.testing.assert_close(attnres.attnres(sources, query),
                                attnres_reference(sources, query))
+
+
+@pytest.mark.parametrize("multi", [False, True])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_partials_merge_through_the_ops(cpu_ops, multi, compiled):
+    # attnres::partial (and its backward, given the lse's gradient by the
+    # merge) and attnres::merge wired end to end, against the reference of
+    # the whole op.
+    from attnres.reference import attnres_reference
+    attnres = cpu_ops
+    sources, query, g, h, leaves = _inputs(
+        packed=True, multi=multi, key_norm=True, output_norm=True,
+        per_query=False, L=5)
+
+    def run(s, q, g_, h_):
+        parts = [attnres.attnres_partial(part, q, key_norm_weight=g_,
+                                         eps=1e-5, scale=0.7)
+                 for part in torch.split(s, [2, 3])]
+        o, _ = attnres.partition_reduce(
+            torch.stack([p[0] for p in parts]),
+            torch.stack([p[1] for p in parts]), output_norm_weight=h_,
+            eps=1e-5)
+        return o
+    if compiled:
+        torch._dynamo.reset()
+        run = torch.compile(run, fullgraph=True, backend=os.environ.get(
+            "ATTNRES_TEST_BACKEND", "aot_eager"))
+    o = run(sources, query, g, h)
+    expected = attnres_reference(sources, query, key_norm_weight=g,
+                                 output_norm_weight=h, eps=1e-5, scale=0.7)
+    torch.testing.assert_close(o, expected)
+    grad = torch.randn(o.shape, generator=torch.Generator().manual_seed(1))
+    got = torch.autograd.grad(o, leaves, grad)
+    want = torch.autograd.grad(expected, leaves, grad)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)

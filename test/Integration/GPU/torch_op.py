@@ -108,6 +108,21 @@ def keys():
             [Shape((t.BATCH, t.SEQ, t.D), bf16)] * L, Shape((t.D,), bf16),
             Shape((t.D,), bf16), Shape((t.D,), bf16), 1e-6, 1.0, "o_pre")
         result.add(call.spec())
+    for c in PARTIAL_CASES:
+        T, Tp = DTYPES[c["dtype"]], DTYPES[c["param_dtype"]]
+        R, D, M = c["R"], c["D"], c["M"]
+        for count in set(c["groups"]):
+            call = _checks.check_attnres(
+                Shape((count,) + c["lead"] + (D,), T),
+                Shape((R,) if M is None else (M, R), Tp),
+                Shape((R,), Tp) if c["key_norm"] else None, None, 1e-5, 0.9,
+                "o_pre")
+            result.add(call.spec(partial=True))
+        out = c["param_dtype"] if c["output_norm"] else "f32"
+        key = f"merge:P={len(c['groups'])},D={D},out={out}"
+        if c["output_norm"]:
+            key += f",output_norm,eps={1e-5!r}"
+        result.add(key)
     for c in merge_cases():
         if c["kind"] == "merge":
             out = c["dtype"] if c["output_norm"] else "f32"
@@ -401,6 +416,98 @@ def merge_case(c, report, device):
         report.check(f"merge {name}", got, ref, ref, storage)
 
 
+# Partial results over groups of sources (attnres.attnres_partial) merged by
+# partition_reduce: each partial against float64, the merge against AttnRes
+# over all sources, and every gradient of <o, do> + <lse, dlse> (the merge
+# hands each partial an lse gradient, which its backward kernel takes).
+PARTIAL_CASES = [
+    dict(id="p0", groups=[2, 4], lead=(3, 50), D=256, R=64, M=None,
+         dtype="bf16", param_dtype="f32", key_norm=True, output_norm=True),
+    dict(id="p1", groups=[1, 4], lead=(97,), D=128, R=128, M=3,
+         dtype="f32", param_dtype="f32", key_norm=False, output_norm=False),
+    dict(id="p2", groups=[3, 3, 3], lead=(2, 129), D=512, R=512, M=2,
+         dtype="bf16", param_dtype="bf16", key_norm=True, output_norm=True),
+    dict(id="p3", groups=[7, 1], lead=(1000,), D=1024, R=256, M=None,
+         dtype="f16", param_dtype="f16", key_norm=False, output_norm=True),
+]
+
+
+def partial_case(c, report, device):
+    from attnres.reference import (attnres_partial_reference,
+                                   attnres_reference,
+                                   partition_reduce_reference)
+    gen = torch.Generator().manual_seed(17)
+    T, Tp = DTYPES[c["dtype"]], DTYPES[c["param_dtype"]]
+    L, D, R, M = sum(c["groups"]), c["D"], c["R"], c["M"]
+    sources = torch.randn(L, *c["lead"], D, generator=gen).to(T)
+    query = (torch.randn(R, generator=gen) if M is None else
+             torch.randn(M, R, generator=gen)) * (2.0 / math.sqrt(R))
+    query = query.to(Tp)
+    g = (1 + 0.1 * torch.randn(R, generator=gen)).to(Tp) \
+        if c["key_norm"] else None
+    h = (1 + 0.1 * torch.randn(D, generator=gen)).to(Tp) \
+        if c["output_norm"] else None
+
+    def leaves_on(where, dtype=None):
+        def move(t):
+            if t is None:
+                return None
+            t = t.to(where) if dtype is None else t.to(where, dtype)
+            return t.requires_grad_()
+        groups = [move(s) for s in torch.split(sources, c["groups"])]
+        return groups, move(query), move(g), move(h)
+
+    def run(groups, q, g_, h_, partial, merge):
+        parts = [partial(s, q, key_norm_weight=g_, eps=1e-5, scale=0.9)
+                 for s in groups]
+        o, lse = merge(torch.stack([p[0] for p in parts]),
+                       torch.stack([p[1] for p in parts]),
+                       output_norm_weight=h_, eps=1e-5)
+        return parts, o, lse
+
+    got_leaves = leaves_on(device)
+    parts, o, lse = run(*got_leaves, attnres.attnres_partial,
+                        attnres.partition_reduce)
+    refs = {}
+    for name, dtype in (("64", torch.float64), ("32", torch.float32)):
+        leaves = leaves_on("cpu", dtype)
+        refs[name] = (leaves,) + run(*leaves, attnres_partial_reference,
+                                     partition_reduce_reference)
+    (_, parts64, o64, lse64), (_, parts32, o32, _) = refs["64"], refs["32"]
+    for k, (got, ref64, ref32) in enumerate(zip(parts, parts64, parts32)):
+        report.check(f"partial {k} o", got[0], ref64[0], ref32[0], "f32")
+        report.check(f"partial {k} lse", got[1], ref64[1], ref32[1], "f32")
+    # The merge is AttnRes over every source.
+    whole64 = attnres_reference(
+        sources.double(), query.double(),
+        key_norm_weight=g.double() if g is not None else None,
+        output_norm_weight=h.double() if h is not None else None, eps=1e-5,
+        scale=0.9)
+    out_storage = c["param_dtype"] if h is not None else "f32"
+    report.check("merged o", o, whole64, o32, out_storage)
+    report.check("merged o = reference merge", o, o64, o32, out_storage)
+    report.check("merged lse", lse, lse64, lse64, "f32")
+    grad_o = torch.randn(o.shape, generator=gen)
+    grad_lse = torch.randn(lse.shape, generator=gen)
+
+    def gradients(leaves, out, out_lse):
+        flat = [t for t in leaves[0] + list(leaves[1:]) if t is not None]
+        loss = (out.double() * grad_o.to(out.device).double()).sum() + \
+            (out_lse.double() * grad_lse.to(out.device).double()).sum()
+        return torch.autograd.grad(loss, flat)
+    got_grads = gradients(got_leaves, o, lse)
+    ref64_grads = gradients(refs["64"][0], o64, lse64)
+    ref32_grads = gradients(refs["32"][0], o32, refs["32"][3])
+    names = [f"d group {k}" for k in range(len(c["groups"]))] + \
+        ["dq"] + (["dg"] if g is not None else []) + \
+        (["dh"] if h is not None else [])
+    for name, got, ref64, ref32 in zip(names, got_grads, ref64_grads,
+                                       ref32_grads):
+        storage = c["dtype"] if name.startswith("d group") else \
+            c["param_dtype"]
+        report.check(name, got, ref64, ref32, storage)
+
+
 def sum_case(c, report, device):
     gen = torch.Generator().manual_seed(c["seed"])
     partials = torch.randn(c["P"], 10, c["S"] // 10, generator=gen)
@@ -441,7 +548,8 @@ def main():
     importlib.import_module("attnres.ops")
     device, modes = args.device, args.modes.split(",")
     torch._dynamo.config.cache_size_limit = 1024
-    cases = attnres_cases(args.compile_every) + merge_cases()
+    cases = attnres_cases(args.compile_every) + merge_cases() + \
+        [dict(c, kind="partial") for c in PARTIAL_CASES]
     cases = [c for c in cases if c["id"].startswith(args.filter)]
     results, start = [], time.time()
     for c in cases:
@@ -451,6 +559,8 @@ def main():
                 attnres_case(c, report, device, modes)
             elif c["kind"] == "merge":
                 merge_case(c, report, device)
+            elif c["kind"] == "partial":
+                partial_case(c, report, device)
             else:
                 sum_case(c, report, device)
             if device == "cuda":
