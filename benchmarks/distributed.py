@@ -3,7 +3,7 @@
 the sharded op against the single-GPU op and a float64 reference, then
 times it against gathering the sources.
 
-  torchrun --nproc_per_node 2 benchmarks/distributed.py --json out.json
+  torchrun --standalone --nproc_per_node 2 benchmarks/distributed.py --json out.json
 
 Every rank holds L / world consecutive sources of every shape (the split is
 even). Two plans compute the same forward and backward:
@@ -22,7 +22,14 @@ Timing (--shapes): forward + backward of each plan, the median of
 rank sends (attnres.distributed.link_bytes).
 
 --backend gloo with two ranks on one GPU runs the same code where there is
-one GPU; its times are not those of a link between GPUs.
+one GPU; its times are not those of a link between GPUs. --backend auto (the
+default) takes NCCL where every rank has a GPU of its own, else gloo.
+
+--local (one process, one GPU, no process group) times what one rank
+computes in each plan: the partial over L / world sources and the merge of
+world partials, forward and backward, against the single op over all L; and
+the partial's forward and backward alone as fractions of their byte floors
+at the copy bandwidth measured in the same run.
 """
 
 import argparse
@@ -39,8 +46,12 @@ import torch.distributed.nn.functional as dist_functional
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
+sys.path.insert(0, str(HERE))
+
 import attnres  # noqa: E402
-from attnres.distributed import link_bytes, sharded_attnres  # noqa: E402
+import common  # noqa: E402
+from attnres.distributed import (_rms_norm, link_bytes,  # noqa: E402
+                                 sharded_attnres)
 from attnres.reference import attnres_reference  # noqa: E402
 
 EPS = 1e-6
@@ -172,6 +183,60 @@ def timing(shape, rank, world, device, repeats):
     return result
 
 
+def local_timing(shape, world, repeats, bandwidth):
+    """One GPU: the per-rank computation of the sharded plan against the
+    single op, and the partial's kernels against their byte floors."""
+    from attnres import ops
+    L, N, D = shape
+    Lr = L // world
+    sources, query, g, h, grad = problem(L, N, D, "cuda")
+    mine = sources[:Lr].contiguous()
+    with torch.no_grad():
+        o, lse = attnres.attnres_partial(mine, query, key_norm_weight=g,
+                                         eps=EPS)
+    # The partial's kernels alone (the custom ops: [M, N, D] rows).
+    q2, o3, lse2 = query.unsqueeze(0), o.unsqueeze(0), lse.unsqueeze(0)
+    do, dlse = torch.randn_like(o3), torch.randn_like(lse2)
+    forward_ms = common.time_events(
+        lambda: ops.partial_op([mine], q2, g, EPS, 1.0), repeats)
+    backward_ms = common.time_events(
+        lambda: ops.partial_backward_op([mine], q2, g, do, dlse, lse2, o3,
+                                        EPS, 1.0), repeats)
+    # Bytes: the sources (bf16) once; o (FP32) and lse written, or do, o,
+    # lse and dlse read and the source gradients written.
+    forward_floor = (Lr * N * D * 2 + N * D * 4 + N * 4) / bandwidth
+    backward_floor = (2 * Lr * N * D * 2 + 2 * N * D * 4 + 2 * N * 4) / \
+        bandwidth
+
+    def single_step():
+        whole.grad = None  # a new gradient, not one added to the last
+        out = attnres.attnres(whole, query, key_norm_weight=g,
+                              output_norm_weight=h, eps=EPS)
+        out.backward(grad)
+
+    def rank_step():
+        # What sharded_attnres launches on one rank, less the collectives:
+        # the other ranks' partials are stand-ins.
+        part_o, part_lse = ops.partial_impl([mine], q2, g, EPS, 1.0)
+        o_pre, merged_lse = ops.merge_op(
+            torch.cat([part_o] + [o3] * (world - 1)),
+            torch.cat([part_lse] + [lse2] * (world - 1)), None, None, EPS)
+        o_pre = o_pre.reshape(1, N, D)
+        _rms_norm(o_pre, h, EPS).to(torch.bfloat16)
+        ops.backward_impl([mine], q2, g, h, grad32, merged_lse.reshape(1, N),
+                          o_pre, None, EPS, 1.0, "o_pre", fp32_output=True)
+    whole = sources.clone().requires_grad_()
+    grad32 = grad.float().unsqueeze(0)
+    return dict(
+        L=L, N=N, D=D, world=world,
+        partial_forward_ms=forward_ms,
+        partial_forward_fraction=forward_floor * 1e3 / forward_ms,
+        partial_backward_ms=backward_ms,
+        partial_backward_fraction=backward_floor * 1e3 / backward_ms,
+        single_step_ms=common.time_events(single_step, repeats),
+        rank_step_ms=common.time_events(rank_step, repeats))
+
+
 class _Shape:
     """What the argument checks read of a CUDA tensor, without one."""
 
@@ -192,19 +257,24 @@ def keys(shapes, world):
     result = set()
     for L, N, D in shapes:
         weight = _Shape((D,))
-        for count, partial in ((L // world, True), (L, False)):
-            call = _checks.check_attnres(
-                _Shape((count, N, D)), weight, weight,
-                None if partial else weight, EPS, 1.0, "o_pre")
-            result.add(call.spec(partial=partial))
-        result.add(f"merge:P={world},D={D},out=bf16,output_norm,"
-                   f"eps={EPS!r}")
+        def call(count, output_norm):
+            return _checks.check_attnres(_Shape((count, N, D)), weight,
+                                         weight, output_norm, EPS, 1.0,
+                                         "o_pre")
+        # The sharded plan: the partial (its forward), the merge, the
+        # backward from FP32 o_pre; the gather plan: the whole op.
+        result |= {call(L // world, None).spec(partial=True),
+                   call(L // world, weight).spec(fp32_output=True),
+                   call(L, weight).spec(), f"merge:P={world},D={D},out=f32"}
     return sorted(result)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="nccl")
+    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--local", action="store_true",
+                        help="one process: time each rank's computation "
+                        "(no communication) against the single op")
     parser.add_argument("--shapes", default="32,8192,4096;64,4096,8192")
     parser.add_argument("--check-shape", default="8,512,256")
     parser.add_argument("--repeats", type=int, default=10)
@@ -225,6 +295,29 @@ def main():
         attnres.prebuild(needed, args.target, args.prebuild)
         print(f"{len(needed)} bundles in {args.prebuild / args.target}")
         return 0
+    if args.local:
+        bandwidth = common.copy_bandwidth()
+        rows = []
+        for shape in parse_shapes(args.shapes):
+            row = local_timing(shape, args.world, args.repeats, bandwidth)
+            rows.append(row)
+            print(f"(L, N, D) = {shape}, {args.world} ranks: partial over "
+                  f"{shape[0] // args.world} sources: forward "
+                  f"{row['partial_forward_ms']:.3f} ms "
+                  f"({row['partial_forward_fraction']:.2f} of its floor), "
+                  f"backward {row['partial_backward_ms']:.3f} ms "
+                  f"({row['partial_backward_fraction']:.2f}); one rank's "
+                  f"step {row['rank_step_ms']:.3f} ms against the single "
+                  f"op's {row['single_step_ms']:.3f} ms", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(dict(
+                copy_bandwidth=bandwidth, rows=rows,
+                **common.device_facts()), indent=1))
+        return 0
+    if args.backend == "auto":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        args.backend = "nccl" if torch.cuda.device_count() >= world \
+            else "gloo"
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))

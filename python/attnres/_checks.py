@@ -53,14 +53,18 @@ class Call:
         for name, value in fields.items():
             setattr(self, name, value)
 
-    def spec(self, partial=False):
+    def spec(self, partial=False, fp32_output=False):
         """The compiler spec (docs/Bundle.md) of the forward and backward;
         with `partial`, of the partial result (FP32 o and its lse, no output
-        norm) and its backward, which takes the lse's gradient too."""
+        norm) and its backward, which takes the lse's gradient too; with
+        `fp32_output`, of an FP32 o (and o_pre), whose backward takes an
+        FP32 output gradient and saved o_pre."""
         items = [f"L={self.L}", f"D={self.D}", f"R={self.R}", f"M={self.M}",
                  f"dtype={self.value_type}", "multi_query"]
+        if partial or fp32_output:
+            items.append("output_dtype=f32")
         if partial:
-            items += ["output_dtype=f32", "grad_lse"]
+            items.append("grad_lse")
         if self.param_type != self.value_type:
             items.append(f"param_dtype={self.param_type}")
         if self.key_norm:
@@ -69,8 +73,8 @@ class Call:
             items.append("output_norm=per_query" if self.per_query
                          else "output_norm")
         # An FP32 partial o is saved whole: no residual to keep.
-        save = "o_pre_residual" if self.residual and not partial else \
-            self.save
+        save = "o_pre_residual" if self.residual and not partial and \
+            not fp32_output else self.save
         items += [f"save={save}", f"eps={self.eps!r}",
                   f"scale={self.scale!r}"]
         return "train:" + ",".join(items)

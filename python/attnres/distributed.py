@@ -2,65 +2,137 @@
 process group (pipeline-parallel stages that each keep some of a layer's
 earlier outputs).
 
-Each rank reduces its own sources to one partial result, the FP32 output
-before the output norm and its log-sum-exp (:func:`attnres.attnres_partial`);
-the partials are all-gathered and merged by the softmax partition reduce
-(:func:`attnres.partition_reduce`, docs/Math.md section 3), which gives
-exactly AttnRes over all sources. What crosses the link per token and query
-is ``(D + 1)`` FP32 values from each rank, however many sources it holds,
-against ``L_r * D`` source values (``2 L_r D`` bytes in bf16) to gather the
-sources themselves. docs/Distributed.md has the byte counts and timings.
+**Forward.** Each rank reduces its own sources to one partial result, the
+FP32 output before the output norm and its log-sum-exp (the kernels of
+:func:`attnres.attnres_partial`); the partials are all-gathered and merged by
+the softmax partition reduce (docs/Math.md section 3), which gives exactly
+AttnRes over all sources; the output norm is applied to the merged rows.
+Every rank gets the whole output.
 
-The backward goes through the differentiable all-gather of
-``torch.distributed.nn``: every rank receives the gradient of its own
-partial, summed over the ranks' losses, and back-propagates it into its own
-sources. The result is the gradient of the **sum** of the ranks' losses:
-source gradients land on the rank holding the source; the query and weight
-gradients of each rank are its share, to be summed over the group (a
-``DistributedDataParallel`` or an ``all_reduce`` of the parameters' ``grad``
-does it).
+**Backward.** The gradient of the output is summed over the ranks (one
+``all_reduce``: each rank's loss may use the output differently), and each
+rank runs the ordinary backward kernel over its own sources with the merged
+lse and o_pre: since ``p_s = exp(z_s - lse)`` with the merged lse is the
+whole softmax's weight of source s, that gives the whole op's gradient with
+respect to the rank's sources, reading each of them once. No partial's
+gradient is formed.
 
-On CUDA tensors the partials and the merge are the compiled kernels; on CPU
-tensors the plain-PyTorch reference (:mod:`attnres.reference`) computes
-them, so that the communication can be tested without a GPU.
+**What crosses the link**, per token and query: ``D + 1`` FP32 values from
+each rank in the forward (its partial row and lse) and ``D`` FP32 values in
+the backward's all-reduce, however many sources a rank holds; gathering the
+sources instead moves ``L_r * D`` values of the sources' type each way.
+:func:`link_bytes` gives the counts; docs/Distributed.md the measurements.
+
+**Gradients.** The result is the gradient of the **sum** of the ranks'
+losses. Source gradients land on the rank holding the source. The query and
+key-norm gradients of a rank are its sources' share; the output-norm
+gradient is split evenly (each rank returns ``1 / world`` of it): summed
+over the group (``all_reduce`` of the parameters' ``grad``) they are the
+gradient of the summed loss.
+
+On CUDA tensors the kernels compute; on CPU tensors the plain-PyTorch
+reference (:mod:`attnres.reference`) computes the same steps, so that the
+communication can be tested without a GPU.
 """
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_functional
 
 from . import _checks
 from .errors import InvalidArgumentError
-from .reference import attnres_partial_reference, partition_reduce_reference
+from .reference import (attnres_backward_reference,
+                        attnres_partial_reference, partition_reduce_reference)
 
 
-def _partial(sources, query, key_norm_weight, eps, scale):
-    if query.is_cuda:
-        from .api import attnres_partial
-        return attnres_partial(sources, query, key_norm_weight=key_norm_weight,
-                               eps=eps, scale=scale)
-    return attnres_partial_reference(sources, query,
-                                     key_norm_weight=key_norm_weight,
-                                     eps=eps, scale=scale)
+def _rms_norm(rows, weight, eps):
+    """rows [M, N, D] (FP32) normalized and scaled by weight [D] or
+    [M, D]."""
+    h = weight.to(rows.dtype)
+    if h.dim() == 2:
+        h = h.unsqueeze(1)
+    return rows * torch.rsqrt(rows.square().mean(-1, keepdim=True) + eps) * h
 
 
-def _merge(partials, lse, output_norm_weight, eps):
-    # The kernel's weight is [D]; a per-query [M, D] weight is applied to the
-    # merged rows here.
-    kernel_norm = output_norm_weight is not None and \
-        output_norm_weight.dim() == 1
-    if partials.is_cuda:
-        from .api import partition_reduce
-        o, _ = partition_reduce(partials, lse, output_norm_weight=(
-            output_norm_weight if kernel_norm else None), eps=eps)
-    else:
-        o, _ = partition_reduce_reference(partials, lse, output_norm_weight=(
-            output_norm_weight if kernel_norm else None), eps=eps)
-    if output_norm_weight is not None and not kernel_norm:
-        h = output_norm_weight.to(o.dtype)
-        h = h.reshape((h.shape[0],) + (1,) * (o.dim() - 2) + (h.shape[1],))
-        o = o * torch.rsqrt(o.square().mean(-1, keepdim=True) + eps) * h
-    return o
+class _Sharded(torch.autograd.Function):
+    """Inside: sources [L_r, N, D] packed or L_r tensors [N, D], query
+    [M, R]; o_pre and lse [M, N, D] and [M, N]."""
+
+    @staticmethod
+    def forward(ctx, query, key_norm, output_norm, eps, scale, group,
+                *sources):
+        cuda = query.is_cuda
+        if cuda:
+            from . import ops
+            o, lse = ops.partial_impl(list(sources), query, key_norm, eps,
+                                      scale)
+        else:
+            stacked = sources[0] if sources[0].dim() == 3 else \
+                torch.stack(sources)
+            o, lse = attnres_partial_reference(stacked, query,
+                                               key_norm_weight=key_norm,
+                                               eps=eps, scale=scale)
+        M, N, D = o.shape
+        world = dist.get_world_size(group)
+        # One collective for both: [M, N, D + 1] rows.
+        row = torch.cat([o, lse.unsqueeze(-1)], dim=-1).contiguous()
+        gathered = [torch.empty_like(row) for _ in range(world)]
+        dist.all_gather(gathered, row, group=group)
+        gathered = torch.stack(gathered)
+        partials = gathered[..., :D].reshape(world, M * N, D).contiguous()
+        partial_lse = gathered[..., D].reshape(world, M * N).contiguous()
+        if cuda:
+            o_pre, merged_lse = ops.merge_op(partials, partial_lse, None,
+                                             None, float(eps))
+        else:
+            o_pre, merged_lse = partition_reduce_reference(partials,
+                                                           partial_lse)
+        o_pre, merged_lse = o_pre.reshape(M, N, D), merged_lse.reshape(M, N)
+        out = o_pre if output_norm is None else \
+            _rms_norm(o_pre, output_norm, eps)
+        ctx.constants = (eps, scale, group, world, len(sources))
+        ctx.has = (key_norm is not None, output_norm is not None)
+        ctx.save_for_backward(query, *(t for t in (key_norm, output_norm)
+                                       if t is not None),
+                              o_pre, merged_lse, *sources)
+        return out.to(sources[0].dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        eps, scale, group, world, count = ctx.constants
+        tensors = list(ctx.saved_tensors)
+        query = tensors.pop(0)
+        key_norm = tensors.pop(0) if ctx.has[0] else None
+        output_norm = tensors.pop(0) if ctx.has[1] else None
+        o_pre, lse = tensors[:2]
+        sources = tensors[2:]
+        # The gradient of the sum of the ranks' losses, in o_pre's type (FP32
+        # on the GPU).
+        total = grad.to(o_pre.dtype).contiguous()
+        dist.all_reduce(total, group=group)
+        if query.is_cuda:
+            from . import ops
+            grad_sources, dq, dg, dh = ops.backward_impl(
+                sources, query, key_norm, output_norm, total, lse, o_pre,
+                None, eps, scale, "o_pre", fp32_output=True)
+            per_source, dq, dg, dh = ops._gradients(
+                sources, key_norm, output_norm, (grad_sources, dq, dg, dh))
+        else:
+            stacked = sources[0] if sources[0].dim() == 3 else \
+                torch.stack(sources)
+            dv, dq, dg, dh = attnres_backward_reference(
+                stacked, query, total, key_norm_weight=key_norm,
+                output_norm_weight=output_norm, eps=eps, scale=scale,
+                lse=lse, o_pre=o_pre)
+            dv = dv.to(stacked.dtype)
+            per_source = (dv,) if sources[0].dim() == 3 else dv.unbind(0)
+            dq = dq.to(query.dtype)
+            dg = dg.to(key_norm.dtype) if dg is not None else None
+            dh = dh.to(output_norm.dtype) if dh is not None else None
+        if dh is not None:
+            # Every rank forms the whole output-norm gradient from the summed
+            # output gradient: each returns its even share.
+            dh = dh / world
+        return (dq, dg, dh, None, None, None, *per_source)
 
 
 def sharded_attnres(local_sources, query, *, key_norm_weight=None,
@@ -71,49 +143,63 @@ def sharded_attnres(local_sources, query, *, key_norm_weight=None,
     local_sources: this rank's sources, a list of tensors ``[..., D]`` or
         one packed ``[L_r, ..., D]`` tensor (as for :func:`attnres.attnres`);
         the token shape ``...`` and D must agree across ranks, the source
-        counts need not. The order of the sources over the group is rank
-        order; the result does not depend on it.
+        counts need not. The result does not depend on how the sources are
+        spread over the ranks.
     query, key_norm_weight, output_norm_weight, eps, scale: as for
         :func:`attnres.attnres`, the same on every rank.
 
     Returns ``[..., D]`` (``[M, ..., D]`` for a 2-D query) in the sources'
-    dtype. Differentiable: see the module's docstring for which gradient
-    lands where.
+    dtype. Differentiable in the local sources, the query and both weights:
+    see the module's docstring for which gradient lands where.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise InvalidArgumentError(
             "sharded_attnres needs an initialized torch.distributed process "
             "group (torch.distributed.init_process_group)")
-    first = local_sources if isinstance(local_sources, torch.Tensor) else \
-        (local_sources[0] if isinstance(local_sources, (list, tuple)) and
-         local_sources else None)
-    if first is None:
+    if isinstance(local_sources, (list, tuple)) and not local_sources:
         raise InvalidArgumentError(
             "sharded_attnres needs at least one local source on every rank")
-    if output_norm_weight is not None and query.is_cuda:
-        # The weight's checks (shape, dtype) are attnres's, made here since
-        # the partials do not see it.
-        _checks.check_attnres(local_sources, query, key_norm_weight,
-                              output_norm_weight, eps, scale, "o_pre")
-    o, lse = _partial(local_sources, query, key_norm_weight, eps, scale)
-    # One collective for both: [..., D + 1] FP32 rows.
-    row = torch.cat([o, lse.unsqueeze(-1)], dim=-1).contiguous()
-    gathered = torch.stack(dist_functional.all_gather(row, group=group))
-    D = o.shape[-1]
-    merged = _merge(gathered[..., :D], gathered[..., D], output_norm_weight,
-                    eps)
-    return merged.to(first.dtype)
+    if query.is_cuda:
+        call = _checks.check_attnres(local_sources, query, key_norm_weight,
+                                     output_norm_weight, eps, scale, "o_pre")
+        lead, D, M, multi = call.lead, call.D, call.M, call.multi_query
+        N, packed = call.N, call.packed
+    else:
+        first = local_sources if isinstance(local_sources, torch.Tensor) \
+            else local_sources[0]
+        packed = isinstance(local_sources, torch.Tensor)
+        lead = tuple(first.shape[1:-1] if packed else first.shape[:-1])
+        D, multi = first.shape[-1], query.dim() == 2
+        M = query.shape[0] if multi else 1
+        N = 1
+        for extent in lead:
+            N *= extent
+    if packed:
+        flat = (local_sources.reshape(local_sources.shape[0], N, D),)
+    else:
+        flat = tuple(s.reshape(N, D) for s in local_sources)
+    q = query if multi else query.unsqueeze(0)
+    out = _Sharded.apply(q, key_norm_weight, output_norm_weight, float(eps),
+                         float(scale), group, *flat)
+    out = out.reshape((M,) + tuple(lead) + (D,))
+    return out if multi else out.squeeze(0)
 
 
 def link_bytes(num_tokens, width, num_queries=1, *, world_size,
                local_sources, source_bytes=2):
-    """What one rank sends for one call, by the two plans: ``(partials,
-    sources)`` in bytes. The partials: its ``M * N * (D + 1)`` FP32 values to
-    each of the other ``world_size - 1`` ranks in the forward, the same
-    again (their gradients) in the backward. Gathering the sources instead:
-    its ``L_r * N * D`` source values to each other rank in the forward and
-    their gradients back in the backward."""
-    others = world_size - 1
-    partials = 2 * others * num_queries * num_tokens * (width + 1) * 4
-    sources = 2 * others * local_sources * num_tokens * width * source_bytes
+    """What one rank sends for one forward and backward, by the two plans:
+    ``(partials, sources)`` in bytes, counting a ring all-gather, all-reduce
+    and reduce-scatter (what NCCL does on one node).
+
+    * partials: its ``M N (D + 1)`` FP32 values to each of the other
+      ``world_size - 1`` ranks (all-gather), then ``2 (W - 1) / W`` of the
+      ``M N D`` FP32 output gradient (all-reduce);
+    * sources: its ``L_r N D`` source values to each other rank
+      (all-gather), then ``(W - 1) / W`` of the ``L N D`` source gradients
+      (reduce-scatter: ``(W - 1) L_r N D``)."""
+    W = world_size
+    rows = num_queries * num_tokens
+    partials = (W - 1) * rows * (width + 1) * 4 + \
+        2 * (W - 1) * rows * width * 4 // W
+    sources = 2 * (W - 1) * local_sources * num_tokens * width * source_bytes
     return partials, sources

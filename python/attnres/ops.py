@@ -320,8 +320,10 @@ def _parameter_grads(query, key_norm, output_norm):
 
 
 def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
-                  saved_residual, eps, scale, save):
-    """What attnres::backward computes: (d sources [L, N, D], dq, dg, dh)."""
+                  saved_residual, eps, scale, save, fp32_output=False):
+    """What attnres::backward computes: (d sources [L, N, D], dq, dg, dh).
+    With `fp32_output` the output gradient and the saved o_pre are FP32 (the
+    kernels of Call.spec(fp32_output=True))."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     grad, lse, saved = dense(grad), dense(lse), maybe_dense(saved)
@@ -340,7 +342,7 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
         dh.zero_()
         grad_sources.zero_()
         return grad_sources, dq, dg, dh
-    runtime = _runtime(call.spec(), device)
+    runtime = _runtime(call.spec(fp32_output=fp32_output), device)
     op = runtime.op("backward")
     blocks = runtime.backward_blocks(op, N)
     partitions = runtime.backward_partitions(op, blocks)

@@ -88,12 +88,15 @@ def partition_reduce_reference(partials, lse, *, output_norm_weight=None,
 
 def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
                                output_norm_weight=None, eps=1e-6, scale=1.0,
-                               grad_lse=None):
+                               grad_lse=None, lse=None, o_pre=None):
     """The gradients by the formulas of docs/Math.md section 2 (not autograd):
     returns (d sources [L, ..., D], dq, dg or None, dh or None) for the
     output gradient `grad` ([..., D], or [M, ..., D] for a 2-D query) and,
     when given, the gradient `grad_lse` of the forward's lse ([...] or
-    [M, ...])."""
+    [M, ...]). `lse` and `o_pre` are the forward's saved results, as the
+    backward kernel reads them (by default computed from these sources):
+    given those of a forward over more sources, the result is the gradient
+    of that forward with respect to these sources."""
     v = sources if isinstance(sources, torch.Tensor) else torch.stack(
         list(sources))
     compute = torch.float64 if v.dtype == torch.float64 else torch.float32
@@ -109,8 +112,14 @@ def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
     rho = torch.rsqrt(t.square().mean(-1) + eps)           # [L, N]
     khat = rho[..., None] * t
     ell = torch.einsum("lnr,mr->mln", khat, a)             # [M, L, N]
-    p = torch.softmax(scale * ell, dim=1)
-    o_pre = torch.einsum("mln,lnd->mnd", p, v)
+    if lse is None:
+        p = torch.softmax(scale * ell, dim=1)
+    else:
+        p = torch.exp(scale * ell - lse.to(compute).reshape(M, 1, -1))
+    if o_pre is None:
+        o_pre = torch.einsum("mln,lnd->mnd", p, v)
+    else:
+        o_pre = o_pre.to(compute).reshape(M, -1, D)
     dh = None
     if output_norm_weight is not None:
         h = output_norm_weight.to(compute)

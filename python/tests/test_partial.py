@@ -174,5 +174,12 @@ def test_link_bytes_formula():
     from attnres.distributed import link_bytes
     partials, sources = link_bytes(8192, 4096, world_size=2,
                                    local_sources=16)
-    assert partials == 2 * 8192 * 4097 * 4
+    # Two ranks: the partial row and lse out, the output gradient's half
+    # out and in (a ring all-reduce of two); the sources out, their
+    # gradients' other half in.
+    assert partials == 8192 * 4097 * 4 + 8192 * 4096 * 4
     assert sources == 2 * 16 * 8192 * 4096 * 2
+    partials, sources = link_bytes(100, 64, 3, world_size=4,
+                                   local_sources=5, source_bytes=4)
+    assert partials == 3 * 300 * 65 * 4 + 2 * 3 * 300 * 64 * 4 // 4
+    assert sources == 2 * 3 * 5 * 100 * 64 * 4

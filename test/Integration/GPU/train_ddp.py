@@ -13,7 +13,8 @@ stay within 3x the distance between those two (what rounding alone does,
 the bound train_compare.py uses) or 0.02 of the single-process one.
 
 --backend gloo lets two ranks share one GPU (NCCL refuses that): the same
-code, for a machine with one GPU.
+code, for a machine with one GPU. --backend auto (the default) takes NCCL
+where every rank has a GPU of its own, else gloo.
 """
 
 import argparse
@@ -81,9 +82,13 @@ def train_single(op, data, device):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="nccl")
+    parser.add_argument("--backend", default="auto")
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
+    if args.backend == "auto":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        args.backend = "nccl" if torch.cuda.device_count() >= world \
+            else "gloo"
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     if t.BATCH % world:
