@@ -3,7 +3,8 @@
 the sharded op against the single-GPU op and a float64 reference, then
 times it against gathering the sources.
 
-  torchrun --standalone --nproc_per_node 2 benchmarks/distributed.py --json out.json
+  torchrun --standalone --nproc_per_node 2 benchmarks/distributed.py \
+      --json out.json
 
 Every rank holds L / world consecutive sources of every shape (the split is
 even). Two plans compute the same forward and backward:
@@ -50,7 +51,7 @@ sys.path.insert(0, str(HERE))
 
 import attnres  # noqa: E402
 import common  # noqa: E402
-from attnres.distributed import (_rms_norm, link_bytes,  # noqa: E402
+from attnres.distributed import (link_bytes, merge_rows,  # noqa: E402
                                  sharded_attnres)
 from attnres.reference import attnres_reference  # noqa: E402
 
@@ -218,15 +219,29 @@ def local_timing(shape, world, repeats, bandwidth):
         # What sharded_attnres launches on one rank, less the collectives:
         # the other ranks' partials are stand-ins.
         part_o, part_lse = ops.partial_impl([mine], q2, g, EPS, 1.0)
-        o_pre, merged_lse = ops.merge_op(
-            torch.cat([part_o] + [o3] * (world - 1)),
-            torch.cat([part_lse] + [lse2] * (world - 1)), None, None, EPS)
-        o_pre = o_pre.reshape(1, N, D)
-        _rms_norm(o_pre, h, EPS).to(torch.bfloat16)
-        ops.backward_impl([mine], q2, g, h, grad32, merged_lse.reshape(1, N),
-                          o_pre, None, EPS, 1.0, "o_pre", fp32_output=True)
+        out, o_pre, merged_lse = merge_rows(
+            torch.stack([part_o[0]] + [o] * (world - 1)),
+            torch.stack([part_lse[0]] + [lse] * (world - 1)), h, EPS)
+        out.to(torch.bfloat16)
+        ops.backward_impl([mine], q2, g, h, grad32,
+                          merged_lse.reshape(1, N), o_pre.reshape(1, N, D),
+                          None, EPS, 1.0, "o_pre", fp32_output=True)
     whole = sources.clone().requires_grad_()
     grad32 = grad.float().unsqueeze(0)
+    # The rank's step piece by piece.
+    stacked_o = torch.stack([o] * world)
+    stacked_lse = torch.stack([lse] * world)
+    out, o_pre, merged_lse = merge_rows(stacked_o, stacked_lse, h, EPS)
+    o_pre = o_pre.reshape(1, N, D)
+    merged_lse = merged_lse.reshape(1, N)
+    pieces = dict(
+        merge_ms=common.time_events(
+            lambda: merge_rows(stacked_o, stacked_lse, h, EPS)[0].to(
+                torch.bfloat16), repeats),
+        local_backward_ms=common.time_events(
+            lambda: ops.backward_impl([mine], q2, g, h, grad32, merged_lse,
+                                      o_pre, None, EPS, 1.0, "o_pre",
+                                      fp32_output=True), repeats))
     return dict(
         L=L, N=N, D=D, world=world,
         partial_forward_ms=forward_ms,
@@ -234,7 +249,7 @@ def local_timing(shape, world, repeats, bandwidth):
         partial_backward_ms=backward_ms,
         partial_backward_fraction=backward_floor * 1e3 / backward_ms,
         single_step_ms=common.time_events(single_step, repeats),
-        rank_step_ms=common.time_events(rank_step, repeats))
+        rank_step_ms=common.time_events(rank_step, repeats), **pieces)
 
 
 class _Shape:
@@ -265,7 +280,8 @@ def keys(shapes, world):
         # backward from FP32 o_pre; the gather plan: the whole op.
         result |= {call(L // world, None).spec(partial=True),
                    call(L // world, weight).spec(fp32_output=True),
-                   call(L, weight).spec(), f"merge:P={world},D={D},out=f32"}
+                   call(L, weight).spec(), f"merge:P={world},D={D},out=f32",
+                   f"merge:P={world},D={D},out=f32,output_norm,eps={EPS!r}"}
     return sorted(result)
 
 
@@ -308,7 +324,9 @@ def main():
                   f"backward {row['partial_backward_ms']:.3f} ms "
                   f"({row['partial_backward_fraction']:.2f}); one rank's "
                   f"step {row['rank_step_ms']:.3f} ms against the single "
-                  f"op's {row['single_step_ms']:.3f} ms", flush=True)
+                  f"op's {row['single_step_ms']:.3f} ms (merge and norm "
+                  f"{row['merge_ms']:.3f}, backward "
+                  f"{row['local_backward_ms']:.3f})", flush=True)
         if args.json:
             args.json.write_text(json.dumps(dict(
                 copy_bandwidth=bandwidth, rows=rows,

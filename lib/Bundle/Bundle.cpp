@@ -724,12 +724,11 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
     Value gradLseValue = next(gradLse);
     SmallVector<Type> sourceGrads(packed ? 1 : L,
                                   packed ? packedType : sourceType);
-    BackwardOp::create(b, loc, sourceGrads, queryType,
-                       keyNorm ? keyNormType : Type(),
-                       outputNorm ? outputNormType : Type(), sources, packed,
-                       query, keyNormWeight, outputNormWeight, grad, lse, saved,
-                       savedResidual, gradLseValue, APFloat(eps),
-                       APFloat(scale));
+    BackwardOp::create(
+        b, loc, sourceGrads, queryType, keyNorm ? keyNormType : Type(),
+        outputNorm ? outputNormType : Type(), sources, packed, query,
+        keyNormWeight, outputNormWeight, grad, lse, saved, savedResidual,
+        gradLseValue, APFloat(eps), APFloat(scale));
   }
   func::ReturnOp::create(b, loc);
 

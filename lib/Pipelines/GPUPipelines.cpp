@@ -184,6 +184,8 @@ buildLowerToGPUPipeline(OpPassManager &pm,
       pm.addPass(transform::createPreloadLibraryPass(library));
       pm.addPass(transform::createInterpreterPass());
     }
+    // The loops' place on the GPU, as upstream mapping attributes.
+    pm.addPass(attnres::createAttnResMapToBlocks());
   }
   pm.addPass(attnres::createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {

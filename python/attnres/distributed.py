@@ -53,6 +53,30 @@ def _rms_norm(rows, weight, eps):
     return rows * torch.rsqrt(rows.square().mean(-1, keepdim=True) + eps) * h
 
 
+def merge_rows(partials, partial_lse, output_norm, eps):
+    """The gathered partials [W, rows, D] and lse [W, rows] merged: (out,
+    o_pre, lse), out normalized by output_norm ([D], or [M, D] for rows of
+    M queries) when given, o_pre FP32 on the GPU."""
+    rows, D = partials.shape[1:]
+    if not partials.is_cuda:
+        o_pre, lse = partition_reduce_reference(partials, partial_lse)
+    elif output_norm is not None and output_norm.dim() == 1:
+        # The merge kernel applies the norm and keeps the FP32 o_pre.
+        from . import ops
+        out, lse, o_pre = ops.merge_normalized_impl(partials, partial_lse,
+                                                    output_norm, eps)
+        return out, o_pre, lse
+    else:
+        from . import ops
+        o_pre, lse = ops.merge_op(partials, partial_lse, None, None,
+                                  float(eps))
+    if output_norm is None:
+        return o_pre, o_pre, lse
+    M = output_norm.shape[0] if output_norm.dim() == 2 else 1
+    out = _rms_norm(o_pre.reshape(M, rows // M, D), output_norm, eps)
+    return out.reshape(rows, D), o_pre, lse
+
+
 class _Sharded(torch.autograd.Function):
     """Inside: sources [L_r, N, D] packed or L_r tensors [N, D], query
     [M, R]; o_pre and lse [M, N, D] and [M, N]."""
@@ -80,15 +104,10 @@ class _Sharded(torch.autograd.Function):
         gathered = torch.stack(gathered)
         partials = gathered[..., :D].reshape(world, M * N, D).contiguous()
         partial_lse = gathered[..., D].reshape(world, M * N).contiguous()
-        if cuda:
-            o_pre, merged_lse = ops.merge_op(partials, partial_lse, None,
-                                             None, float(eps))
-        else:
-            o_pre, merged_lse = partition_reduce_reference(partials,
-                                                           partial_lse)
-        o_pre, merged_lse = o_pre.reshape(M, N, D), merged_lse.reshape(M, N)
-        out = o_pre if output_norm is None else \
-            _rms_norm(o_pre, output_norm, eps)
+        out, o_pre, merged_lse = merge_rows(partials, partial_lse,
+                                            output_norm, eps)
+        out, o_pre = out.reshape(M, N, D), o_pre.reshape(M, N, D)
+        merged_lse = merged_lse.reshape(M, N)
         ctx.constants = (eps, scale, group, world, len(sources))
         ctx.has = (key_norm is not None, output_norm is not None)
         ctx.save_for_backward(query, *(t for t in (key_norm, output_norm)

@@ -823,6 +823,30 @@ def merge_op(partials: torch.Tensor, lse: torch.Tensor,
     return o, merged_lse
 
 
+def merge_normalized_impl(partials, lse, output_norm, eps):
+    """The softmax merge with the output norm fused, for callers that keep
+    the merged rows for a backward: (o, lse, o_pre), o and o_pre FP32
+    (output_norm [D] is read in FP32). Not traced: attnres.distributed's
+    autograd Function calls it."""
+    partials, lse = dense(partials), dense(lse)
+    weight = dense(output_norm.float())
+    P, rows, D = partials.shape
+    o = torch.empty((rows, D), dtype=torch.float32, device=partials.device)
+    o_pre = torch.empty_like(o)
+    merged_lse = torch.empty((rows,), dtype=torch.float32,
+                             device=partials.device)
+    if rows == 0:
+        return o, merged_lse, o_pre
+    runtime = _runtime(_merge_key(P, D, "f32", False, True, eps),
+                       partials.device)
+    runtime.merge(runtime.op("partition_reduce_softmax"), num_rows=rows,
+                  partials=partials.data_ptr(), partial_lse=lse.data_ptr(),
+                  output_norm=weight.data_ptr(), o=o.data_ptr(),
+                  lse=merged_lse.data_ptr(), o_pre=o_pre.data_ptr(),
+                  rows_per_weight=rows, stream=_stream(partials.device))
+    return o, merged_lse, o_pre
+
+
 @merge_op.register_fake
 def _(partials, lse, sink, output_norm, eps):
     P, rows, D = partials.shape

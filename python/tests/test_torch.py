@@ -50,6 +50,33 @@ def test_wrong_tensors(make, message):
     assert message in str(raised.value)
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: (sources(), torch.randn(64, dtype=torch.bfloat16)),
+     "sources[0] is on cpu; attnres runs on CUDA or ROCm GPUs"),
+    (lambda: (sources(dtype=torch.float64), torch.randn(64)),
+     "bfloat16, float16 or float32, got torch.float64"),
+    (lambda: (sources(), torch.randn(17, 64, dtype=torch.bfloat16)),
+     "query has M = 17 queries"),
+    (lambda: (sources(), torch.randn(65, dtype=torch.bfloat16)),
+     "query rank R = 65 must be in [1, D = 64]"),
+])
+def test_partial_errors(make, message):
+    # attnres_partial checks its arguments as attnres does, before any
+    # kernel or the custom ops are needed.
+    srcs, query = make()
+    with pytest.raises(InvalidArgumentError) as raised:
+        attnres.attnres_partial(srcs, query)
+    assert message in str(raised.value)
+
+
+def test_partial_key_norm_shape():
+    query = torch.randn(64, dtype=torch.bfloat16)
+    with pytest.raises(InvalidArgumentError, match=r"key_norm_weight must be "
+                       r"\[R\] = \[64\], got \[32\]"):
+        attnres.attnres_partial(sources(), query, key_norm_weight=torch.ones(
+            32, dtype=torch.bfloat16))
+
+
 def test_partition_reduce_errors():
     with pytest.raises(InvalidArgumentError, match="partials must be float32"):
         attnres.partition_reduce(torch.randn(2, 4, 8, dtype=torch.float16),
@@ -94,3 +121,13 @@ def test_fake_implementations():
         assert (merged.shape, merged_lse.shape) == ((2, 8, 64), (2, 8))
         total = attnres.partition_reduce(partials, mode="sum")
         assert total.shape == (2, 8, 64)
+        # Partial results: FP32 o and lse; their backward gives each input
+        # its gradient's shape.
+        o, lse = attnres.attnres_partial(packed, query)
+        assert (o.shape, o.dtype, lse.shape) == \
+            ((4, 2, 8, 64), torch.float32, (4, 2, 8))
+        grads = ops.partial_backward(flat, query, None, o.reshape(4, 16, 64),
+                                     lse.reshape(4, 16), lse.reshape(4, 16),
+                                     o.reshape(4, 16, 64), 1e-6, 1.0)
+        assert [tuple(g.shape) for g in grads] == [(3, 16, 64), (4, 32),
+                                                   (0,)]

@@ -27,6 +27,30 @@ def ConvertAttnResToLinalg : Pass<"convert-attnres-to-linalg"> {
   ];
 }
 
+def AttnResMapToBlocks : Pass<"attnres-map-to-blocks"> {
+  let summary = "Map the split and tile passes' loops to GPU blocks";
+  let description = [{
+    Gives each unmapped `scf.forall` around one attnres op the upstream
+    device mapping (`mapping = [...]`, GPU dialect attributes) under which
+    `convert-attnres-to-gpu` (keep-host) runs it: every iteration is a
+    block of one grid dimension.
+
+    * attnres-tile's loops (a forward or softmax partition_reduce over a
+      tile of tokens): the loop's dimensions linearized onto the blocks, the
+      last fastest; dimension i of r is `#gpu.block<linear_dim_{r-1-i}>`
+      (block x takes tile `x mod T` of run `x / T`).
+    * attnres-split-reduction's loop (a backward over a block of tokens):
+      `#gpu.block<x>`, the backward kernel's blocks of tokens.
+
+    Loops already mapped, and loops around anything else, are left alone.
+    The conversion accepts a loop unmapped or mapped this way (a loop of
+    one dimension with either attribute: one grid) and refuses another
+    mapping with the one it needs. A transform script may map its loops
+    itself (`tile_using_forall ... (mapping = [...])`).
+  }];
+  let dependentDialects = ["::mlir::gpu::GPUDialect"];
+}
+
 def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
   let summary = "Generate GPU kernels for the attnres ops of a module";
   let description = [{

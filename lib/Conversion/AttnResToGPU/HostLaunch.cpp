@@ -742,9 +742,9 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   values["num_partitions"] = partitions;
   values["num_partial_rows"] = partialRows;
 
-  llvm::StringSet<> callerBuffers = {"query",         "key_norm", "output_norm",
-                                     "grad",          "lse",      "saved",
-                                     "saved_residual", "grad_lse"};
+  llvm::StringSet<> callerBuffers = {
+      "query", "key_norm", "output_norm",    "grad",
+      "lse",   "saved",    "saved_residual", "grad_lse"};
   host.checkArguments(info, values, callerBuffers);
   host.checkArguments(finalize->second, values, callerBuffers);
   llvm::StringMap<Value> symbols = {{"N", tokens},

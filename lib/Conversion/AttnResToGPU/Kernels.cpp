@@ -1633,8 +1633,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   int savedResidual = spec.readResidual ? k.buffer("saved_residual",
                                                    b.getI8Type(), "[M, N, D/2]")
                                         : -1;
-  int gradLseIn =
-      spec.readGradLse ? k.buffer("grad_lse", f32, "[M, N]") : -1;
+  int gradLseIn = spec.readGradLse ? k.buffer("grad_lse", f32, "[M, N]") : -1;
   unsigned gradSources = k.table("grad_sources", spec.value, "L x [N, D]");
   unsigned partialDa =
       k.buffer("partial_da", f32, "[P * B * partial_rows_per_block, M, R]");

@@ -23,6 +23,10 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "llvm/ADT/StringMap.h"
 
+namespace mlir::scf {
+class ForallOp;
+} // namespace mlir::scf
+
 namespace mlir::attnres::gpu_kernels {
 
 /// Everything a forward or backward kernel is specialized on.
@@ -171,6 +175,18 @@ absorbSplitForwards(ModuleOp module,
                     llvm::DenseMap<Operation *, int64_t> &partitions,
                     llvm::DenseMap<Operation *, TokenTiles> &tileTokens,
                     llvm::DenseMap<Operation *, TokenTiles> &mergeTileTokens);
+
+/// The scf.forall mapping that states how the conversion runs a loop of
+/// `rank` dimensions on the GPU: its iterations are the blocks of one grid
+/// dimension. A tile loop's dimensions are linearized, the last fastest
+/// (dimension i is #gpu.block<linear_dim_{rank-1-i}>); the one dimension of
+/// attnres-split-reduction's loop is #gpu.block<x>.
+ArrayAttr blockMapping(MLIRContext *context, int64_t rank, bool linear);
+
+/// Whether `loop` is unmapped or mapped as blockMapping says (a loop of one
+/// dimension either way: #gpu.block<x> and <linear_dim_0> are one grid);
+/// else `reason` says what the mapping should be.
+bool hasRealizedMapping(scf::ForallOp loop, bool linear, std::string &reason);
 
 /// Replaces each scf.forall of attnres-tile (a forward or softmax
 /// partition_reduce over each tile of T tokens) by the op over all tokens,

@@ -255,8 +255,10 @@ LogicalResult SplitBackwardMatcher::checkBounds() {
 LogicalResult SplitBackwardMatcher::check() {
   if (loop.getRank() != 1 ||
       !isConstantIntValue(loop.getMixedLowerBound()[0], 0) ||
-      !isConstantIntValue(loop.getMixedStep()[0], 1) || loop.getMapping())
-    return fail("the loop is not one unmapped dimension from 0 by 1");
+      !isConstantIntValue(loop.getMixedStep()[0], 1))
+    return fail("the loop is not one dimension from 0 by 1");
+  if (std::string mapped; !hasRealizedMapping(loop, /*linear=*/false, mapped))
+    return fail(mapped);
   if (tile->getParentOp() != loop)
     return fail("the backward is nested deeper than the loop's body");
   RankedTensorType sourceType = tile.getSourceType();
@@ -719,8 +721,8 @@ LogicalResult TileLoopMatcher::checkSize(OpFoldResult size, OpFoldResult count,
 
 LogicalResult TileLoopMatcher::check() {
   int64_t rank = loop.getRank();
-  if (loop.getMapping())
-    return fail("the loop is mapped already");
+  if (std::string mapped; !hasRealizedMapping(loop, /*linear=*/true, mapped))
+    return fail(mapped);
   for (int64_t dim = 0; dim < rank; ++dim) {
     std::optional<int64_t> step = getConstantIntValue(loop.getMixedStep()[dim]);
     if (!isConstantIntValue(loop.getMixedLowerBound()[dim], 0) || !step ||
@@ -1115,6 +1117,37 @@ LogicalResult gpu_kernels::absorbSplitBackwards(
         init->erase();
   }
   return success();
+}
+
+ArrayAttr gpu_kernels::blockMapping(MLIRContext *context, int64_t rank,
+                                    bool linear) {
+  SmallVector<Attribute> dims;
+  for (int64_t dim = 0; dim < rank; ++dim) {
+    auto id = linear ? static_cast<gpu::MappingId>(
+                           static_cast<int64_t>(gpu::MappingId::LinearDim0) +
+                           rank - 1 - dim)
+                     : static_cast<gpu::MappingId>(dim);
+    dims.push_back(gpu::GPUBlockMappingAttr::get(context, id));
+  }
+  return ArrayAttr::get(context, dims);
+}
+
+bool gpu_kernels::hasRealizedMapping(scf::ForallOp loop, bool linear,
+                                     std::string &reason) {
+  std::optional<ArrayAttr> mapping = loop.getMapping();
+  if (!mapping)
+    return true;
+  MLIRContext *context = loop.getContext();
+  int64_t rank = loop.getRank();
+  ArrayAttr wanted = blockMapping(context, rank, linear);
+  if (*mapping == wanted ||
+      (rank == 1 && *mapping == blockMapping(context, 1, !linear)))
+    return true;
+  llvm::raw_string_ostream os(reason);
+  os << "the loop is mapped to " << *mapping << ", but its iterations run as "
+     << "the blocks of one grid dimension: leave it unmapped or map it to "
+     << wanted;
+  return false;
 }
 
 LogicalResult gpu_kernels::absorbTileLoops(

@@ -11,7 +11,8 @@
 
 // Five blocks of ceil(16 / 5) = 4 tokens (the last one empty), written
 // with the bounds composed differently from the pass (one affine.apply for
-// the chunk, results in the other order).
+// the chunk, results in the other order), mapped to the blocks as
+// attnres-map-to-blocks maps it.
 // CHECK-LABEL: func.func @five_blocks(
 // CHECK-NOT: scf.forall
 // CHECK: gpu.launch_func  @attnres_kernels::@five_blocks_0_backward blocks in ({{.*}}) threads in ({{.*}}) args({{.*}}, %c5_i64{{.*}} : i64, %{{.*}} : i64)
@@ -47,7 +48,45 @@ func.func @five_blocks(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
       tensor.parallel_insert_slice %gq into %dq[%b, 0] [1, 64] [1, 1]
           : tensor<64xf32> into tensor<5x64xf32>
     }
-  }
+  } {mapping = [#gpu.block<x>]}
+  %gq = attnres.partition_reduce sum %r#1 : tensor<5x64xf32> -> tensor<64xf32>
+  return %r#0, %gq : tensor<4x16x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// The same loop mapped to threads: its blocks of tokens are blocks.
+#chunk = affine_map<()[s0] -> (s0 ceildiv 5)>
+#first = affine_map<(d0)[s0, s1] -> (s1, d0 * s0)>
+#count = affine_map<()[s0, s1, s2] -> (s1 - s2, s0)>
+func.func @on_threads(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
+                       %do: tensor<16x64xf32>, %lse: tensor<16xf32>)
+    -> (tensor<4x16x64xf32>, tensor<64xf32>) {
+  %n = arith.constant 16 : index
+  %dv0 = tensor.empty() : tensor<4x16x64xf32>
+  %dq0 = tensor.empty() : tensor<5x64xf32>
+  // expected-error @+1 {{here the loop is mapped to [#gpu.thread<x>], but its iterations run as the blocks of one grid dimension: leave it unmapped or map it to [#gpu.block<x>]}}
+  %r:2 = scf.forall (%b) in (5) shared_outs(%dv = %dv0, %dq = %dq0)
+      -> (tensor<4x16x64xf32>, tensor<5x64xf32>) {
+    %chunk = affine.apply #chunk()[%n]
+    %first = affine.min #first(%b)[%chunk, %n]
+    %count = affine.min #count()[%chunk, %n, %first]
+    %vs = tensor.extract_slice %v[0, %first, 0] [4, %count, 64] [1, 1, 1]
+        : tensor<4x16x64xf32> to tensor<4x?x64xf32>
+    %dos = tensor.extract_slice %do[%first, 0] [%count, 64] [1, 1]
+        : tensor<16x64xf32> to tensor<?x64xf32>
+    %ls = tensor.extract_slice %lse[%first] [%count] [1]
+        : tensor<16xf32> to tensor<?xf32>
+    %gv, %gq = attnres.backward packed(%vs : tensor<4x?x64xf32>)
+        query(%q : tensor<64xf32>) grad(%dos : tensor<?x64xf32>)
+        lse(%ls : tensor<?xf32>) -> tensor<4x?x64xf32>, tensor<64xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %gv into %dv[0, %first, 0] [4, %count, 64] [1, 1, 1]
+          : tensor<4x?x64xf32> into tensor<4x16x64xf32>
+      tensor.parallel_insert_slice %gq into %dq[%b, 0] [1, 64] [1, 1]
+          : tensor<64xf32> into tensor<5x64xf32>
+    }
+  } {mapping = [#gpu.thread<x>]}
   %gq = attnres.partition_reduce sum %r#1 : tensor<5x64xf32> -> tensor<64xf32>
   return %r#0, %gq : tensor<4x16x64xf32>, tensor<64xf32>
 }

@@ -10,7 +10,8 @@
 // Other forms are refused with the reason.
 
 // Three tiles of 8 of 24 rows (static: the size is the constant 8), the
-// merge's unused lse dropped from the loop.
+// merge's unused lse dropped from the loop; mapped to #gpu.block<x>, which
+// for a loop of one dimension is the grid attnres-map-to-blocks states.
 // CHECK-LABEL: func.func @static_tiles(
 // CHECK-NOT: scf.forall
 // CHECK: gpu.launch_func  @attnres_kernels::@static_tiles_0_merge
@@ -30,7 +31,7 @@ func.func @static_tiles(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
       tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
           : tensor<8x64xbf16> into tensor<24x64xbf16>
     }
-  }
+  } {mapping = [#gpu.block<x>]}
   return %r : tensor<24x64xbf16>
 }
 
@@ -209,11 +210,11 @@ func.func @sum(%p: tensor<3x24xf32>) -> tensor<24xf32> {
 
 // -----
 
-// A loop mapped to the GPU already.
+// A loop mapped to a grid dimension other than the one its tiles run on.
 func.func @mapped(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
     -> tensor<24x64xbf16> {
   %init = tensor.empty() : tensor<24x64xbf16>
-  // expected-error @+1 {{here the loop is mapped already}}
+  // expected-error @+1 {{here the loop is mapped to [#gpu.block<y>], but its iterations run as the blocks of one grid dimension: leave it unmapped or map it to [#gpu.block<linear_dim_0>]}}
   %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
       -> (tensor<24x64xbf16>) {
     %ps = tensor.extract_slice %p[0, %t, 0] [3, 8, 64] [1, 1, 1]
@@ -226,14 +227,65 @@ func.func @mapped(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
       tensor.parallel_insert_slice %o into %out[%t, 0] [8, 64] [1, 1]
           : tensor<8x64xbf16> into tensor<24x64xbf16>
     }
-  } {mapping = [#gpu.block<x>]}
+  } {mapping = [#gpu.block<y>]}
   return %r : tensor<24x64xbf16>
 }
 
 // -----
 
+// Two loop dimensions mapped in the other order: the kernels take the tiles
+// of a run as consecutive blocks, the last loop dimension fastest.
+func.func @swapped(%p: tensor<3x4x24x64xf32>, %l: tensor<3x4x24xf32>)
+    -> tensor<4x24x64xf32> {
+  %init = tensor.empty() : tensor<4x24x64xf32>
+  // expected-error @+1 {{here the loop is mapped to [#gpu.block<linear_dim_0>, #gpu.block<linear_dim_1>], but its iterations run as the blocks of one grid dimension: leave it unmapped or map it to [#gpu.block<linear_dim_1>, #gpu.block<linear_dim_0>]}}
+  %r = scf.forall (%b, %t) = (0, 0) to (4, 24) step (1, 8)
+      shared_outs(%out = %init) -> (tensor<4x24x64xf32>) {
+    %ps = tensor.extract_slice %p[0, %b, %t, 0] [3, 1, 8, 64] [1, 1, 1, 1]
+        : tensor<3x4x24x64xf32> to tensor<3x1x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %b, %t] [3, 1, 8] [1, 1, 1]
+        : tensor<3x4x24xf32> to tensor<3x1x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x1x8x64xf32>
+        lse(%ls : tensor<3x1x8xf32>) -> tensor<1x8x64xf32>, tensor<1x8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%b, %t, 0] [1, 8, 64] [1, 1, 1]
+          : tensor<1x8x64xf32> into tensor<4x24x64xf32>
+    }
+  } {mapping = [#gpu.block<linear_dim_0>, #gpu.block<linear_dim_1>]}
+  return %r : tensor<4x24x64xf32>
+}
+
+// -----
+
+// The same loop mapped as attnres-map-to-blocks maps it.
+// CHECK-LABEL: func.func @linear(
+// CHECK-NOT: scf.forall
+// CHECK: gpu.launch_func  @attnres_kernels::@linear_0_merge
+// CHECK: tile_dims = 2 : i64, tile_tokens = 8 : i64
+func.func @linear(%p: tensor<3x4x24x64xf32>, %l: tensor<3x4x24xf32>)
+    -> tensor<4x24x64xf32> {
+  %init = tensor.empty() : tensor<4x24x64xf32>
+  %r = scf.forall (%b, %t) = (0, 0) to (4, 24) step (1, 8)
+      shared_outs(%out = %init) -> (tensor<4x24x64xf32>) {
+    %ps = tensor.extract_slice %p[0, %b, %t, 0] [3, 1, 8, 64] [1, 1, 1, 1]
+        : tensor<3x4x24x64xf32> to tensor<3x1x8x64xf32>
+    %ls = tensor.extract_slice %l[0, %b, %t] [3, 1, 8] [1, 1, 1]
+        : tensor<3x4x24xf32> to tensor<3x1x8xf32>
+    %o, %lse = attnres.partition_reduce softmax %ps : tensor<3x1x8x64xf32>
+        lse(%ls : tensor<3x1x8xf32>) -> tensor<1x8x64xf32>, tensor<1x8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%b, %t, 0] [1, 8, 64] [1, 1, 1]
+          : tensor<1x8x64xf32> into tensor<4x24x64xf32>
+    }
+  } {mapping = [#gpu.block<linear_dim_1>, #gpu.block<linear_dim_0>]}
+  return %r : tensor<4x24x64xf32>
+}
+
+// -----
+
 // The loop of transform.structured.tile_using_forall: over ceil(N / 10)
-// tile numbers by 1, the tile's first token the index times 10.
+// tile numbers by 1, the tile's first token the index times 10; mapped as
+// attnres-map-to-blocks maps it.
 // CHECK-LABEL: func.func @tile_numbers(
 // CHECK-NOT: scf.forall
 // CHECK: gpu.launch_func  @attnres_kernels::@tile_numbers_0_forward
@@ -258,7 +310,7 @@ func.func @tile_numbers(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
       tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
           : tensor<?x64xf32> into tensor<?x64xf32>
     }
-  }
+  } {mapping = [#gpu.block<linear_dim_0>]}
   return %r : tensor<?x64xf32>
 }
 

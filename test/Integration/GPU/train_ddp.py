@@ -111,9 +111,9 @@ def main():
         for step in range(0, STEPS, 4):
             print(f"{step:4d}  {ddp[step]:.4f}  {single[step]:.4f}  "
                   f"{plain[step]:.4f}")
-        print(f"\n{world} ranks ({args.backend}"
-              f"{', one GPU shared' if torch.cuda.device_count() < world else ''}"
-              f"): max |ddp - single| = {difference:.4f}; rounding noise "
+        shared = ", one GPU shared" if torch.cuda.device_count() < world \
+            else ""
+        print(f"\n{world} ranks ({args.backend}{shared}): max |ddp - single| = {difference:.4f}; rounding noise "
               f"max |single op - single plain| = {noise:.4f}; bound "
               f"{bound:.4f}: {'PASS' if ok else 'FAIL'}")
         if args.out:

@@ -422,9 +422,9 @@ double checkGradientsByFiniteDifferences(bool verbose) {
       double error = 0.0;
       auto compare = [&](std::vector<double> Problem::*parameter,
                          const Tensor &analytic) {
-        error = std::max(error, compareWithDifferences(pb, gradOutput, gradLse,
-                                                       parameter,
-                                                       analytic.value));
+        error =
+            std::max(error, compareWithDifferences(pb, gradOutput, gradLse,
+                                                   parameter, analytic.value));
       };
       compare(&Problem::v, saved.dv);
       compare(&Problem::q, saved.dq);

@@ -257,9 +257,8 @@ std::string Case::describe() const {
        << (outputNorm ? (perQueryOutputNorm ? " h[MD]" : " h") : "")
        << (packed ? " packed" : " list")
        << (saveOPre ? (residual ? " o_pre+residual" : " o_pre") : " recompute")
-       << (gradLse ? " dlse" : "")
-       << " " << name(storage) << "/" << name(params) << " eps=" << eps
-       << " scale=" << scale;
+       << (gradLse ? " dlse" : "") << " " << name(storage) << "/"
+       << name(params) << " eps=" << eps << " scale=" << scale;
     switch (inputs) {
     case Inputs::Normal:
       break;

@@ -225,9 +225,8 @@ BackwardOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
     operands.push_back(weight);
   if (Value weight = getOutputNormWeight())
     operands.push_back(weight);
-  for (Value perToken :
-       {getGradOutput(), getLse(), getSavedOutput(), getSavedResidual(),
-        getGradLse()})
+  for (Value perToken : {getGradOutput(), getLse(), getSavedOutput(),
+                         getSavedResidual(), getGradLse()})
     if (perToken)
       operands.push_back(
           tokenSlice(b, loc, perToken, perQuery, offsets, sizes, slices));

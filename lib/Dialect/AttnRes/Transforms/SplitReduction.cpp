@@ -58,8 +58,7 @@ BackwardOp withOneTokenDim(IRRewriter &rewriter, BackwardOp op) {
       sources, op.getPackedAttr(), op.getQuery(), op.getKeyNormWeight(),
       op.getOutputNormWeight(), flat(op.getGradOutput()), flat(op.getLse()),
       flat(op.getSavedOutput()), flat(op.getSavedResidual()),
-      flat(op.getGradLse()), op.getEpsAttr(),
-      op.getScaleAttr());
+      flat(op.getGradLse()), op.getEpsAttr(), op.getScaleAttr());
 
   SmallVector<Value> replacements;
   for (auto [grad, original] :
