@@ -35,7 +35,6 @@ at the copy bandwidth measured in the same run.
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
 import sys
@@ -51,8 +50,8 @@ sys.path.insert(0, str(HERE))
 
 import attnres  # noqa: E402
 import common  # noqa: E402
-from attnres.distributed import (link_bytes, merge_rows,  # noqa: E402
-                                 sharded_attnres)
+from attnres.distributed import (init_torchrun, link_bytes,  # noqa: E402
+                                 merge_rows, sharded_attnres)
 from attnres.reference import attnres_reference  # noqa: E402
 
 EPS = 1e-6
@@ -332,15 +331,8 @@ def main():
                 copy_bandwidth=bandwidth, rows=rows,
                 **common.device_facts()), indent=1))
         return 0
-    if args.backend == "auto":
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        args.backend = "nccl" if torch.cuda.device_count() >= world \
-            else "gloo"
-    dist.init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    device = torch.device("cuda", torch.cuda.current_device())
+    rank, world, device = init_torchrun(args.backend)
+    backend = dist.get_backend()
     shared_gpu = torch.cuda.device_count() < world
     ok = True
     errors = check(parse_shapes(args.check_shape)[0], rank, world, device)
@@ -368,7 +360,7 @@ def main():
                   f"{row['gather_ms']:.3f} ms (sends "
                   f"{row['sent_bytes_gather'] / 1e6:.1f} MB)", flush=True)
     if rank == 0:
-        summary = dict(world=world, backend=args.backend,
+        summary = dict(world=world, backend=backend,
                        shared_gpu=shared_gpu,
                        gpu=torch.cuda.get_device_name(device),
                        torch=torch.__version__, check=errors, timings=rows,

@@ -42,6 +42,24 @@ def _cuda_available():
     return bool(torch.cuda.is_available())
 
 
+def _kernel_layout(call, sources, query):
+    """The custom ops' operands: sources [N, D] each (or one [L, N, D]) and
+    an [M, R] query."""
+    N, D = call.N, call.D
+    if call.packed:
+        flat = [sources.reshape(call.L, N, D)]
+    else:
+        flat = [s.reshape(N, D) for s in sources]
+    return flat, query if call.multi_query else query.unsqueeze(0)
+
+
+def _per_token(call, result, *inner):
+    """A custom op's [M, N, ...] result in the caller's token shape: [M?,
+    T..., ...]."""
+    result = result.reshape((call.M,) + call.lead + inner)
+    return result if call.multi_query else result.squeeze(0)
+
+
 def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
             eps=1e-6, scale=1.0, save="o_pre"):
     """Attention Residuals: per token, a softmax over the sources.
@@ -74,17 +92,10 @@ def attnres(sources, query, *, key_norm_weight=None, output_norm_weight=None,
     call = _checks.check_attnres(sources, query, key_norm_weight,
                                  output_norm_weight, eps, scale, save,
                                  cuda_available=_cuda_available())
-    ops = _ops()
-    N, D = call.N, call.D
-    if call.packed:
-        flat = [sources.reshape(call.L, N, D)]
-    else:
-        flat = [s.reshape(N, D) for s in sources]
-    q = query if call.multi_query else query.unsqueeze(0)
-    o = ops.forward_op(flat, q, key_norm_weight, output_norm_weight,
-                       float(eps), float(scale), save)[0]
-    o = o.reshape((call.M,) + call.lead + (D,))
-    return o if call.multi_query else o.squeeze(0)
+    flat, q = _kernel_layout(call, sources, query)
+    o = _ops().forward_op(flat, q, key_norm_weight, output_norm_weight,
+                          float(eps), float(scale), save)[0]
+    return _per_token(call, o, call.D)
 
 
 def attnres_partial(sources, query, *, key_norm_weight=None, eps=1e-6,
@@ -104,20 +115,10 @@ def attnres_partial(sources, query, *, key_norm_weight=None, eps=1e-6,
     call = _checks.check_attnres(sources, query, key_norm_weight, None, eps,
                                  scale, "o_pre",
                                  cuda_available=_cuda_available())
-    ops = _ops()
-    N, D = call.N, call.D
-    if call.packed:
-        flat = [sources.reshape(call.L, N, D)]
-    else:
-        flat = [s.reshape(N, D) for s in sources]
-    q = query if call.multi_query else query.unsqueeze(0)
-    o, lse = ops.partial_op(flat, q, key_norm_weight, float(eps),
-                            float(scale))
-    o = o.reshape((call.M,) + call.lead + (D,))
-    lse = lse.reshape((call.M,) + call.lead)
-    if not call.multi_query:
-        o, lse = o.squeeze(0), lse.squeeze(0)
-    return o, lse
+    flat, q = _kernel_layout(call, sources, query)
+    o, lse = _ops().partial_op(flat, q, key_norm_weight, float(eps),
+                               float(scale))
+    return _per_token(call, o, call.D), _per_token(call, lse)
 
 
 def partition_reduce(partials, lse=None, *, sink=None,

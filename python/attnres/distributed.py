@@ -35,6 +35,8 @@ reference (:mod:`attnres.reference`) computes the same steps, so that the
 communication can be tested without a GPU.
 """
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -222,3 +224,20 @@ def link_bytes(num_tokens, width, num_queries=1, *, world_size,
         2 * (W - 1) * rows * width * 4 // W
     sources = 2 * (W - 1) * local_sources * num_tokens * width * source_bytes
     return partials, sources
+
+
+def init_torchrun(backend="auto"):
+    """Initializes the default process group of a ``torchrun`` launch and
+    selects this rank's GPU (``LOCAL_RANK``, modulo the GPUs there are).
+    ``backend="auto"`` takes NCCL where every rank has a GPU of its own and
+    gloo where ranks share one (NCCL refuses two ranks on one GPU). Returns
+    ``(rank, world_size, device)``."""
+    if backend == "auto":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        backend = "nccl" if torch.cuda.device_count() >= world else "gloo"
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    return rank, dist.get_world_size(), torch.device(
+        "cuda", torch.cuda.current_device())

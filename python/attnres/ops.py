@@ -247,29 +247,33 @@ def _sources_table(sources):
 # Inside the custom ops sources are [N, D] each (or one [L, N, D]), the query
 # [M, R], output_norm [D] or [M, D]; outputs are [M, N, D] and [M, N].
 
-def _residual_like(reference, call, N):
-    """The residual of o_pre, [M, N, D/2] int8 where the call keeps one,
-    else an empty tensor."""
-    shape = (call.M, N, call.D // 2) if call.residual else (0,)
+def _residual_like(reference, call, N, partial=False):
+    """The residual of o_pre, [M, N, D/2] int8 where the call keeps one (an
+    FP32 partial never does), else an empty tensor."""
+    keeps = call.residual and not partial
+    shape = (call.M, N, call.D // 2) if keeps else (0,)
     return torch.empty(shape, dtype=torch.int8, device=reference.device)
 
 
-def forward_impl(sources, query, key_norm, output_norm, eps, scale, save):
-    """What attnres::forward computes: (o, lse, o_pre, o_pre residual)."""
+def forward_impl(sources, query, key_norm, output_norm, eps, scale, save,
+                 partial=False):
+    """What attnres::forward computes: (o, lse, o_pre, o_pre residual); with
+    `partial` what attnres::partial computes (FP32 o, no output norm)."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     call = _call(sources, query, key_norm, output_norm, eps, scale, save)
     device = query.device
     M, N, D = call.M, sources[0].shape[-2], call.D
-    o = torch.empty((M, N, D), dtype=sources[0].dtype, device=device)
+    dtype = torch.float32 if partial else sources[0].dtype
+    o = torch.empty((M, N, D), dtype=dtype, device=device)
     lse = torch.empty((M, N), dtype=torch.float32, device=device)
     writes_o_pre = save == "o_pre" and output_norm is not None
-    o_pre = torch.empty((M, N, D) if writes_o_pre else (0,),
-                        dtype=sources[0].dtype, device=device)
-    residual = _residual_like(query, call, N)
+    o_pre = torch.empty((M, N, D) if writes_o_pre else (0,), dtype=dtype,
+                        device=device)
+    residual = _residual_like(query, call, N, partial)
     if N == 0:
         return o, lse, o_pre, residual
-    runtime = _runtime(call.spec(), device)
+    runtime = _runtime(call.spec(partial=partial), device)
     op = runtime.op("forward")
     partitions = runtime.forward_partitions(op, N)
     size = runtime.forward_workspace_size(op, N, partitions)
@@ -320,14 +324,17 @@ def _parameter_grads(query, key_norm, output_norm):
 
 
 def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
-                  saved_residual, eps, scale, save, fp32_output=False):
+                  saved_residual, eps, scale, save, fp32_output=False,
+                  grad_lse=None):
     """What attnres::backward computes: (d sources [L, N, D], dq, dg, dh).
     With `fp32_output` the output gradient and the saved o_pre are FP32 (the
-    kernels of Call.spec(fp32_output=True))."""
+    kernels of Call.spec(fp32_output=True)); with `grad_lse` the backward of
+    attnres::partial (Call.spec(partial=True)), given the lse's gradient."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     grad, lse, saved = dense(grad), dense(lse), maybe_dense(saved)
-    saved_residual = maybe_dense(saved_residual)
+    saved_residual, grad_lse = maybe_dense(saved_residual), \
+        maybe_dense(grad_lse)
     call = _call(sources, query, key_norm, output_norm, eps, scale, save)
     device = query.device
     N, D, L = sources[0].shape[-2], call.D, call.L
@@ -342,7 +349,8 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
         dh.zero_()
         grad_sources.zero_()
         return grad_sources, dq, dg, dh
-    runtime = _runtime(call.spec(fp32_output=fp32_output), device)
+    runtime = _runtime(call.spec(partial=grad_lse is not None,
+                                 fp32_output=fp32_output), device)
     op = runtime.op("backward")
     blocks = runtime.backward_blocks(op, N)
     partitions = runtime.backward_partitions(op, blocks)
@@ -355,6 +363,7 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
                      grad=grad.data_ptr(), lse=lse.data_ptr(),
                      saved=_pointer(saved),
                      saved_residual=_pointer(saved_residual),
+                     grad_lse=_pointer(grad_lse),
                      grad_sources=_packed_table(grad_sources).data_ptr(),
                      dq=dq.data_ptr(), dg=_pointer(dg), dh=_pointer(dh),
                      blocks=blocks, partitions=partitions,
@@ -451,27 +460,9 @@ forward_op.register_autograd(_forward_backward, setup_context=_forward_setup)
 # (docs/Math.md: ds_s = scale * p_s * (<do, v_s> - delta + dlse)).
 
 def partial_impl(sources, query, key_norm, eps, scale):
-    sources, query, key_norm, _ = _dense_all(sources, query, key_norm, None)
-    call = _call(sources, query, key_norm, None, eps, scale, "o_pre")
-    device = query.device
-    M, N, D = call.M, sources[0].shape[-2], call.D
-    o = torch.empty((M, N, D), dtype=torch.float32, device=device)
-    lse = torch.empty((M, N), dtype=torch.float32, device=device)
-    if N == 0:
-        return o, lse
-    runtime = _runtime(call.spec(partial=True), device)
-    op = runtime.op("forward")
-    partitions = runtime.forward_partitions(op, N)
-    size = runtime.forward_workspace_size(op, N, partitions)
-    workspace = torch.empty(size, dtype=torch.uint8, device=device) \
-        if size else None
-    table = _sources_table(sources)
-    runtime.forward(op, num_tokens=N, sources=table.data_ptr(),
-                    query=query.data_ptr(), key_norm=_pointer(key_norm),
-                    o=o.data_ptr(), lse=lse.data_ptr(),
-                    partitions=partitions, workspace=_pointer(workspace),
-                    workspace_size=size, stream=_stream(device))
-    return o, lse
+    """What attnres::partial computes: (o [M, N, D] FP32, lse [M, N])."""
+    return forward_impl(sources, query, key_norm, None, eps, scale, "o_pre",
+                        partial=True)[:2]
 
 
 @torch.library.custom_op("attnres::partial", mutates_args=())
@@ -491,35 +482,8 @@ def _(sources, query, key_norm, eps, scale):
 def partial_backward_impl(sources, query, key_norm, grad_o, grad_lse, lse, o,
                           eps, scale):
     """(d sources [L, N, D], dq, dg) of attnres::partial."""
-    sources, query, key_norm, _ = _dense_all(sources, query, key_norm, None)
-    grad_o, grad_lse, lse, o = (dense(t) for t in (grad_o, grad_lse, lse, o))
-    call = _call(sources, query, key_norm, None, eps, scale, "o_pre")
-    device = query.device
-    N, D, L = sources[0].shape[-2], call.D, call.L
-    grad_sources = torch.empty((L, N, D), dtype=sources[0].dtype,
-                               device=device)
-    dq, dg, _ = _parameter_grads(query, key_norm, None)
-    if N == 0:
-        dq.zero_()
-        dg.zero_()
-        grad_sources.zero_()
-        return grad_sources, dq, dg
-    runtime = _runtime(call.spec(partial=True), device)
-    op = runtime.op("backward")
-    blocks = runtime.backward_blocks(op, N)
-    partitions = runtime.backward_partitions(op, blocks)
-    size = runtime.backward_workspace_size(op, N, blocks, partitions)
-    workspace = torch.empty(size, dtype=torch.uint8, device=device)
-    table = _sources_table(sources)
-    runtime.backward(op, num_tokens=N, sources=table.data_ptr(),
-                     query=query.data_ptr(), key_norm=_pointer(key_norm),
-                     grad=grad_o.data_ptr(), lse=lse.data_ptr(),
-                     saved=o.data_ptr(), grad_lse=grad_lse.data_ptr(),
-                     grad_sources=_packed_table(grad_sources).data_ptr(),
-                     dq=dq.data_ptr(), dg=_pointer(dg), blocks=blocks,
-                     partitions=partitions, workspace=workspace.data_ptr(),
-                     workspace_size=size, stream=_stream(device))
-    return grad_sources, dq, dg
+    return backward_impl(sources, query, key_norm, None, grad_o, lse, o, None,
+                         eps, scale, "o_pre", grad_lse=grad_lse)[:3]
 
 
 @torch.library.custom_op("attnres::partial_backward", mutates_args=())

@@ -20,7 +20,6 @@ where every rank has a GPU of its own, else gloo.
 import argparse
 import json
 import math
-import os
 import pathlib
 import sys
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(HERE.parents[2] / "python"))
 
 import attnres  # noqa: E402
 import train_compare as t  # noqa: E402
+from attnres.distributed import init_torchrun  # noqa: E402
 from attnres.reference import attnres_reference  # noqa: E402
 
 STEPS = 20
@@ -85,18 +85,10 @@ def main():
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--out", type=pathlib.Path)
     args = parser.parse_args()
-    if args.backend == "auto":
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        args.backend = "nccl" if torch.cuda.device_count() >= world \
-            else "gloo"
-    dist.init_process_group(args.backend)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world, device = init_torchrun(args.backend)
     if t.BATCH % world:
         raise SystemExit(f"the batch of {t.BATCH} does not split over "
                          f"{world} ranks")
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    device = torch.device("cuda", torch.cuda.current_device())
     data = t.batches(device)[:STEPS]
     ddp = train_ddp(data, device, rank, world)
     ok = True
@@ -111,15 +103,17 @@ def main():
         for step in range(0, STEPS, 4):
             print(f"{step:4d}  {ddp[step]:.4f}  {single[step]:.4f}  "
                   f"{plain[step]:.4f}")
+        backend = dist.get_backend()
         shared = ", one GPU shared" if torch.cuda.device_count() < world \
             else ""
-        print(f"\n{world} ranks ({args.backend}{shared}): max |ddp - single| = {difference:.4f}; rounding noise "
+        print(f"\n{world} ranks ({backend}{shared}): max |ddp - single| = "
+              f"{difference:.4f}; rounding noise "
               f"max |single op - single plain| = {noise:.4f}; bound "
               f"{bound:.4f}: {'PASS' if ok else 'FAIL'}")
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "train_ddp.json").write_text(json.dumps(dict(
-                world=world, backend=args.backend, ddp=ddp, single=single,
+                world=world, backend=backend, ddp=ddp, single=single,
                 plain=plain, difference=difference, noise=noise, ok=ok),
                 indent=1))
     flag = torch.tensor([int(ok)], device=device)
