@@ -79,6 +79,22 @@ def merge_rows(partials, partial_lse, output_norm, eps):
     return out.reshape(rows, D), o_pre, lse
 
 
+def _check_same_rows(shape, device, group, world):
+    """Every rank's partial must have the same [M, N, D]: the all-gather
+    below would otherwise fail or hang without saying why. Each rank sees
+    every rank's shape, so all of them raise."""
+    mine = torch.tensor(list(shape), dtype=torch.int64, device=device)
+    shapes = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(shapes, mine, group=group)
+    shapes = [s.tolist() for s in shapes]
+    if any(s != shapes[0] for s in shapes):
+        each = ", ".join(f"rank {r}: {s}" for r, s in enumerate(shapes))
+        raise InvalidArgumentError(
+            f"sharded_attnres: the ranks' queries, tokens and widths "
+            f"[M, N, D] differ ({each}); every rank must pass sources of one "
+            f"token shape and width and the same query")
+
+
 class _Sharded(torch.autograd.Function):
     """Inside: sources [L_r, N, D] packed or L_r tensors [N, D], query
     [M, R]; o_pre and lse [M, N, D] and [M, N]."""
@@ -99,6 +115,7 @@ class _Sharded(torch.autograd.Function):
                                                eps=eps, scale=scale)
         M, N, D = o.shape
         world = dist.get_world_size(group)
+        _check_same_rows(o.shape, query.device, group, world)
         # One collective for both: [M, N, D + 1] rows.
         row = torch.cat([o, lse.unsqueeze(-1)], dim=-1).contiguous()
         gathered = [torch.empty_like(row) for _ in range(world)]
@@ -110,7 +127,7 @@ class _Sharded(torch.autograd.Function):
                                             output_norm, eps)
         out, o_pre = out.reshape(M, N, D), o_pre.reshape(M, N, D)
         merged_lse = merged_lse.reshape(M, N)
-        ctx.constants = (eps, scale, group, world, len(sources))
+        ctx.constants = (eps, scale, group, world)
         ctx.has = (key_norm is not None, output_norm is not None)
         ctx.save_for_backward(query, *(t for t in (key_norm, output_norm)
                                        if t is not None),
@@ -119,7 +136,7 @@ class _Sharded(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        eps, scale, group, world, count = ctx.constants
+        eps, scale, group, world = ctx.constants
         tensors = list(ctx.saved_tensors)
         query = tensors.pop(0)
         key_norm = tensors.pop(0) if ctx.has[0] else None

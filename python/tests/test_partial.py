@@ -183,3 +183,46 @@ def test_link_bytes_formula():
                                    local_sources=5, source_bytes=4)
     assert partials == 3 * 300 * 65 * 4 + 2 * 3 * 300 * 64 * 4 // 4
     assert sources == 2 * 3 * 5 * 100 * 64 * 4
+
+
+def _mismatch_main(rank, world, port, folder):
+    import torch.distributed as dist
+
+    from attnres import InvalidArgumentError
+    from attnres.distributed import sharded_attnres
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world)
+    try:
+        # Rank 1 holds sources of 5 tokens, rank 0 of 4.
+        sources = torch.randn(2, 4 + rank, 8, dtype=F64)
+        try:
+            sharded_attnres(sources, torch.randn(8, dtype=F64))
+            message = "no error"
+        except InvalidArgumentError as error:
+            message = str(error)
+        with open(os.path.join(folder, f"rank{rank}.txt"), "w") as out:
+            out.write(message)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or
+                    not torch.distributed.is_gloo_available(),
+                    reason="needs torch.distributed with gloo")
+def test_sharded_attnres_refuses_ranks_that_disagree(tmp_path):
+    import torch.multiprocessing as mp
+    mp.spawn(_mismatch_main, args=(2, _free_port(), str(tmp_path)), nprocs=2)
+    for rank in range(2):
+        message = (tmp_path / f"rank{rank}.txt").read_text()
+        assert "[M, N, D] differ (rank 0: [1, 4, 8], rank 1: [1, 5, 8])" \
+            in message
+
+
+def test_sharded_attnres_needs_a_process_group():
+    from attnres import InvalidArgumentError
+    from attnres.distributed import sharded_attnres
+    if torch.distributed.is_initialized():
+        pytest.skip("a process group is initialized in this process")
+    with pytest.raises(InvalidArgumentError, match="needs an initialized "
+                       "torch.distributed process group"):
+        sharded_attnres(torch.randn(2, 4, 8), torch.randn(8))
