@@ -94,10 +94,13 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     (block b covers the tokens of iteration b) and its finalize; the P
     partial forwards of `attnres-split-sources` and their softmax merge as
     the forward split over P partitions of the sources (partition p of the
-    kernels reads the sources of partial forward p). Each is checked to be
-    of exactly that form; another is an error, as is the loop without
-    keep-host (a bundle's backward is launched whole, its blocks chosen per
-    call).
+    kernels reads the sources of partial forward p); attnres-tile's loop
+    around a forward or softmax merge as its kernels with one block per tile
+    of tokens. Each is checked to be of exactly that form; another is an
+    error, as is the split loop without keep-host (a bundle's backward is
+    launched whole, its blocks chosen per call). A loop may carry the
+    mapping attribute attnres-map-to-blocks gives it; another mapping is an
+    error that names the one it needs.
   }];
   let options = [
     Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
