@@ -43,16 +43,14 @@ import torch.distributed as dist
 from . import _checks
 from .errors import InvalidArgumentError
 from .reference import (attnres_backward_reference,
-                        attnres_partial_reference, partition_reduce_reference)
+                        attnres_partial_reference, partition_reduce_reference,
+                        rms_norm)
 
 
-def _rms_norm(rows, weight, eps):
-    """rows [M, N, D] (FP32) normalized and scaled by weight [D] or
-    [M, D]."""
-    h = weight.to(rows.dtype)
-    if h.dim() == 2:
-        h = h.unsqueeze(1)
-    return rows * torch.rsqrt(rows.square().mean(-1, keepdim=True) + eps) * h
+def _stacked(sources):
+    """The reference's [L, N, D] of the Function's sources (one packed
+    tensor or L rows)."""
+    return sources[0] if sources[0].dim() == 3 else torch.stack(sources)
 
 
 def merge_rows(partials, partial_lse, output_norm, eps):
@@ -75,7 +73,7 @@ def merge_rows(partials, partial_lse, output_norm, eps):
     if output_norm is None:
         return o_pre, o_pre, lse
     M = output_norm.shape[0] if output_norm.dim() == 2 else 1
-    out = _rms_norm(o_pre.reshape(M, rows // M, D), output_norm, eps)
+    out = rms_norm(o_pre.reshape(M, rows // M, D), output_norm, eps)
     return out.reshape(rows, D), o_pre, lse
 
 
@@ -108,9 +106,7 @@ class _Sharded(torch.autograd.Function):
             o, lse = ops.partial_impl(list(sources), query, key_norm, eps,
                                       scale)
         else:
-            stacked = sources[0] if sources[0].dim() == 3 else \
-                torch.stack(sources)
-            o, lse = attnres_partial_reference(stacked, query,
+            o, lse = attnres_partial_reference(_stacked(sources), query,
                                                key_norm_weight=key_norm,
                                                eps=eps, scale=scale)
         M, N, D = o.shape
@@ -155,8 +151,7 @@ class _Sharded(torch.autograd.Function):
             per_source, dq, dg, dh = ops._gradients(
                 sources, key_norm, output_norm, (grad_sources, dq, dg, dh))
         else:
-            stacked = sources[0] if sources[0].dim() == 3 else \
-                torch.stack(sources)
+            stacked = _stacked(sources)
             dv, dq, dg, dh = attnres_backward_reference(
                 stacked, query, total, key_norm_weight=key_norm,
                 output_norm_weight=output_norm, eps=eps, scale=scale,

@@ -760,10 +760,9 @@ def _merge_key(P, D, out, sink, output_norm, eps):
     return key
 
 
-@torch.library.custom_op("attnres::merge", mutates_args=())
-def merge_op(partials: torch.Tensor, lse: torch.Tensor,
-             sink: torch.Tensor | None, output_norm: torch.Tensor | None,
-             eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def merge_impl(partials, lse, sink, output_norm, eps):
+    """What attnres::merge computes, with the merged o_pre the kernel also
+    writes where there is an output norm (else None): (o, lse, o_pre)."""
     partials, lse = dense(partials), dense(lse)
     sink, output_norm = maybe_dense(sink), maybe_dense(output_norm)
     P, rows, D = partials.shape
@@ -771,20 +770,27 @@ def merge_op(partials: torch.Tensor, lse: torch.Tensor,
     o = torch.empty((rows, D), dtype=dtype, device=partials.device)
     merged_lse = torch.empty((rows,), dtype=torch.float32,
                              device=partials.device)
+    o_pre = torch.empty_like(o) if output_norm is not None else None
     if rows == 0:
-        return o, merged_lse
+        return o, merged_lse, o_pre
     out = _checks.VALUE_TYPES[str(dtype)]
     runtime = _runtime(_merge_key(P, D, out, sink is not None,
                                   output_norm is not None, eps),
                        partials.device)
-    o_pre = torch.empty_like(o) if output_norm is not None else None
     runtime.merge(runtime.op("partition_reduce_softmax"), num_rows=rows,
                   partials=partials.data_ptr(), partial_lse=lse.data_ptr(),
                   sink=_pointer(sink), output_norm=_pointer(output_norm),
                   o=o.data_ptr(), lse=merged_lse.data_ptr(),
                   o_pre=_pointer(o_pre), rows_per_weight=rows,
                   stream=_stream(partials.device))
-    return o, merged_lse
+    return o, merged_lse, o_pre
+
+
+@torch.library.custom_op("attnres::merge", mutates_args=())
+def merge_op(partials: torch.Tensor, lse: torch.Tensor,
+             sink: torch.Tensor | None, output_norm: torch.Tensor | None,
+             eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return merge_impl(partials, lse, sink, output_norm, eps)[:2]
 
 
 def merge_normalized_impl(partials, lse, output_norm, eps):
@@ -792,23 +798,7 @@ def merge_normalized_impl(partials, lse, output_norm, eps):
     the merged rows for a backward: (o, lse, o_pre), o and o_pre FP32
     (output_norm [D] is read in FP32). Not traced: attnres.distributed's
     autograd Function calls it."""
-    partials, lse = dense(partials), dense(lse)
-    weight = dense(output_norm.float())
-    P, rows, D = partials.shape
-    o = torch.empty((rows, D), dtype=torch.float32, device=partials.device)
-    o_pre = torch.empty_like(o)
-    merged_lse = torch.empty((rows,), dtype=torch.float32,
-                             device=partials.device)
-    if rows == 0:
-        return o, merged_lse, o_pre
-    runtime = _runtime(_merge_key(P, D, "f32", False, True, eps),
-                       partials.device)
-    runtime.merge(runtime.op("partition_reduce_softmax"), num_rows=rows,
-                  partials=partials.data_ptr(), partial_lse=lse.data_ptr(),
-                  output_norm=weight.data_ptr(), o=o.data_ptr(),
-                  lse=merged_lse.data_ptr(), o_pre=o_pre.data_ptr(),
-                  rows_per_weight=rows, stream=_stream(partials.device))
-    return o, merged_lse, o_pre
+    return merge_impl(partials, lse, None, output_norm.float(), eps)
 
 
 @merge_op.register_fake

@@ -9,6 +9,17 @@ float64 for float64 inputs) and returns the sources' dtype.
 import torch
 
 
+def rms_norm(rows, weight, eps):
+    """rows ``[..., D]`` RMS-normalized and scaled by weight ``[D]`` (or
+    ``[M, D]`` for rows ``[M, ..., D]``, one weight row per query), in the
+    rows' dtype: the output norm of docs/Math.md section 1."""
+    h = weight.to(rows.dtype)
+    if h.dim() == 2:
+        h = h.reshape((h.shape[0],) + (1,) * (rows.dim() - 2) +
+                      (h.shape[1],))
+    return rows * torch.rsqrt(rows.square().mean(-1, keepdim=True) + eps) * h
+
+
 def attnres_reference(sources, query, *, key_norm_weight=None,
                       output_norm_weight=None, eps=1e-6, scale=1.0,
                       save="o_pre", return_lse=False):
@@ -28,16 +39,12 @@ def attnres_reference(sources, query, *, key_norm_weight=None,
     k = rho * t                                        # [L, ..., R]
     if key_norm_weight is not None:
         k = k * key_norm_weight.to(compute)
-    lead = v.shape[1:-1]
     logits = scale * torch.einsum("l...r,mr->ml...", k, q)   # [M, L, ...]
     lse = torch.logsumexp(logits, dim=1)                      # [M, ...]
     p = torch.exp(logits - lse.unsqueeze(1))
     o = torch.einsum("ml...,l...d->m...d", p, v)              # [M, ..., D]
     if output_norm_weight is not None:
-        h = output_norm_weight.to(compute)
-        if h.dim() == 2:
-            h = h.reshape((h.shape[0],) + (1,) * len(lead) + (D,))
-        o = o * torch.rsqrt(o.square().mean(-1, keepdim=True) + eps) * h
+        o = rms_norm(o, output_norm_weight, eps)
     o = o.to(dtype)
     if not multi:
         o, lse = o.squeeze(0), lse.squeeze(0)
@@ -77,12 +84,7 @@ def partition_reduce_reference(partials, lse, *, output_norm_weight=None,
         torch.where(total > 0, total, torch.ones_like(total)).unsqueeze(-1)
     merged_lse = shift + torch.log(total)
     if output_norm_weight is not None:
-        h = output_norm_weight.to(merged.dtype)
-        if h.dim() == 2:
-            h = h.reshape((h.shape[0],) + (1,) * (merged.dim() - 2) +
-                          (h.shape[1],))
-        merged = merged * torch.rsqrt(
-            merged.square().mean(-1, keepdim=True) + eps) * h
+        merged = rms_norm(merged, output_norm_weight, eps)
     return merged, merged_lse
 
 

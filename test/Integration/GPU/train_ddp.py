@@ -63,23 +63,6 @@ def train_ddp(data, device, rank, world):
     return losses
 
 
-def train_single(op, data, device):
-    torch.manual_seed(0)
-    model = t.Model().to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3,
-                                  weight_decay=0.0)
-    losses = []
-    for tokens in data:
-        logits = model(tokens[:, :-1], op)
-        loss = F.cross_entropy(logits.reshape(-1, t.VOCAB),
-                               tokens[:, 1:].reshape(-1))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="auto")
@@ -93,8 +76,9 @@ def main():
     ddp = train_ddp(data, device, rank, world)
     ok = True
     if rank == 0:
-        single = train_single(attnres.attnres, data, device)
-        plain = train_single(attnres_reference, data, device)
+        # train_compare's single-process loop (same seed, optimizer, data).
+        single, _ = t.train(attnres.attnres, data, device)
+        plain, _ = t.train(attnres_reference, data, device)
         difference = max(abs(a - b) for a, b in zip(ddp, single))
         noise = max(abs(a - b) for a, b in zip(single, plain))
         bound = max(3 * noise, 0.02)
