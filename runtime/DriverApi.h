@@ -1,9 +1,9 @@
-//===- DriverApi.h - CUDA driver types the runtime declares itself -*- C++
-//-*-===//
+//===- DriverApi.h - Driver types the runtime declares itself ---*- C++ -*-===//
 //
-// The runtime opens the CUDA driver with dlopen and has no CUDA headers, so
-// the few driver structures it passes are declared here, laid out as cuda.h
-// (CUDA 12) lays them out. Private to the runtime library.
+// The runtime opens the CUDA driver or HIP with dlopen and has no CUDA or
+// HIP headers, so the few driver structures and constants it passes are
+// declared here, laid out as cuda.h (CUDA 12) lays them out. Private to the
+// runtime library.
 //
 //===----------------------------------------------------------------------===//
 
@@ -57,6 +57,11 @@ inline LaunchConfig clusterLaunch(const unsigned grid[3],
   return {grid[0],  grid[1],        grid[2], block[0],   block[1],
           block[2], sharedMemBytes, stream,  &attribute, 1};
 }
+
+/// The device attribute that counts multiprocessors (compute units):
+/// CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, or
+/// hipDeviceAttributeMultiprocessorCount (ROCm 5 and 6).
+constexpr int multiprocessorCountAttribute(bool hip) { return hip ? 63 : 16; }
 
 /// The largest grid the driver launches, per dimension.
 inline constexpr long long kMaxGrid[3] = {2147483647, 65535, 65535};

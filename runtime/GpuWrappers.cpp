@@ -1,9 +1,11 @@
-//===- GpuWrappers.cpp - MLIR's mgpu* host entry points over CUDA ---------===//
+//===- GpuWrappers.cpp - MLIR's mgpu* host entry points over CUDA or HIP --===//
 //
 // The functions MLIR's host lowering calls (attnres-c/GpuWrappers.h), over
-// the CUDA driver opened with dlopen on first use. Each reports a failure on
-// stderr and in a thread-local message instead of aborting: the generated
-// code that calls them has no way to receive a status.
+// the CUDA driver or HIP, opened with dlopen on first use: the first kernel
+// image the process gave decides which (NVVM's cubin, fatbin or PTX, or
+// ROCDL's hsaco). Each reports a failure on stderr and in a thread-local message
+// instead of aborting: the generated code that calls them has no way to
+// receive a status.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,7 @@
 #include "attnres/Bundle/LaunchRules.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,10 +31,14 @@ namespace {
 
 using Result = int;
 
-/// The driver entry points the wrappers use (cuda.h's versioned names where
-/// the header maps a name to a _v2 symbol).
-struct CudaDriver {
+/// The entry points the wrappers use: the CUDA driver's (cuda.h's versioned
+/// names where the header maps a name to a _v2 symbol) or HIP's, which take
+/// the same arguments except where noted. HIP has no contexts to make
+/// current (hipSetDevice instead), no clusters, no PTX, and its copy takes
+/// a direction; its device memory comes from hipMalloc (no pool).
+struct Driver {
   std::string unusable; // why the driver cannot be used; empty when it can
+  bool hip = false;
   Result (*init)(unsigned) = nullptr;
   Result (*deviceGetCount)(int *) = nullptr;
   Result (*deviceGet)(int *, int) = nullptr;
@@ -80,12 +87,20 @@ struct CudaDriver {
   Result (*occupancy)(int *, void *, int, size_t) = nullptr;
   Result (*occupancyMaxActiveClusters)(
       int *, void *, const attnres::driver::LaunchConfig *) = nullptr;
+  // HIP only.
+  Result (*setDevice)(int) = nullptr;
+  Result (*getDevice)(int *) = nullptr;
+  Result (*hipMemcpyAsync)(void *, const void *, size_t, int, void *) = nullptr;
+  const char *(*hipErrorString)(Result) = nullptr;
 
+  const char *api() const { return hip ? "HIP" : "CUDA"; }
   std::string describe(Result result) const {
     const char *text = nullptr;
     if (getErrorString)
       getErrorString(result, &text);
-    return attnres::driver::describeResult("CUDA", result, text);
+    else if (hipErrorString)
+      text = hipErrorString(result);
+    return attnres::driver::describeResult(api(), result, text);
   }
 };
 
@@ -94,79 +109,198 @@ constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
 constexpr unsigned kEventDisableTiming = 2; // CU_EVENT_DISABLE_TIMING
 constexpr unsigned kMemAttachGlobal = 1;    // CU_MEM_ATTACH_GLOBAL
 constexpr int kJitOptimizationLevel = 7;    // CU_JIT_OPTIMIZATION_LEVEL
+constexpr int kHipMemcpyDefault = 4;        // hipMemcpyDefault
 
 /// CUDA_ERROR_DEINITIALIZED: the driver is shutting down (the process is
 /// exiting) and has released everything itself.
 constexpr Result kDeinitialized = 4;
 
+/// What a kernel image given to mgpuModuleLoad is code for, read from its
+/// first bytes.
+enum ImageKind : unsigned {
+  kUnknownImage = 0,
+  kNvidiaImage = 1,
+  kAmdImage = 2
+};
+
+ImageKind imageKind(const char *data, size_t size) {
+  // ELF's e_machine (EM_CUDA = 190: a cubin; EM_AMDGPU = 224: a hsaco).
+  if (size >= 20 && std::memcmp(data,
+                                "\x7f"
+                                "ELF",
+                                4) == 0) {
+    uint16_t machine = 0;
+    std::memcpy(&machine, data + 18, sizeof(machine));
+    return machine == 190   ? kNvidiaImage
+           : machine == 224 ? kAmdImage
+                            : kUnknownImage;
+  }
+  uint32_t magic = 0;
+  if (size >= 4)
+    std::memcpy(&magic, data, sizeof(magic));
+  if (magic == 0xBA55ED50u) // a fatbin
+    return kNvidiaImage;
+  static const char bundle[] = "__CLANG_OFFLOAD_BUNDLE__";
+  if (size >= sizeof(bundle) - 1 &&
+      std::memcmp(data, bundle, sizeof(bundle) - 1) == 0)
+    return kAmdImage;
+  return kUnknownImage;
+}
+
+const char *describeImageKind(unsigned kind) {
+  return kind == kAmdImage ? "AMD GPU code (hsaco)"
+                           : "NVIDIA GPU code (cubin, fatbin or PTX)";
+}
+
+/// The kind of the first image given (a recognized one), which decides
+/// whether the process runs on the CUDA driver or on HIP.
+std::atomic<unsigned> firstImageKind{kUnknownImage};
+
+void imageGiven(ImageKind kind) {
+  unsigned unknown = kUnknownImage;
+  if (kind != kUnknownImage)
+    firstImageKind.compare_exchange_strong(unknown, kind);
+}
+
+Driver loadCuda() {
+  Driver d;
+  using attnres::driver::bind;
+  const char *const names[2] = {"libcuda.so.1", "libcuda.so"};
+  std::string reason;
+  void *library = attnres::driver::openLibrary(names, reason);
+  if (!library) {
+    d.unusable = "cannot load the CUDA driver (libcuda.so.1): " + reason +
+                 "; the code needs an NVIDIA GPU and its driver";
+    return d;
+  }
+  bool found =
+      bind(library, "cuInit", d.init) &&
+      bind(library, "cuDeviceGetCount", d.deviceGetCount) &&
+      bind(library, "cuDeviceGet", d.deviceGet) &&
+      bind(library, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain) &&
+      bind(library, "cuCtxPushCurrent_v2", d.ctxPushCurrent) &&
+      bind(library, "cuCtxPopCurrent_v2", d.ctxPopCurrent) &&
+      bind(library, "cuModuleLoadData", d.moduleLoadData) &&
+      bind(library, "cuModuleLoadDataEx", d.moduleLoadDataEx) &&
+      bind(library, "cuModuleUnload", d.moduleUnload) &&
+      bind(library, "cuModuleGetFunction", d.moduleGetFunction) &&
+      bind(library, "cuLaunchKernel", d.launchKernel) &&
+      bind(library, "cuStreamCreate", d.streamCreate) &&
+      bind(library, "cuStreamDestroy_v2", d.streamDestroy) &&
+      bind(library, "cuStreamSynchronize", d.streamSynchronize) &&
+      bind(library, "cuStreamWaitEvent", d.streamWaitEvent) &&
+      bind(library, "cuEventCreate", d.eventCreate) &&
+      bind(library, "cuEventDestroy_v2", d.eventDestroy) &&
+      bind(library, "cuEventSynchronize", d.eventSynchronize) &&
+      bind(library, "cuEventRecord", d.eventRecord) &&
+      bind(library, "cuMemAlloc_v2", d.memAlloc) &&
+      bind(library, "cuMemAllocManaged", d.memAllocManaged) &&
+      bind(library, "cuMemFree_v2", d.memFree) &&
+      bind(library, "cuMemcpyAsync", d.memcpyAsync) &&
+      bind(library, "cuMemsetD32Async", d.memsetD32Async) &&
+      bind(library, "cuMemsetD16Async", d.memsetD16Async) &&
+      bind(library, "cuMemHostRegister_v2", d.memHostRegister) &&
+      bind(library, "cuMemHostUnregister", d.memHostUnregister) &&
+      bind(library, "cuDeviceGetAttribute", d.deviceGetAttribute) &&
+      bind(library, "cuOccupancyMaxActiveBlocksPerMultiprocessor", d.occupancy);
+  bind(library, "cuGetErrorString", d.getErrorString);
+  // CUDA 12 and later: cluster launches.
+  bind(library, "cuLaunchKernelEx", d.launchKernelEx);
+  bind(library, "cuOccupancyMaxActiveClusters", d.occupancyMaxActiveClusters);
+  // CUDA 11.2 and later: stream-ordered allocation.
+  if (!(bind(library, "cuCtxSynchronize", d.ctxSynchronize) &&
+        bind(library, "cuMemPoolCreate", d.memPoolCreate) &&
+        bind(library, "cuMemPoolSetAttribute", d.memPoolSetAttribute) &&
+        bind(library, "cuMemPoolTrimTo", d.memPoolTrimTo) &&
+        bind(library, "cuMemAllocFromPoolAsync", d.memAllocFromPoolAsync) &&
+        bind(library, "cuMemFreeAsync", d.memFreeAsync)))
+    d.memPoolCreate = nullptr;
+  if (!found) {
+    d.unusable = "the CUDA driver (libcuda.so.1) lacks an entry point the "
+                 "mgpu* functions need (CUDA 11 or later is)";
+    return d;
+  }
+  if (Result result = d.init(0))
+    d.unusable = "initializing the CUDA driver: " + d.describe(result);
+  return d;
+}
+
+Driver loadHip() {
+  Driver d;
+  d.hip = true;
+  using attnres::driver::bind;
+  const char *const names[2] = {"libamdhip64.so", "libamdhip64.so.6"};
+  std::string reason;
+  void *library = attnres::driver::openLibrary(names, reason);
+  if (!library) {
+    d.unusable = "cannot load HIP (libamdhip64.so): " + reason +
+                 "; the code needs an AMD GPU with ROCm";
+    return d;
+  }
+  bool found =
+      bind(library, "hipInit", d.init) &&
+      bind(library, "hipGetDeviceCount", d.deviceGetCount) &&
+      bind(library, "hipDeviceGet", d.deviceGet) &&
+      bind(library, "hipSetDevice", d.setDevice) &&
+      bind(library, "hipGetDevice", d.getDevice) &&
+      bind(library, "hipModuleLoadData", d.moduleLoadData) &&
+      bind(library, "hipModuleUnload", d.moduleUnload) &&
+      bind(library, "hipModuleGetFunction", d.moduleGetFunction) &&
+      bind(library, "hipModuleLaunchKernel", d.launchKernel) &&
+      bind(library, "hipStreamCreateWithFlags", d.streamCreate) &&
+      bind(library, "hipStreamDestroy", d.streamDestroy) &&
+      bind(library, "hipStreamSynchronize", d.streamSynchronize) &&
+      bind(library, "hipStreamWaitEvent", d.streamWaitEvent) &&
+      bind(library, "hipEventCreateWithFlags", d.eventCreate) &&
+      bind(library, "hipEventDestroy", d.eventDestroy) &&
+      bind(library, "hipEventSynchronize", d.eventSynchronize) &&
+      bind(library, "hipEventRecord", d.eventRecord) &&
+      bind(library, "hipMalloc", d.memAlloc) &&
+      bind(library, "hipMallocManaged", d.memAllocManaged) &&
+      bind(library, "hipFree", d.memFree) &&
+      bind(library, "hipMemcpyAsync", d.hipMemcpyAsync) &&
+      bind(library, "hipMemsetD32Async", d.memsetD32Async) &&
+      bind(library, "hipMemsetD16Async", d.memsetD16Async) &&
+      bind(library, "hipHostRegister", d.memHostRegister) &&
+      bind(library, "hipHostUnregister", d.memHostUnregister) &&
+      bind(library, "hipDeviceGetAttribute", d.deviceGetAttribute) &&
+      bind(library, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
+           d.occupancy);
+  bind(library, "hipGetErrorString", d.hipErrorString);
+  if (!found) {
+    d.unusable = "HIP (libamdhip64.so) lacks an entry point the mgpu* "
+                 "functions need (ROCm 5 or later has them)";
+    return d;
+  }
+  if (Result result = d.init(0))
+    d.unusable = "initializing HIP: " + d.describe(result);
+  return d;
+}
+
+/// HIP where the first image given is AMD GPU code, CUDA where it is
+/// NVIDIA code; before any image, CUDA where its driver loads, else HIP
+/// where it loads, else CUDA (whose error is reported).
+bool chooseHip() {
+  if (unsigned first = firstImageKind.load(); first != kUnknownImage)
+    return first == kAmdImage;
+  std::string reason;
+  const char *const cuda[2] = {"libcuda.so.1", "libcuda.so"};
+  const char *const hip[2] = {"libamdhip64.so", "libamdhip64.so.6"};
+  // Libraries opened here stay open (dlopen counts them): checking costs a
+  // second open only of the one that is used.
+  if (attnres::driver::openLibrary(cuda, reason))
+    return false;
+  reason.clear();
+  return attnres::driver::openLibrary(hip, reason) != nullptr;
+}
+
 // Host code frees and unloads from static destructors, which run in no
 // fixed order with this library's: everything below that outlives a call is
 // never destroyed (the driver table and the contexts are leaked on purpose,
 // the last error is a plain array).
-const CudaDriver &driver() {
-  static const CudaDriver *loaded = new CudaDriver([] {
-    CudaDriver d;
-    using attnres::driver::bind;
-    const char *const names[2] = {"libcuda.so.1", "libcuda.so"};
-    std::string reason;
-    void *library = attnres::driver::openLibrary(names, reason);
-    if (!library) {
-      d.unusable = "cannot load the CUDA driver (libcuda.so.1): " + reason +
-                   "; the code needs an NVIDIA GPU and its driver";
-      return d;
-    }
-    bool found =
-        bind(library, "cuInit", d.init) &&
-        bind(library, "cuDeviceGetCount", d.deviceGetCount) &&
-        bind(library, "cuDeviceGet", d.deviceGet) &&
-        bind(library, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain) &&
-        bind(library, "cuCtxPushCurrent_v2", d.ctxPushCurrent) &&
-        bind(library, "cuCtxPopCurrent_v2", d.ctxPopCurrent) &&
-        bind(library, "cuModuleLoadData", d.moduleLoadData) &&
-        bind(library, "cuModuleLoadDataEx", d.moduleLoadDataEx) &&
-        bind(library, "cuModuleUnload", d.moduleUnload) &&
-        bind(library, "cuModuleGetFunction", d.moduleGetFunction) &&
-        bind(library, "cuLaunchKernel", d.launchKernel) &&
-        bind(library, "cuStreamCreate", d.streamCreate) &&
-        bind(library, "cuStreamDestroy_v2", d.streamDestroy) &&
-        bind(library, "cuStreamSynchronize", d.streamSynchronize) &&
-        bind(library, "cuStreamWaitEvent", d.streamWaitEvent) &&
-        bind(library, "cuEventCreate", d.eventCreate) &&
-        bind(library, "cuEventDestroy_v2", d.eventDestroy) &&
-        bind(library, "cuEventSynchronize", d.eventSynchronize) &&
-        bind(library, "cuEventRecord", d.eventRecord) &&
-        bind(library, "cuMemAlloc_v2", d.memAlloc) &&
-        bind(library, "cuMemAllocManaged", d.memAllocManaged) &&
-        bind(library, "cuMemFree_v2", d.memFree) &&
-        bind(library, "cuMemcpyAsync", d.memcpyAsync) &&
-        bind(library, "cuMemsetD32Async", d.memsetD32Async) &&
-        bind(library, "cuMemsetD16Async", d.memsetD16Async) &&
-        bind(library, "cuMemHostRegister_v2", d.memHostRegister) &&
-        bind(library, "cuMemHostUnregister", d.memHostUnregister) &&
-        bind(library, "cuDeviceGetAttribute", d.deviceGetAttribute) &&
-        bind(library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-             d.occupancy);
-    bind(library, "cuGetErrorString", d.getErrorString);
-    // CUDA 12 and later: cluster launches.
-    bind(library, "cuLaunchKernelEx", d.launchKernelEx);
-    bind(library, "cuOccupancyMaxActiveClusters", d.occupancyMaxActiveClusters);
-    // CUDA 11.2 and later: stream-ordered allocation.
-    if (!(bind(library, "cuCtxSynchronize", d.ctxSynchronize) &&
-          bind(library, "cuMemPoolCreate", d.memPoolCreate) &&
-          bind(library, "cuMemPoolSetAttribute", d.memPoolSetAttribute) &&
-          bind(library, "cuMemPoolTrimTo", d.memPoolTrimTo) &&
-          bind(library, "cuMemAllocFromPoolAsync", d.memAllocFromPoolAsync) &&
-          bind(library, "cuMemFreeAsync", d.memFreeAsync)))
-      d.memPoolCreate = nullptr;
-    if (!found) {
-      d.unusable = "the CUDA driver (libcuda.so.1) lacks an entry point the "
-                   "mgpu* functions need (CUDA 11 or later is)";
-      return d;
-    }
-    if (Result result = d.init(0))
-      d.unusable = "initializing the CUDA driver: " + d.describe(result);
-    return d;
-  }());
+const Driver &driver() {
+  static const Driver *loaded =
+      new Driver(chooseHip() ? loadHip() : loadCuda());
   return *loaded;
 }
 
@@ -182,8 +316,8 @@ void report(const char *function, const std::string &message) {
 }
 
 /// The driver, or null (reported) where it cannot be used.
-const CudaDriver *usableDriver(const char *function) {
-  const CudaDriver &d = driver();
+const Driver *usableDriver(const char *function) {
+  const Driver &d = driver();
   if (!d.unusable.empty()) {
     report(function, d.unusable);
     return nullptr;
@@ -192,7 +326,7 @@ const CudaDriver *usableDriver(const char *function) {
 }
 
 /// Whether `result` is success; reports it otherwise.
-bool succeeded(const char *function, const CudaDriver &d, Result result) {
+bool succeeded(const char *function, const Driver &d, Result result) {
   if (result)
     report(function, d.describe(result));
   return result == 0;
@@ -200,7 +334,7 @@ bool succeeded(const char *function, const CudaDriver &d, Result result) {
 
 /// The same for a release (unload, destroy, free): one that comes after
 /// the driver shut down at exit has nothing left to release.
-void released(const char *function, const CudaDriver &d, Result result) {
+void released(const char *function, const Driver &d, Result result) {
   if (result != kDeinitialized)
     succeeded(function, d, result);
 }
@@ -216,6 +350,17 @@ public:
     d = usableDriver(function);
     if (!d)
       return;
+    if (d->hip) {
+      // HIP's current device is per thread, as a context would be.
+      if (succeeded(function, *d, d->getDevice(&previousDevice)) &&
+          (previousDevice == defaultDevice ||
+           succeeded(function, *d, d->setDevice(defaultDevice)))) {
+        pushed = true;
+        return;
+      }
+      d = nullptr;
+      return;
+    }
     void *context = primaryContext(function, *d, defaultDevice);
     Result result = context ? d->ctxPushCurrent(context) : 0;
     if (context && !result) {
@@ -227,19 +372,24 @@ public:
     d = nullptr;
   }
   ~DeviceScope() {
-    if (pushed) {
-      void *previous = nullptr;
-      d->ctxPopCurrent(&previous);
+    if (!pushed)
+      return;
+    if (d->hip) {
+      if (previousDevice != defaultDevice)
+        d->setDevice(previousDevice);
+      return;
     }
+    void *previous = nullptr;
+    d->ctxPopCurrent(&previous);
   }
   DeviceScope(const DeviceScope &) = delete;
   DeviceScope &operator=(const DeviceScope &) = delete;
 
   /// The driver where the scope holds a context, else null (reported).
-  const CudaDriver *get() const { return d; }
+  const Driver *get() const { return d; }
 
 private:
-  static void *primaryContext(const char *function, const CudaDriver &d,
+  static void *primaryContext(const char *function, const Driver &d,
                               int ordinal) {
     static std::mutex *mutex = new std::mutex;
     // Retained once each, never released.
@@ -257,8 +407,9 @@ private:
     return context;
   }
 
-  const CudaDriver *d = nullptr;
+  const Driver *d = nullptr;
   bool pushed = false;
+  int previousDevice = 0; // HIP: the thread's device before the scope
 };
 
 unsigned long long address(const void *pointer) {
@@ -342,14 +493,14 @@ template <typename Release>
 void releaseHandle(const char *function, void *handle, Release release) {
   if (!handle)
     return;
-  if (const CudaDriver *d = usableDriver(function))
+  if (const Driver *d = usableDriver(function))
     released(function, *d, release(*d, handle));
 }
 
 /// Runs `use` on an event, which must exist.
 template <typename Use>
 void withEvent(const char *function, void *event, Use use) {
-  const CudaDriver *d = usableDriver(function);
+  const Driver *d = usableDriver(function);
   if (!d)
     return;
   if (!event) {
@@ -370,6 +521,7 @@ void withEvent(const char *function, void *event, Use use) {
 /// its buffer once the call returns, as with the driver's own load.
 struct LazyModule {
   std::string image;
+  ImageKind kind = kUnknownImage;
   bool jit = false;
   int optLevel = 0;
   std::map<int, void *> loaded; // device ordinal -> CUmodule
@@ -406,8 +558,7 @@ public:
   }
   /// The kernel named `name` of the latest given module that has one, or
   /// null.
-  static void *find(const char *function, const CudaDriver &d,
-                    const char *name) {
+  static void *find(const char *function, const Driver &d, const char *name) {
     std::lock_guard<std::mutex> lock(mutex());
     for (auto it = modules().rbegin(); it != modules().rend(); ++it) {
       void *kernel = nullptr;
@@ -439,9 +590,17 @@ private:
     if (found != module.loaded.end())
       return found->second;
     DeviceScope scope(function);
-    const CudaDriver *d = scope.get();
+    const Driver *d = scope.get();
     if (!d)
       return nullptr;
+    if (module.kind != kUnknownImage && (module.kind == kAmdImage) != d->hip) {
+      if (!quiet)
+        report(function, std::string("the kernel image is ") +
+                             describeImageKind(module.kind) +
+                             " but this process runs its GPU code on " +
+                             d->api() + " (chosen by the first image given)");
+      return nullptr;
+    }
     void *loaded = nullptr;
     Result result;
     if (module.jit) {
@@ -507,7 +666,7 @@ int64_t occupancyQuery(const char *function, const char *kernelName,
   if (LoadedModules::answered(question, answer))
     return answer;
   DeviceScope scope(function);
-  const CudaDriver *d = scope.get();
+  const Driver *d = scope.get();
   if (!d)
     return 0;
   void *kernel = LoadedModules::find(function, *d, kernelName);
@@ -547,7 +706,7 @@ class DevicePools {
 public:
   /// The pool of the thread's default device (whose context must be
   /// current), or null where the driver or the device has none.
-  static void *pool(const CudaDriver &d) {
+  static void *pool(const Driver &d) {
     if (!d.memPoolCreate)
       return nullptr;
     std::lock_guard<std::mutex> lock(mutex());
@@ -704,6 +863,8 @@ void *mgpuModuleLoad(void *data, size_t size) {
   }
   auto *module = new LazyModule;
   module->image.assign(static_cast<const char *>(data), size);
+  module->kind = imageKind(module->image.data(), size);
+  imageGiven(module->kind);
   LoadedModules::add(module);
   return module;
 }
@@ -723,6 +884,8 @@ void *mgpuModuleLoadJIT(void *data, int optLevel) {
   // The PTX text with its terminating NUL, as the driver reads it.
   module->image.assign(static_cast<const char *>(data),
                        std::strlen(static_cast<const char *>(data)) + 1);
+  module->kind = kNvidiaImage;
+  imageGiven(kNvidiaImage);
   module->jit = true;
   module->optLevel = optLevel;
   LoadedModules::add(module);
@@ -735,15 +898,14 @@ void mgpuModuleUnload(void *handle) {
   auto *module = static_cast<LazyModule *>(handle);
   LoadedModules::remove(module);
   for (auto [device, loaded] : module->loaded)
-    releaseHandle("mgpuModuleUnload", loaded, [](const CudaDriver &d, void *h) {
-      return d.moduleUnload(h);
-    });
+    releaseHandle("mgpuModuleUnload", loaded,
+                  [](const Driver &d, void *h) { return d.moduleUnload(h); });
   delete module;
 }
 
 void *mgpuModuleGetFunction(void *module, const char *name) {
   const char *function = "mgpuModuleGetFunction";
-  const CudaDriver *d = usableDriver(function);
+  const Driver *d = usableDriver(function);
   if (!d)
     return nullptr;
   if (!module || !name) {
@@ -768,15 +930,17 @@ int64_t attnresGpuResidentBlocks(const char *kernelName, int64_t blockThreads) {
   const char *function = "attnresGpuResidentBlocks";
   return occupancyQuery(
       function, kernelName, blockThreads, 0,
-      [&](const CudaDriver &d, void *kernel, int64_t &answer) {
+      [&](const Driver &d, void *kernel, int64_t &answer) {
         int perMultiprocessor = 0, multiprocessors = 0, device = 0;
-        // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16.
         if (!succeeded(function, d,
                        d.occupancy(&perMultiprocessor, kernel,
                                    static_cast<int>(blockThreads), 0)) ||
             !succeeded(function, d, d.deviceGet(&device, defaultDevice)) ||
             !succeeded(function, d,
-                       d.deviceGetAttribute(&multiprocessors, 16, device)))
+                       d.deviceGetAttribute(
+                           &multiprocessors,
+                           attnres::driver::multiprocessorCountAttribute(d.hip),
+                           device)))
           return false;
         answer = int64_t(perMultiprocessor) * multiprocessors;
         return true;
@@ -798,7 +962,7 @@ int64_t attnresGpuClusterCapacity(const char *kernelName, int64_t blockThreads,
     return 0;
   return occupancyQuery(
       function, kernelName, blockThreads, clusterBlocks,
-      [&](const CudaDriver &d, void *kernel, int64_t &answer) {
+      [&](const Driver &d, void *kernel, int64_t &answer) {
         // A driver before CUDA 12 has no clusters: none fit.
         if (!d.occupancyMaxActiveClusters) {
           answer = 0;
@@ -846,7 +1010,7 @@ void mgpuLaunchClusterKernel(void *kernel, intptr_t clusterX, intptr_t clusterY,
                              void *stream, void **params, void **extra) {
   const char *function = "mgpuLaunchClusterKernel";
   DeviceScope scope(function);
-  const CudaDriver *d = scope.get();
+  const Driver *d = scope.get();
   if (!d)
     return;
   const intptr_t grid[3] = {gridX, gridY, gridZ};
@@ -864,8 +1028,10 @@ void mgpuLaunchClusterKernel(void *kernel, intptr_t clusterX, intptr_t clusterY,
       return;
     }
   if (!d->launchKernelEx) {
-    report(function, "this CUDA driver has no cuLaunchKernelEx (clusters "
-                     "need CUDA 12 and an sm_90 or later GPU)");
+    report(function, d->hip ? "HIP has no thread-block clusters"
+                            : "this CUDA driver has no cuLaunchKernelEx "
+                              "(clusters need CUDA 12 and an sm_90 or "
+                              "later GPU)");
     return;
   }
   const unsigned gridDims[3] = {unsigned(gridX), unsigned(gridY),
@@ -884,7 +1050,7 @@ void mgpuLaunchClusterKernel(void *kernel, intptr_t clusterX, intptr_t clusterY,
 void *mgpuStreamCreate(void) {
   if (void *kept = StreamCache::take())
     return kept;
-  void *stream = created("mgpuStreamCreate", [](const CudaDriver &d, void **h) {
+  void *stream = created("mgpuStreamCreate", [](const Driver &d, void **h) {
     return d.streamCreate(h, kStreamNonBlocking);
   });
   if (stream)
@@ -904,9 +1070,8 @@ void mgpuStreamDestroy(void *stream) {
   case StreamCache::Kept::No:
     break;
   }
-  releaseHandle("mgpuStreamDestroy", stream, [](const CudaDriver &d, void *h) {
-    return d.streamDestroy(h);
-  });
+  releaseHandle("mgpuStreamDestroy", stream,
+                [](const Driver &d, void *h) { return d.streamDestroy(h); });
 }
 
 void mgpuStreamSynchronize(void *stream) {
@@ -917,31 +1082,30 @@ void mgpuStreamSynchronize(void *stream) {
 }
 
 void mgpuStreamWaitEvent(void *stream, void *event) {
-  withEvent("mgpuStreamWaitEvent", event, [&](const CudaDriver &d, void *e) {
+  withEvent("mgpuStreamWaitEvent", event, [&](const Driver &d, void *e) {
     return d.streamWaitEvent(stream, e, 0);
   });
 }
 
 void *mgpuEventCreate(void) {
-  return created("mgpuEventCreate", [](const CudaDriver &d, void **h) {
+  return created("mgpuEventCreate", [](const Driver &d, void **h) {
     return d.eventCreate(h, kEventDisableTiming);
   });
 }
 
 void mgpuEventDestroy(void *event) {
   releaseHandle("mgpuEventDestroy", event,
-                [](const CudaDriver &d, void *h) { return d.eventDestroy(h); });
+                [](const Driver &d, void *h) { return d.eventDestroy(h); });
 }
 
 void mgpuEventSynchronize(void *event) {
   withEvent("mgpuEventSynchronize", event,
-            [](const CudaDriver &d, void *e) { return d.eventSynchronize(e); });
+            [](const Driver &d, void *e) { return d.eventSynchronize(e); });
 }
 
 void mgpuEventRecord(void *event, void *stream) {
-  withEvent("mgpuEventRecord", event, [&](const CudaDriver &d, void *e) {
-    return d.eventRecord(e, stream);
-  });
+  withEvent("mgpuEventRecord", event,
+            [&](const Driver &d, void *e) { return d.eventRecord(e, stream); });
 }
 
 void *mgpuMemAlloc(uint64_t sizeBytes, void *stream, bool hostShared) {
@@ -949,7 +1113,7 @@ void *mgpuMemAlloc(uint64_t sizeBytes, void *stream, bool hostShared) {
   if (!sizeBytes)
     return nullptr; // an empty buffer; freeing it is a no-op
   DeviceScope scope(function);
-  const CudaDriver *d = scope.get();
+  const Driver *d = scope.get();
   if (!d)
     return nullptr;
   unsigned long long pointer = 0;
@@ -985,7 +1149,7 @@ void mgpuMemFree(void *pointer, void *stream) {
   if (!pointer)
     return;
   DeviceScope scope(function, /*release=*/true);
-  const CudaDriver *d = scope.get();
+  const Driver *d = scope.get();
   if (!d)
     return;
   if (!DevicePools::take(pointer)) {
@@ -1006,7 +1170,7 @@ void mgpuMemFree(void *pointer, void *stream) {
 void attnresGpuReleaseCachedMemory(void) {
   const char *function = "attnresGpuReleaseCachedMemory";
   DeviceScope scope(function);
-  const CudaDriver *d = scope.get();
+  const Driver *d = scope.get();
   if (!d)
     return;
   for (void *pool : DevicePools::all())
@@ -1027,15 +1191,18 @@ void mgpuMemcpy(void *destination, void *source, size_t sizeBytes,
                          "allocation?)");
     return;
   }
-  succeeded(function, *scope.get(),
-            scope.get()->memcpyAsync(address(destination), address(source),
-                                     sizeBytes, stream));
+  const Driver &d = *scope.get();
+  succeeded(function, d,
+            d.hip ? d.hipMemcpyAsync(destination, source, sizeBytes,
+                                     kHipMemcpyDefault, stream)
+                  : d.memcpyAsync(address(destination), address(source),
+                                  sizeBytes, stream));
 }
 
 void mgpuMemset32(void *destination, uint32_t value, size_t count,
                   void *stream) {
   fillDevice("mgpuMemset32", destination, count,
-             [&](const CudaDriver &d, unsigned long long to) {
+             [&](const Driver &d, unsigned long long to) {
                return d.memsetD32Async(to, value, count, stream);
              });
 }
@@ -1043,7 +1210,7 @@ void mgpuMemset32(void *destination, uint32_t value, size_t count,
 void mgpuMemset16(void *destination, uint16_t value, size_t count,
                   void *stream) {
   fillDevice("mgpuMemset16", destination, count,
-             [&](const CudaDriver &d, unsigned long long to) {
+             [&](const Driver &d, unsigned long long to) {
                return d.memsetD16Async(to, value, count, stream);
              });
 }
@@ -1085,7 +1252,7 @@ void mgpuMemHostUnregisterMemRef(int64_t rank, void *descriptor,
 
 void mgpuSetDefaultDevice(int32_t device) {
   const char *function = "mgpuSetDefaultDevice";
-  const CudaDriver *d = usableDriver(function);
+  const Driver *d = usableDriver(function);
   if (!d)
     return;
   int count = 0;
@@ -1094,7 +1261,7 @@ void mgpuSetDefaultDevice(int32_t device) {
   if (device < 0 || device >= count) {
     report(function, "device " + std::to_string(device) +
                          " does not exist (this machine has " +
-                         std::to_string(count) + " CUDA device" +
+                         std::to_string(count) + " " + d->api() + " device" +
                          (count == 1 ? "" : "s") + ")");
     return;
   }

@@ -596,10 +596,10 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
           kernel.clusterCapacity[p] = clusters;
       }
   }
-  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
-  // hipDeviceAttributeMultiprocessorCount = 63 (ROCm 5 and 6).
   int count = 0;
-  driver.deviceGetAttribute(&count, driver.hip ? 63 : 16, device);
+  driver.deviceGetAttribute(
+      &count, attnres::driver::multiprocessorCountAttribute(driver.hip),
+      device);
   if (const char *override = std::getenv("ATTNRES_NUM_MULTIPROCESSORS"))
     count = std::atoi(override);
   runtime.multiprocessors = count > 0 ? count : 1;

@@ -4,9 +4,10 @@
 |* gpu.memcpy, gpu.memset, gpu.wait, gpu.host_register,                       *|
 |* gpu.set_default_device) and loads the kernels of a gpu.binary through      *|
 |* calls of C functions named mgpu*. Upstream implements them in              *|
-|* libmlir_cuda_runtime, which Debian's LLVM packages do not ship;            *|
-|* libAttnResRuntime implements them over the CUDA driver it opens at run     *|
-|* time, so a host object that upstream MLIR produced links against           *|
+|* libmlir_cuda_runtime and libmlir_rocm_runtime, which Debian's LLVM         *|
+|* packages do not ship; libAttnResRuntime implements them over the CUDA      *|
+|* driver or HIP, opened at run time (the first kernel image decides which),  *|
+|* so a host object that upstream MLIR produced links against                 *|
 |* libAttnResRuntime alone and runs where there is no MLIR                    *|
 |* (docs/Embedding.md, "Host code lowered by MLIR").                          *|
 |*                                                                            *|
@@ -68,8 +69,10 @@ ATTNRES_RUNTIME_EXPORT int64_t attnresGpuClusterCapacity(const char *kernelName,
                                                          int64_t blockThreads,
                                                          int64_t clusterBlocks);
 
-/* Kernel images: a cubin or fatbin (mgpuModuleLoad; `size` is the image's
- * length) or PTX compiled by the driver (mgpuModuleLoadJIT). The image is
+/* Kernel images: a cubin, fatbin or AMD GPU code object (hsaco)
+ * (mgpuModuleLoad; `size` is the image's length) or PTX compiled by the
+ * driver (mgpuModuleLoadJIT). The first image given decides whether the
+ * process runs on the CUDA driver or on HIP. The image is
  * copied and loaded into a device on its first use there (a kernel lookup
  * or an occupancy query, in the thread's default device), not when it is
  * given: upstream's host code gives images from constructors, and starting

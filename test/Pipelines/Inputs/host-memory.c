@@ -1,4 +1,4 @@
-/* The four GPU entry points host-layer-main.c calls, over host memory: the
+/* The GPU entry points host-layer-main.c calls, over host memory: the
  * same program then checks the CPU reference pipeline's code, whose results
  * are host buffers. */
 
@@ -16,6 +16,10 @@ void mgpuMemcpy(void *destination, void *source, size_t sizeBytes,
                 void *stream) {
   (void)stream;
   memcpy(destination, source, sizeBytes);
+}
+void mgpuMemFree(void *pointer, void *stream) {
+  (void)stream;
+  free(pointer);
 }
 void mgpuStreamSynchronize(void *stream) { (void)stream; }
 const char *attnresGpuLastError(void) { return NULL; }

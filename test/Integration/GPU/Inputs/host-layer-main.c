@@ -9,7 +9,10 @@
  * element; for the token reductions dq, dg and dh the largest sum of
  * absolute terms), the bf16 tolerance of the GPU cases, and so must the
  * relative (Frobenius) error of each tensor. Prints
- * "host layer: ok" and exits 0, or names the first failure and exits 1. */
+ * "host layer: ok" and exits 0, or names the first failure and exits 1.
+ * With the argument "calls-only" it makes the two calls, frees every buffer
+ * and checks nothing else: for a GPU library that runs no kernels (the
+ * fake HIP of test/Runtime/Inputs/fake-hip.c). */
 
 #include "attnres-c/GpuWrappers.h"
 #include "host-program.h"
@@ -119,7 +122,27 @@ static double largestMagnitude(const double *values, int64_t count) {
   return largest;
 }
 
-int main(void) {
+/* Frees the buffers the calls returned and the inputs. */
+static int freeAll(Forward *forward, Backward *backward, void *inputs[],
+                   int count) {
+  Desc3 *rows[] = {&forward->o,      &forward->oPre,   &backward->dv[0],
+                   &backward->dv[1], &backward->dv[2], &backward->dv[3]};
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); ++i)
+    mgpuMemFree(rows[i]->allocated, NULL);
+  mgpuMemFree(forward->lse.allocated, NULL);
+  mgpuMemFree(backward->dq.allocated, NULL);
+  mgpuMemFree(backward->dg.allocated, NULL);
+  mgpuMemFree(backward->dh.allocated, NULL);
+  for (int i = 0; i < count; ++i)
+    mgpuMemFree(inputs[i], NULL);
+  if (attnresGpuLastError())
+    return failed("freeing the buffers");
+  printf("host layer: calls made and buffers freed; results not checked\n");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int callsOnly = argc > 1 && strcmp(argv[1], "calls-only") == 0;
   /* Inputs: sources of different scales (source 2 larger on every third
    * token, so the softmax is not uniform), the weights, the output
    * gradient. */
@@ -170,6 +193,10 @@ int main(void) {
                                  &forward.oPre);
   if (attnresGpuLastError())
     return failed("layer4_input_grad");
+  if (callsOnly) {
+    void *inputs[] = {v[0], v[1], v[2], v[3], q, g, h, grad};
+    return freeAll(&forward, &backward, inputs, 8);
+  }
 
   size_t rowBytes = 2 * (size_t)N * D;
   double *o = bf16s(fetch(forward.o.aligned, rowBytes), (int64_t)N * D);
