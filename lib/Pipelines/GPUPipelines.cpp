@@ -161,17 +161,23 @@ buildLowerToGPUPipeline(OpPassManager &pm,
   // Kept host functions go through the split and tile passes: their
   // decompositions (the forward's partitions, the backward's blocks of
   // tokens, the token tiles of a block) are IR the conversion launches on
-  // the grid it states. `auto` leaves an op over a
-  // dynamic token count whole, and its kernels are sized at run time by the
-  // same rules. A bundle's ops are launched whole by the runtime instead.
+  // the grid it states. `auto` leaves every op whole (the device is known
+  // only when the code runs: num-multiprocessors=0), and the host code
+  // sizes its kernels at run time from the token count and the device's
+  // occupancy by the bundle runtime's rules. A bundle's ops are launched
+  // whole by the runtime instead.
   if (options.keepHost) {
     attnres::AttnResSplitSourcesOptions sources;
     if (options.forwardPartitions != 0)
       sources.partitions = std::to_string(options.forwardPartitions);
+    else
+      sources.numMultiprocessors = 0;
     pm.addPass(attnres::createAttnResSplitSources(sources));
     attnres::AttnResSplitReductionOptions reduction;
     if (options.backwardBlocks != 0)
       reduction.blocks = std::to_string(options.backwardBlocks);
+    else
+      reduction.numMultiprocessors = 0;
     pm.addPass(attnres::createAttnResSplitReduction(reduction));
     // The user's tiling: attnres-tile's sizes, or a transform script.
     if (options.transformLibrary.empty()) {

@@ -1,6 +1,9 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 --canonicalize --cse | FileCheck %s
 // RUN: attnres-opt %s --split-input-file --attnres-split-reduction | FileCheck %s --check-prefix=AUTO
+// RUN: attnres-opt %s --split-input-file --attnres-split-reduction=num-multiprocessors=0 | FileCheck %s --check-prefix=RUNTIME
 // RUN: not attnres-opt %s --attnres-split-reduction=blocks=many 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not attnres-opt %s --attnres-split-reduction=num-multiprocessors=-2 2>&1 | FileCheck %s --check-prefix=BAD-SIZE
+// BAD-SIZE: attnres-split-reduction: num-multiprocessors must be positive, or 0 for a target sized at run time, got -2
 // BAD: attnres-split-reduction: blocks must be a positive integer or 'auto', got 'many'
 
 // Seven blocks of ceil(N / 7) tokens, the last ones possibly empty: each
@@ -51,6 +54,13 @@ func.func @list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xbf
 // CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] output_shape [3, 4, 5, 32] : tensor<3x20x32xf32> into tensor<3x4x5x32xf32>
 // AUTO-LABEL: func.func @packed_tokens_2d
 // AUTO: scf.forall (%{{.*}}) in (2)
+// With the target's size left to run time (num-multiprocessors=0, as the
+// GPU pipelines run the pass) auto leaves it whole: the launch sizes it.
+// RUNTIME-LABEL: func.func @packed_tokens_2d
+// RUNTIME-NOT: scf.forall
+// RUNTIME: attnres.backward packed(%{{.*}} : tensor<3x4x5x32xf32>)
+// RUNTIME-NOT: partition_reduce
+// RUNTIME: return
 func.func @packed_tokens_2d(%v: tensor<3x4x5x32xf32>, %q: tensor<2x8xf32>, %h: tensor<2x32xf32>,
                             %do: tensor<2x4x5x32xf32>, %lse: tensor<2x4x5xf32>)
     -> (tensor<3x4x5x32xf32>, tensor<2x8xf32>, tensor<2x32xf32>) {

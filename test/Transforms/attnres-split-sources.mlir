@@ -2,7 +2,10 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=100 --canonicalize --cse | FileCheck %s --check-prefix=CLAMP
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources | FileCheck %s --check-prefix=AUTO
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=1 | FileCheck %s --check-prefix=ONE
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=num-multiprocessors=0 | FileCheck %s --check-prefix=RUNTIME
 // RUN: not attnres-opt %s --attnres-split-sources=partitions=0 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: not attnres-opt %s --attnres-split-sources=num-multiprocessors=-1 2>&1 | FileCheck %s --check-prefix=BAD-SIZE
+// BAD-SIZE: attnres-split-sources: num-multiprocessors must be positive, or 0 for a target sized at run time, got -1
 // BAD: attnres-split-sources: partitions must be a positive integer or 'auto', got '0'
 
 // Seven listed sources in three partitions of 2, 2 and 3 (partition p holds
@@ -80,6 +83,12 @@ func.func @one_source(%v: tensor<8x32xf32>, %q: tensor<8xf32>) -> tensor<8xf32> 
 // AUTO-LABEL: func.func @decode
 // AUTO-COUNT-16: attnres.forward packed(%{{.*}} : tensor<4x2x4096xbf16>)
 // AUTO: attnres.partition_reduce softmax %{{.*}} : tensor<16x2x4096xf32>
+// With the target's size left to run time (num-multiprocessors=0, as the
+// GPU pipelines run the pass) auto leaves it whole: the launch splits it.
+// RUNTIME-LABEL: func.func @decode
+// RUNTIME-NEXT: attnres.forward packed(%{{.*}} : tensor<64x2x4096xbf16>)
+// RUNTIME-NOT: partition_reduce
+// RUNTIME: return
 func.func @decode(%v: tensor<64x2x4096xbf16>, %q: tensor<4096xbf16>) -> tensor<2x4096xbf16> {
   %o, %lse = attnres.forward packed(%v : tensor<64x2x4096xbf16>) query(%q : tensor<4096xbf16>)
       -> tensor<2x4096xbf16>, tensor<2xf32>

@@ -38,15 +38,15 @@ struct GPUPipelineOptions : public PassPipelineOptions<Derived> {
       *this, "forward-partitions",
       llvm::cl::desc("With keep-host: partitions of the sources every "
                      "forward splits into (attnres-split-sources' "
-                     "partitions); 0: its auto, the runtime's rule at run "
-                     "time where the token count is dynamic"),
+                     "partitions); 0: the runtime's rule, computed at "
+                     "run time from the token count and the device"),
       llvm::cl::init(0)};
   mlir::detail::PassOptions::Option<int64_t> backwardBlocks{
       *this, "backward-blocks",
       llvm::cl::desc("With keep-host: blocks of tokens of every backward "
-                     "(attnres-split-reduction's blocks); 0: its auto, the "
-                     "runtime's rule at run time where the token count is "
-                     "dynamic"),
+                     "(attnres-split-reduction's blocks); 0: the "
+                     "runtime's rule, computed at run time from the token "
+                     "count and the device"),
       llvm::cl::init(0)};
   mlir::detail::PassOptions::ListOption<int64_t> tileSizes{
       *this, "tile-sizes",

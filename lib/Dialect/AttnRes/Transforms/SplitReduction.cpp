@@ -177,11 +177,11 @@ struct SplitReductionPass
   using Base::Base;
 
   /// The rule documented in Passes.td for blocks=auto; none where the
-  /// token count is dynamic (the op stays whole: the GPU kernels then size
-  /// their blocks at run time).
+  /// token count is dynamic or the target's size is left to run time (the
+  /// op stays whole: the GPU kernels then size their blocks at run time).
   std::optional<int64_t> automaticBlocks(BackwardOp op) {
     RankedTensorType sourceType = op.getSourceType();
-    if (!sourceType.hasStaticShape())
+    if (!sourceType.hasStaticShape() || numMultiprocessors == 0)
       return std::nullopt;
     // The runtime's rule (attnres/Bundle/LaunchRules.h), with the default
     // blocks per multiprocessor.
@@ -199,6 +199,13 @@ struct SplitReductionPass
           << "attnres-split-reduction: blocks must be a positive integer or "
              "'auto', got '"
           << blocks << "'";
+      return signalPassFailure();
+    }
+    if (numMultiprocessors < 0) {
+      emitError(getOperation()->getLoc())
+          << "attnres-split-reduction: num-multiprocessors must be positive, "
+             "or 0 for a target sized at run time, got "
+          << static_cast<int64_t>(numMultiprocessors);
       return signalPassFailure();
     }
     SmallVector<BackwardOp> backwards;

@@ -85,10 +85,11 @@ struct SplitSourcesPass
     : mlir::attnres::impl::AttnResSplitSourcesBase<SplitSourcesPass> {
   using Base::Base;
 
-  /// The rule documented in Passes.td for partitions=auto.
+  /// The rule documented in Passes.td for partitions=auto; 1 (whole) where
+  /// the token count is dynamic or the target's size is left to run time.
   int64_t automaticPartitions(ForwardOp op) {
     RankedTensorType sourceType = op.getSourceType();
-    if (!sourceType.hasStaticShape())
+    if (!sourceType.hasStaticShape() || numMultiprocessors == 0)
       return 1;
     int64_t tokens = sourceType.getNumElements() / op.getWidth();
     int64_t rows = std::max<int64_t>(1, tokens * op.getNumQueries());
@@ -111,6 +112,13 @@ struct SplitSourcesPass
           << "attnres-split-sources: partitions must be a positive integer "
              "or 'auto', got '"
           << partitions << "'";
+      return signalPassFailure();
+    }
+    if (numMultiprocessors < 0) {
+      emitError(getOperation()->getLoc())
+          << "attnres-split-sources: num-multiprocessors must be positive, "
+             "or 0 for a target sized at run time, got "
+          << static_cast<int64_t>(numMultiprocessors);
       return signalPassFailure();
     }
     SmallVector<ForwardOp> forwards;

@@ -31,14 +31,18 @@ def AttnResSplitSources : Pass<"attnres-split-sources"> {
     no more than one partition per `min-partition-bytes` of source data per
     row (`L * D * element size`), so that the merge stays cheap next to the
     reads it replaces. A forward whose token count is dynamic is not split
-    by `auto` (its row count is unknown).
+    by `auto` (its row count is unknown), nor is any forward with
+    `num-multiprocessors=0`, which leaves the target's size to run time:
+    the GPU pipelines pass it, so that their launches split whole forwards
+    at run time by the same rule for the device they run on.
   }];
   let options = [
     Option<"partitions", "partitions", "std::string", /*default=*/"\"auto\"",
            "Number of partitions P, or 'auto'">,
     Option<"numMultiprocessors", "num-multiprocessors", "int64_t",
            /*default=*/"132",
-           "Multiprocessors of the target (for 'auto'; 132 on an H200)">,
+           "Multiprocessors of the target (for 'auto'; 132 on an H200; 0: "
+           "known at run time, 'auto' splits nothing)">,
     Option<"minPartitionBytes", "min-partition-bytes", "int64_t",
            /*default=*/"32768",
            "Least source bytes per row that one partition reads (for 'auto')">
@@ -67,15 +71,18 @@ def AttnResSplitReduction : Pass<"attnres-split-reduction"> {
     num-multiprocessors, ceil(N / min-block-tokens))` (two blocks per
     multiprocessor keep the GPU busy and make the finalize read only `B`
     short rows; small `N` takes fewer); a backward whose token count is
-    dynamic is not split by `auto` (the GPU kernels then size their blocks
-    at run time from `N` and the device's occupancy).
+    dynamic is not split by `auto`, nor is any backward with
+    `num-multiprocessors=0` (the target's size left to run time, as the GPU
+    pipelines ask): the GPU kernels then size their blocks at run time from
+    `N` and the device's occupancy.
   }];
   let options = [
     Option<"blocks", "blocks", "std::string", /*default=*/"\"auto\"",
            "Number of token blocks B, or 'auto'">,
     Option<"numMultiprocessors", "num-multiprocessors", "int64_t",
            /*default=*/"132",
-           "Multiprocessors of the target (for 'auto'; 132 on an H200)">,
+           "Multiprocessors of the target (for 'auto'; 132 on an H200; 0: "
+           "known at run time, 'auto' splits nothing)">,
     Option<"minBlockTokens", "min-block-tokens", "int64_t", /*default=*/"16",
            "Least tokens per block (for 'auto')">
   ];
