@@ -66,6 +66,19 @@ constexpr int multiprocessorCountAttribute(bool hip) { return hip ? 63 : 16; }
 /// The largest grid the driver launches, per dimension.
 inline constexpr long long kMaxGrid[3] = {2147483647, 65535, 65535};
 
+/// What the runtime opens for each vendor, and what messages say of it.
+struct Vendor {
+  const char *name;         // "the CUDA driver", "the HIP runtime"
+  const char *libraries[2]; // tried in order; messages name the first
+  const char *needs;        // "an NVIDIA GPU and its driver", ...
+};
+inline constexpr Vendor kCuda{"the CUDA driver",
+                              {"libcuda.so.1", "libcuda.so"},
+                              "an NVIDIA GPU and its driver"};
+inline constexpr Vendor kHip{"the HIP runtime",
+                             {"libamdhip64.so", "libamdhip64.so.6"},
+                             "an AMD GPU with ROCm"};
+
 /// Opens the first of `names` that loads (the CUDA driver or HIP), or
 /// returns null with `reason` the loader's message for the first name (the
 /// one an error message names).

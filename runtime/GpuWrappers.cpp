@@ -3,8 +3,8 @@
 // The functions MLIR's host lowering calls (attnres-c/GpuWrappers.h), over
 // the CUDA driver or HIP, opened with dlopen on first use: the first kernel
 // image the process gave decides which (NVVM's cubin, fatbin or PTX, or
-// ROCDL's hsaco). Each reports a failure on stderr and in a thread-local message
-// instead of aborting: the generated code that calls them has no way to
+// ROCDL's hsaco). Each reports a failure on stderr and in a thread-local
+// message instead of aborting: the generated code that calls them has no way to
 // receive a status.
 //
 //===----------------------------------------------------------------------===//
@@ -162,119 +162,118 @@ void imageGiven(ImageKind kind) {
     firstImageKind.compare_exchange_strong(unknown, kind);
 }
 
-Driver loadCuda() {
+/// Opens `vendor`'s library, binds its entry points with `bindAll(library,
+/// d)` (false where one the wrappers need is missing) and initializes it;
+/// `d.unusable` says why where a step fails.
+template <typename BindAll>
+Driver loadDriver(const attnres::driver::Vendor &vendor, BindAll bindAll) {
   Driver d;
-  using attnres::driver::bind;
-  const char *const names[2] = {"libcuda.so.1", "libcuda.so"};
+  d.hip = &vendor == &attnres::driver::kHip;
   std::string reason;
-  void *library = attnres::driver::openLibrary(names, reason);
+  void *library = attnres::driver::openLibrary(vendor.libraries, reason);
   if (!library) {
-    d.unusable = "cannot load the CUDA driver (libcuda.so.1): " + reason +
-                 "; the code needs an NVIDIA GPU and its driver";
+    d.unusable = std::string("cannot load ") + vendor.name + " (" +
+                 vendor.libraries[0] + "): " + reason + "; the code needs " +
+                 vendor.needs;
     return d;
   }
-  bool found =
-      bind(library, "cuInit", d.init) &&
-      bind(library, "cuDeviceGetCount", d.deviceGetCount) &&
-      bind(library, "cuDeviceGet", d.deviceGet) &&
-      bind(library, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain) &&
-      bind(library, "cuCtxPushCurrent_v2", d.ctxPushCurrent) &&
-      bind(library, "cuCtxPopCurrent_v2", d.ctxPopCurrent) &&
-      bind(library, "cuModuleLoadData", d.moduleLoadData) &&
-      bind(library, "cuModuleLoadDataEx", d.moduleLoadDataEx) &&
-      bind(library, "cuModuleUnload", d.moduleUnload) &&
-      bind(library, "cuModuleGetFunction", d.moduleGetFunction) &&
-      bind(library, "cuLaunchKernel", d.launchKernel) &&
-      bind(library, "cuStreamCreate", d.streamCreate) &&
-      bind(library, "cuStreamDestroy_v2", d.streamDestroy) &&
-      bind(library, "cuStreamSynchronize", d.streamSynchronize) &&
-      bind(library, "cuStreamWaitEvent", d.streamWaitEvent) &&
-      bind(library, "cuEventCreate", d.eventCreate) &&
-      bind(library, "cuEventDestroy_v2", d.eventDestroy) &&
-      bind(library, "cuEventSynchronize", d.eventSynchronize) &&
-      bind(library, "cuEventRecord", d.eventRecord) &&
-      bind(library, "cuMemAlloc_v2", d.memAlloc) &&
-      bind(library, "cuMemAllocManaged", d.memAllocManaged) &&
-      bind(library, "cuMemFree_v2", d.memFree) &&
-      bind(library, "cuMemcpyAsync", d.memcpyAsync) &&
-      bind(library, "cuMemsetD32Async", d.memsetD32Async) &&
-      bind(library, "cuMemsetD16Async", d.memsetD16Async) &&
-      bind(library, "cuMemHostRegister_v2", d.memHostRegister) &&
-      bind(library, "cuMemHostUnregister", d.memHostUnregister) &&
-      bind(library, "cuDeviceGetAttribute", d.deviceGetAttribute) &&
-      bind(library, "cuOccupancyMaxActiveBlocksPerMultiprocessor", d.occupancy);
-  bind(library, "cuGetErrorString", d.getErrorString);
-  // CUDA 12 and later: cluster launches.
-  bind(library, "cuLaunchKernelEx", d.launchKernelEx);
-  bind(library, "cuOccupancyMaxActiveClusters", d.occupancyMaxActiveClusters);
-  // CUDA 11.2 and later: stream-ordered allocation.
-  if (!(bind(library, "cuCtxSynchronize", d.ctxSynchronize) &&
-        bind(library, "cuMemPoolCreate", d.memPoolCreate) &&
-        bind(library, "cuMemPoolSetAttribute", d.memPoolSetAttribute) &&
-        bind(library, "cuMemPoolTrimTo", d.memPoolTrimTo) &&
-        bind(library, "cuMemAllocFromPoolAsync", d.memAllocFromPoolAsync) &&
-        bind(library, "cuMemFreeAsync", d.memFreeAsync)))
-    d.memPoolCreate = nullptr;
-  if (!found) {
-    d.unusable = "the CUDA driver (libcuda.so.1) lacks an entry point the "
-                 "mgpu* functions need (CUDA 11 or later is)";
+  if (!bindAll(library, d)) {
+    d.unusable = std::string(vendor.name) + " (" + vendor.libraries[0] +
+                 ") lacks an entry point the mgpu* functions need (" +
+                 (d.hip ? "ROCm 5" : "CUDA 11") + " or later has them)";
     return d;
   }
   if (Result result = d.init(0))
-    d.unusable = "initializing the CUDA driver: " + d.describe(result);
+    d.unusable =
+        std::string("initializing ") + vendor.name + ": " + d.describe(result);
   return d;
 }
 
+Driver loadCuda() {
+  return loadDriver(attnres::driver::kCuda, [](void *library, Driver &d) {
+    using attnres::driver::bind;
+    bool found =
+        bind(library, "cuInit", d.init) &&
+        bind(library, "cuDeviceGetCount", d.deviceGetCount) &&
+        bind(library, "cuDeviceGet", d.deviceGet) &&
+        bind(library, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain) &&
+        bind(library, "cuCtxPushCurrent_v2", d.ctxPushCurrent) &&
+        bind(library, "cuCtxPopCurrent_v2", d.ctxPopCurrent) &&
+        bind(library, "cuModuleLoadData", d.moduleLoadData) &&
+        bind(library, "cuModuleLoadDataEx", d.moduleLoadDataEx) &&
+        bind(library, "cuModuleUnload", d.moduleUnload) &&
+        bind(library, "cuModuleGetFunction", d.moduleGetFunction) &&
+        bind(library, "cuLaunchKernel", d.launchKernel) &&
+        bind(library, "cuStreamCreate", d.streamCreate) &&
+        bind(library, "cuStreamDestroy_v2", d.streamDestroy) &&
+        bind(library, "cuStreamSynchronize", d.streamSynchronize) &&
+        bind(library, "cuStreamWaitEvent", d.streamWaitEvent) &&
+        bind(library, "cuEventCreate", d.eventCreate) &&
+        bind(library, "cuEventDestroy_v2", d.eventDestroy) &&
+        bind(library, "cuEventSynchronize", d.eventSynchronize) &&
+        bind(library, "cuEventRecord", d.eventRecord) &&
+        bind(library, "cuMemAlloc_v2", d.memAlloc) &&
+        bind(library, "cuMemAllocManaged", d.memAllocManaged) &&
+        bind(library, "cuMemFree_v2", d.memFree) &&
+        bind(library, "cuMemcpyAsync", d.memcpyAsync) &&
+        bind(library, "cuMemsetD32Async", d.memsetD32Async) &&
+        bind(library, "cuMemsetD16Async", d.memsetD16Async) &&
+        bind(library, "cuMemHostRegister_v2", d.memHostRegister) &&
+        bind(library, "cuMemHostUnregister", d.memHostUnregister) &&
+        bind(library, "cuDeviceGetAttribute", d.deviceGetAttribute) &&
+        bind(library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+             d.occupancy);
+    bind(library, "cuGetErrorString", d.getErrorString);
+    // CUDA 12 and later: cluster launches.
+    bind(library, "cuLaunchKernelEx", d.launchKernelEx);
+    bind(library, "cuOccupancyMaxActiveClusters", d.occupancyMaxActiveClusters);
+    // CUDA 11.2 and later: stream-ordered allocation.
+    if (!(bind(library, "cuCtxSynchronize", d.ctxSynchronize) &&
+          bind(library, "cuMemPoolCreate", d.memPoolCreate) &&
+          bind(library, "cuMemPoolSetAttribute", d.memPoolSetAttribute) &&
+          bind(library, "cuMemPoolTrimTo", d.memPoolTrimTo) &&
+          bind(library, "cuMemAllocFromPoolAsync", d.memAllocFromPoolAsync) &&
+          bind(library, "cuMemFreeAsync", d.memFreeAsync)))
+      d.memPoolCreate = nullptr;
+    return found;
+  });
+}
+
 Driver loadHip() {
-  Driver d;
-  d.hip = true;
-  using attnres::driver::bind;
-  const char *const names[2] = {"libamdhip64.so", "libamdhip64.so.6"};
-  std::string reason;
-  void *library = attnres::driver::openLibrary(names, reason);
-  if (!library) {
-    d.unusable = "cannot load HIP (libamdhip64.so): " + reason +
-                 "; the code needs an AMD GPU with ROCm";
-    return d;
-  }
-  bool found =
-      bind(library, "hipInit", d.init) &&
-      bind(library, "hipGetDeviceCount", d.deviceGetCount) &&
-      bind(library, "hipDeviceGet", d.deviceGet) &&
-      bind(library, "hipSetDevice", d.setDevice) &&
-      bind(library, "hipGetDevice", d.getDevice) &&
-      bind(library, "hipModuleLoadData", d.moduleLoadData) &&
-      bind(library, "hipModuleUnload", d.moduleUnload) &&
-      bind(library, "hipModuleGetFunction", d.moduleGetFunction) &&
-      bind(library, "hipModuleLaunchKernel", d.launchKernel) &&
-      bind(library, "hipStreamCreateWithFlags", d.streamCreate) &&
-      bind(library, "hipStreamDestroy", d.streamDestroy) &&
-      bind(library, "hipStreamSynchronize", d.streamSynchronize) &&
-      bind(library, "hipStreamWaitEvent", d.streamWaitEvent) &&
-      bind(library, "hipEventCreateWithFlags", d.eventCreate) &&
-      bind(library, "hipEventDestroy", d.eventDestroy) &&
-      bind(library, "hipEventSynchronize", d.eventSynchronize) &&
-      bind(library, "hipEventRecord", d.eventRecord) &&
-      bind(library, "hipMalloc", d.memAlloc) &&
-      bind(library, "hipMallocManaged", d.memAllocManaged) &&
-      bind(library, "hipFree", d.memFree) &&
-      bind(library, "hipMemcpyAsync", d.hipMemcpyAsync) &&
-      bind(library, "hipMemsetD32Async", d.memsetD32Async) &&
-      bind(library, "hipMemsetD16Async", d.memsetD16Async) &&
-      bind(library, "hipHostRegister", d.memHostRegister) &&
-      bind(library, "hipHostUnregister", d.memHostUnregister) &&
-      bind(library, "hipDeviceGetAttribute", d.deviceGetAttribute) &&
-      bind(library, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
-           d.occupancy);
-  bind(library, "hipGetErrorString", d.hipErrorString);
-  if (!found) {
-    d.unusable = "HIP (libamdhip64.so) lacks an entry point the mgpu* "
-                 "functions need (ROCm 5 or later has them)";
-    return d;
-  }
-  if (Result result = d.init(0))
-    d.unusable = "initializing HIP: " + d.describe(result);
-  return d;
+  return loadDriver(attnres::driver::kHip, [](void *library, Driver &d) {
+    using attnres::driver::bind;
+    bool found =
+        bind(library, "hipInit", d.init) &&
+        bind(library, "hipGetDeviceCount", d.deviceGetCount) &&
+        bind(library, "hipDeviceGet", d.deviceGet) &&
+        bind(library, "hipSetDevice", d.setDevice) &&
+        bind(library, "hipGetDevice", d.getDevice) &&
+        bind(library, "hipModuleLoadData", d.moduleLoadData) &&
+        bind(library, "hipModuleUnload", d.moduleUnload) &&
+        bind(library, "hipModuleGetFunction", d.moduleGetFunction) &&
+        bind(library, "hipModuleLaunchKernel", d.launchKernel) &&
+        bind(library, "hipStreamCreateWithFlags", d.streamCreate) &&
+        bind(library, "hipStreamDestroy", d.streamDestroy) &&
+        bind(library, "hipStreamSynchronize", d.streamSynchronize) &&
+        bind(library, "hipStreamWaitEvent", d.streamWaitEvent) &&
+        bind(library, "hipEventCreateWithFlags", d.eventCreate) &&
+        bind(library, "hipEventDestroy", d.eventDestroy) &&
+        bind(library, "hipEventSynchronize", d.eventSynchronize) &&
+        bind(library, "hipEventRecord", d.eventRecord) &&
+        bind(library, "hipMalloc", d.memAlloc) &&
+        bind(library, "hipMallocManaged", d.memAllocManaged) &&
+        bind(library, "hipFree", d.memFree) &&
+        bind(library, "hipMemcpyAsync", d.hipMemcpyAsync) &&
+        bind(library, "hipMemsetD32Async", d.memsetD32Async) &&
+        bind(library, "hipMemsetD16Async", d.memsetD16Async) &&
+        bind(library, "hipHostRegister", d.memHostRegister) &&
+        bind(library, "hipHostUnregister", d.memHostUnregister) &&
+        bind(library, "hipDeviceGetAttribute", d.deviceGetAttribute) &&
+        bind(library, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
+             d.occupancy);
+    bind(library, "hipGetErrorString", d.hipErrorString);
+    return found;
+  });
 }
 
 /// HIP where the first image given is AMD GPU code, CUDA where it is
@@ -284,14 +283,13 @@ bool chooseHip() {
   if (unsigned first = firstImageKind.load(); first != kUnknownImage)
     return first == kAmdImage;
   std::string reason;
-  const char *const cuda[2] = {"libcuda.so.1", "libcuda.so"};
-  const char *const hip[2] = {"libamdhip64.so", "libamdhip64.so.6"};
   // Libraries opened here stay open (dlopen counts them): checking costs a
   // second open only of the one that is used.
-  if (attnres::driver::openLibrary(cuda, reason))
+  if (attnres::driver::openLibrary(attnres::driver::kCuda.libraries, reason))
     return false;
   reason.clear();
-  return attnres::driver::openLibrary(hip, reason) != nullptr;
+  return attnres::driver::openLibrary(attnres::driver::kHip.libraries,
+                                      reason) != nullptr;
 }
 
 // Host code frees and unloads from static destructors, which run in no

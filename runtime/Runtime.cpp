@@ -127,17 +127,15 @@ LaunchConfig clusterLaunchConfig(const unsigned grid[3], unsigned block,
 }
 
 Failure openDriver(bool hip, Driver &driver) {
-  const char *const names[2] = {hip ? "libamdhip64.so" : "libcuda.so.1",
-                                hip ? "libamdhip64.so.6" : "libcuda.so"};
+  const attnres::driver::Vendor &vendor =
+      hip ? attnres::driver::kHip : attnres::driver::kCuda;
   std::string reason;
-  driver.library = attnres::driver::openLibrary(names, reason);
+  driver.library = attnres::driver::openLibrary(vendor.libraries, reason);
   if (!driver.library)
-    return {
-        ATTNRES_ERROR_NO_DRIVER,
-        std::string("cannot load the ") +
-            (hip ? "HIP runtime" : "CUDA driver") + " (" + names[0] +
-            "): " + reason + "; this bundle needs " +
-            (hip ? "an AMD GPU with ROCm" : "an NVIDIA GPU and its driver")};
+    return {ATTNRES_ERROR_NO_DRIVER, std::string("cannot load ") + vendor.name +
+                                         " (" + vendor.libraries[0] +
+                                         "): " + reason +
+                                         "; this bundle needs " + vendor.needs};
   driver.hip = hip;
   bool found = true;
   if (hip) {

@@ -64,13 +64,16 @@ if config.rocm_device_libs and os.path.exists(
         os.path.join(config.rocm_device_libs, "ocml.bc")):
     config.available_features.add("rocm-device-libs")
 
-# A machine with the NVIDIA driver (where the runtime really loads bundles).
-try:
-    import ctypes
-    ctypes.CDLL("libcuda.so.1")
-    config.available_features.add("cuda-driver")
-except OSError:
-    pass
+# A machine with the NVIDIA driver (where the runtime really loads bundles),
+# and one with HIP's runtime library (ROCm).
+import ctypes
+for library, feature in (("libcuda.so.1", "cuda-driver"),
+                         ("libamdhip64.so", "hip-runtime")):
+    try:
+        ctypes.CDLL(library)
+        config.available_features.add(feature)
+    except OSError:
+        pass
 
 # The GPU integration tests (Integration/GPU) run the kernels through
 # PyTorch: they need an interpreter with PyTorch that sees a CUDA GPU
