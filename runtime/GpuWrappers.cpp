@@ -350,12 +350,15 @@ public:
       return;
     if (d->hip) {
       // HIP's current device is per thread, as a context would be.
-      if (succeeded(function, *d, d->getDevice(&previousDevice)) &&
-          (previousDevice == defaultDevice ||
-           succeeded(function, *d, d->setDevice(defaultDevice)))) {
+      Result result = d->getDevice(&previousDevice);
+      if (!result && previousDevice != defaultDevice)
+        result = d->setDevice(defaultDevice);
+      if (!result) {
         pushed = true;
         return;
       }
+      if (!(release && result == kDeinitialized))
+        succeeded(function, *d, result);
       d = nullptr;
       return;
     }
