@@ -68,16 +68,31 @@ inline constexpr long long kMaxGrid[3] = {2147483647, 65535, 65535};
 
 /// What the runtime opens for each vendor, and what messages say of it.
 struct Vendor {
+  bool hip;
   const char *name;         // "the CUDA driver", "the HIP runtime"
   const char *libraries[2]; // tried in order; messages name the first
   const char *needs;        // "an NVIDIA GPU and its driver", ...
+  const char *oldest;       // the oldest release with every entry point
 };
-inline constexpr Vendor kCuda{"the CUDA driver",
+inline constexpr Vendor kCuda{false,
+                              "the CUDA driver",
                               {"libcuda.so.1", "libcuda.so"},
-                              "an NVIDIA GPU and its driver"};
-inline constexpr Vendor kHip{"the HIP runtime",
+                              "an NVIDIA GPU and its driver",
+                              "CUDA 11"};
+inline constexpr Vendor kHip{true,
+                             "the HIP runtime",
                              {"libamdhip64.so", "libamdhip64.so.6"},
-                             "an AMD GPU with ROCm"};
+                             "an AMD GPU with ROCm",
+                             "ROCm 5"};
+
+/// "cannot load the CUDA driver (libcuda.so.1): <reason>; <who> needs an
+/// NVIDIA GPU and its driver": the message where `vendor` does not load.
+inline std::string cannotLoad(const Vendor &vendor, const std::string &reason,
+                              const char *who) {
+  return std::string("cannot load ") + vendor.name + " (" +
+         vendor.libraries[0] + "): " + reason + "; " + who + " needs " +
+         vendor.needs;
+}
 
 /// Opens the first of `names` that loads (the CUDA driver or HIP), or
 /// returns null with `reason` the loader's message for the first name (the

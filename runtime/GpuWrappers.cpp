@@ -168,19 +168,17 @@ void imageGiven(ImageKind kind) {
 template <typename BindAll>
 Driver loadDriver(const attnres::driver::Vendor &vendor, BindAll bindAll) {
   Driver d;
-  d.hip = &vendor == &attnres::driver::kHip;
+  d.hip = vendor.hip;
   std::string reason;
   void *library = attnres::driver::openLibrary(vendor.libraries, reason);
   if (!library) {
-    d.unusable = std::string("cannot load ") + vendor.name + " (" +
-                 vendor.libraries[0] + "): " + reason + "; the code needs " +
-                 vendor.needs;
+    d.unusable = attnres::driver::cannotLoad(vendor, reason, "the code");
     return d;
   }
   if (!bindAll(library, d)) {
     d.unusable = std::string(vendor.name) + " (" + vendor.libraries[0] +
                  ") lacks an entry point the mgpu* functions need (" +
-                 (d.hip ? "ROCm 5" : "CUDA 11") + " or later has them)";
+                 vendor.oldest + " or later has them)";
     return d;
   }
   if (Result result = d.init(0))

@@ -132,10 +132,8 @@ Failure openDriver(bool hip, Driver &driver) {
   std::string reason;
   driver.library = attnres::driver::openLibrary(vendor.libraries, reason);
   if (!driver.library)
-    return {ATTNRES_ERROR_NO_DRIVER, std::string("cannot load ") + vendor.name +
-                                         " (" + vendor.libraries[0] +
-                                         "): " + reason +
-                                         "; this bundle needs " + vendor.needs};
+    return {ATTNRES_ERROR_NO_DRIVER,
+            attnres::driver::cannotLoad(vendor, reason, "this bundle")};
   driver.hip = hip;
   bool found = true;
   if (hip) {

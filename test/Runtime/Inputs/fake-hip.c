@@ -58,8 +58,8 @@ int hipGetDevice(int *device) {
 }
 int hipDeviceGetAttribute(int *value, int attribute, int device) {
   (void)device;
-  *value = attribute == hipDeviceAttributeMultiprocessorCount ? kComputeUnits
-                                                              : 0;
+  *value =
+      attribute == hipDeviceAttributeMultiprocessorCount ? kComputeUnits : 0;
   return hipSuccess;
 }
 const char *hipGetErrorString(int error) {
@@ -199,16 +199,24 @@ int hipHostUnregister(void *pointer) {
   return hipSuccess;
 }
 
-int hipStreamCreateWithFlags(void **stream, unsigned flags) {
-  (void)flags;
-  *stream = malloc(1);
-  ++liveStreams;
+/* Streams and events are counted handles. */
+static int createHandle(void **handle, long *live) {
+  *handle = malloc(1);
+  ++*live;
   return hipSuccess;
 }
-int hipStreamDestroy(void *stream) {
-  free(stream);
-  --liveStreams;
+static int destroyHandle(void *handle, long *live) {
+  free(handle);
+  --*live;
   return hipSuccess;
+}
+
+int hipStreamCreateWithFlags(void **stream, unsigned flags) {
+  (void)flags;
+  return createHandle(stream, &liveStreams);
+}
+int hipStreamDestroy(void *stream) {
+  return destroyHandle(stream, &liveStreams);
 }
 int hipStreamSynchronize(void *stream) {
   (void)stream;
@@ -221,15 +229,9 @@ int hipStreamWaitEvent(void *stream, void *event, unsigned flags) {
 }
 int hipEventCreateWithFlags(void **event, unsigned flags) {
   (void)flags;
-  *event = malloc(1);
-  ++liveEvents;
-  return hipSuccess;
+  return createHandle(event, &liveEvents);
 }
-int hipEventDestroy(void *event) {
-  free(event);
-  --liveEvents;
-  return hipSuccess;
-}
+int hipEventDestroy(void *event) { return destroyHandle(event, &liveEvents); }
 int hipEventSynchronize(void *event) {
   return event ? hipSuccess : hipErrorInvalidValue;
 }

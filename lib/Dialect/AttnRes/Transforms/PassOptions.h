@@ -3,6 +3,8 @@
 #ifndef ATTNRES_LIB_DIALECT_ATTNRES_TRANSFORMS_PASSOPTIONS_H
 #define ATTNRES_LIB_DIALECT_ATTNRES_TRANSFORMS_PASSOPTIONS_H
 
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <optional>
@@ -22,6 +24,19 @@ inline bool parseCountOption(llvm::StringRef text,
     return false;
   count = value;
   return true;
+}
+
+/// The split passes' num-multiprocessors: positive, or 0 for a target
+/// sized at run time (their `auto` then splits nothing). Reports another
+/// value at `loc` for `pass`.
+inline LogicalResult
+checkMultiprocessorsOption(Location loc, llvm::StringRef pass, int64_t value) {
+  if (value >= 0)
+    return success();
+  return emitError(loc) << pass
+                        << ": num-multiprocessors must be positive, or 0 for "
+                           "a target sized at run time, got "
+                        << value;
 }
 
 } // namespace mlir::attnres

@@ -201,13 +201,10 @@ struct SplitReductionPass
           << blocks << "'";
       return signalPassFailure();
     }
-    if (numMultiprocessors < 0) {
-      emitError(getOperation()->getLoc())
-          << "attnres-split-reduction: num-multiprocessors must be positive, "
-             "or 0 for a target sized at run time, got "
-          << static_cast<int64_t>(numMultiprocessors);
+    if (failed(checkMultiprocessorsOption(getOperation()->getLoc(),
+                                          "attnres-split-reduction",
+                                          numMultiprocessors)))
       return signalPassFailure();
-    }
     SmallVector<BackwardOp> backwards;
     getOperation()->walk([&](BackwardOp op) { backwards.push_back(op); });
     IRRewriter rewriter(&getContext());

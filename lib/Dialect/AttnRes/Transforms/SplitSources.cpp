@@ -114,13 +114,10 @@ struct SplitSourcesPass
           << partitions << "'";
       return signalPassFailure();
     }
-    if (numMultiprocessors < 0) {
-      emitError(getOperation()->getLoc())
-          << "attnres-split-sources: num-multiprocessors must be positive, "
-             "or 0 for a target sized at run time, got "
-          << static_cast<int64_t>(numMultiprocessors);
+    if (failed(checkMultiprocessorsOption(getOperation()->getLoc(),
+                                          "attnres-split-sources",
+                                          numMultiprocessors)))
       return signalPassFailure();
-    }
     SmallVector<ForwardOp> forwards;
     getOperation()->walk([&](ForwardOp op) { forwards.push_back(op); });
     IRRewriter rewriter(&getContext());
