@@ -29,6 +29,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -578,12 +579,28 @@ private:
     }
     // The kernels run for milliseconds; compiling them is what costs, so
     // LLVM does not optimize (no IR passes, the fast instruction selector and
-    // register allocator).
+    // register allocator). The level is set on the target machine given to
+    // the engine: ExecutionEngineOptions::jitCodeGenOptLevel does not reach
+    // the machine the engine builds itself (LLVM 22), whose default level
+    // ran loop strength reduction over every loop of the split modules and
+    // took most of the suites' time.
+    auto machineBuilder = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!machineBuilder) {
+      error = "no JIT target: " + llvm::toString(machineBuilder.takeError());
+      return nullptr;
+    }
+    machineBuilder->setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
+    auto machine = machineBuilder->createTargetMachine();
+    if (!machine) {
+      error = "no JIT target: " + llvm::toString(machine.takeError());
+      return nullptr;
+    }
     ExecutionEngineOptions options;
     options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::None;
     llvm::SmallVector<llvm::StringRef, 1> libraries{ATTNRES_C_RUNNER_UTILS};
     options.sharedLibPaths = libraries;
-    auto engine = ExecutionEngine::create(*module, options);
+    auto engine =
+        ExecutionEngine::create(*module, options, std::move(*machine));
     if (!engine) {
       error = "JIT compilation failed: " + llvm::toString(engine.takeError());
       return nullptr;
