@@ -12,6 +12,7 @@
 #include "attnres-c/GpuWrappers.h"
 
 #include "DriverApi.h"
+#include "EntryPoints.h"
 #include "attnres/Bundle/LaunchRules.h"
 
 #include <algorithm>
@@ -29,79 +30,13 @@
 
 namespace {
 
-using Result = int;
+using attnres::driver::Result;
 
-/// The entry points the wrappers use: the CUDA driver's (cuda.h's versioned
-/// names where the header maps a name to a _v2 symbol) or HIP's, which take
-/// the same arguments except where noted. HIP has no contexts to make
+/// The CUDA driver or HIP (EntryPoints.h): HIP has no contexts to make
 /// current (hipSetDevice instead), no clusters, no PTX, and its copy takes
 /// a direction; its device memory comes from hipMalloc (no pool).
-struct Driver {
+struct Driver : attnres::driver::EntryPoints {
   std::string unusable; // why the driver cannot be used; empty when it can
-  bool hip = false;
-  Result (*init)(unsigned) = nullptr;
-  Result (*deviceGetCount)(int *) = nullptr;
-  Result (*deviceGet)(int *, int) = nullptr;
-  Result (*primaryCtxRetain)(void **, int) = nullptr;
-  Result (*ctxPushCurrent)(void *) = nullptr;
-  Result (*ctxPopCurrent)(void **) = nullptr;
-  Result (*moduleLoadData)(void **, const void *) = nullptr;
-  Result (*moduleLoadDataEx)(void **, const void *, unsigned, int *,
-                             void **) = nullptr;
-  Result (*moduleUnload)(void *) = nullptr;
-  Result (*moduleGetFunction)(void **, void *, const char *) = nullptr;
-  Result (*launchKernel)(void *, unsigned, unsigned, unsigned, unsigned,
-                         unsigned, unsigned, unsigned, void *, void **,
-                         void **) = nullptr;
-  Result (*launchKernelEx)(const attnres::driver::LaunchConfig *, void *,
-                           void **, void **) = nullptr;
-  Result (*streamCreate)(void **, unsigned) = nullptr;
-  Result (*streamDestroy)(void *) = nullptr;
-  Result (*streamSynchronize)(void *) = nullptr;
-  Result (*streamWaitEvent)(void *, void *, unsigned) = nullptr;
-  Result (*eventCreate)(void **, unsigned) = nullptr;
-  Result (*eventDestroy)(void *) = nullptr;
-  Result (*eventSynchronize)(void *) = nullptr;
-  Result (*eventRecord)(void *, void *) = nullptr;
-  Result (*memAlloc)(unsigned long long *, size_t) = nullptr;
-  Result (*memAllocManaged)(unsigned long long *, size_t, unsigned) = nullptr;
-  Result (*memFree)(unsigned long long) = nullptr;
-  Result (*memcpyAsync)(unsigned long long, unsigned long long, size_t,
-                        void *) = nullptr;
-  Result (*memsetD32Async)(unsigned long long, unsigned, size_t,
-                           void *) = nullptr;
-  Result (*memsetD16Async)(unsigned long long, unsigned short, size_t,
-                           void *) = nullptr;
-  Result (*memHostRegister)(void *, size_t, unsigned) = nullptr;
-  Result (*memHostUnregister)(void *) = nullptr;
-  Result (*getErrorString)(Result, const char **) = nullptr;
-  Result (*deviceGetAttribute)(int *, int, int) = nullptr;
-  Result (*ctxSynchronize)() = nullptr;
-  // Stream-ordered allocation (CUDA 11.2 and later; null before).
-  Result (*memPoolCreate)(void **, const void *) = nullptr;
-  Result (*memPoolSetAttribute)(void *, int, void *) = nullptr;
-  Result (*memPoolTrimTo)(void *, size_t) = nullptr;
-  Result (*memAllocFromPoolAsync)(unsigned long long *, size_t, void *,
-                                  void *) = nullptr;
-  Result (*memFreeAsync)(unsigned long long, void *) = nullptr;
-  Result (*occupancy)(int *, void *, int, size_t) = nullptr;
-  Result (*occupancyMaxActiveClusters)(
-      int *, void *, const attnres::driver::LaunchConfig *) = nullptr;
-  // HIP only.
-  Result (*setDevice)(int) = nullptr;
-  Result (*getDevice)(int *) = nullptr;
-  Result (*hipMemcpyAsync)(void *, const void *, size_t, int, void *) = nullptr;
-  const char *(*hipErrorString)(Result) = nullptr;
-
-  const char *api() const { return hip ? "HIP" : "CUDA"; }
-  std::string describe(Result result) const {
-    const char *text = nullptr;
-    if (getErrorString)
-      getErrorString(result, &text);
-    else if (hipErrorString)
-      text = hipErrorString(result);
-    return attnres::driver::describeResult(api(), result, text);
-  }
 };
 
 // cuda.h's values of the flags used below.
@@ -162,11 +97,9 @@ void imageGiven(ImageKind kind) {
     firstImageKind.compare_exchange_strong(unknown, kind);
 }
 
-/// Opens `vendor`'s library, binds its entry points with `bindAll(library,
-/// d)` (false where one the wrappers need is missing) and initializes it;
+/// Opens `vendor`'s library, binds its entry points and initializes it;
 /// `d.unusable` says why where a step fails.
-template <typename BindAll>
-Driver loadDriver(const attnres::driver::Vendor &vendor, BindAll bindAll) {
+Driver loadDriver(const attnres::driver::Vendor &vendor) {
   Driver d;
   d.hip = vendor.hip;
   std::string reason;
@@ -175,103 +108,15 @@ Driver loadDriver(const attnres::driver::Vendor &vendor, BindAll bindAll) {
     d.unusable = attnres::driver::cannotLoad(vendor, reason, "the code");
     return d;
   }
-  if (!bindAll(library, d)) {
-    d.unusable = std::string(vendor.name) + " (" + vendor.libraries[0] +
-                 ") lacks an entry point the mgpu* functions need (" +
-                 vendor.oldest + " or later has them)";
+  if (!attnres::driver::bindEntryPoints(library, vendor, d)) {
+    d.unusable =
+        attnres::driver::lacksEntryPoint(vendor, "the mgpu* functions");
     return d;
   }
   if (Result result = d.init(0))
     d.unusable =
         std::string("initializing ") + vendor.name + ": " + d.describe(result);
   return d;
-}
-
-Driver loadCuda() {
-  return loadDriver(attnres::driver::kCuda, [](void *library, Driver &d) {
-    using attnres::driver::bind;
-    bool found =
-        bind(library, "cuInit", d.init) &&
-        bind(library, "cuDeviceGetCount", d.deviceGetCount) &&
-        bind(library, "cuDeviceGet", d.deviceGet) &&
-        bind(library, "cuDevicePrimaryCtxRetain", d.primaryCtxRetain) &&
-        bind(library, "cuCtxPushCurrent_v2", d.ctxPushCurrent) &&
-        bind(library, "cuCtxPopCurrent_v2", d.ctxPopCurrent) &&
-        bind(library, "cuModuleLoadData", d.moduleLoadData) &&
-        bind(library, "cuModuleLoadDataEx", d.moduleLoadDataEx) &&
-        bind(library, "cuModuleUnload", d.moduleUnload) &&
-        bind(library, "cuModuleGetFunction", d.moduleGetFunction) &&
-        bind(library, "cuLaunchKernel", d.launchKernel) &&
-        bind(library, "cuStreamCreate", d.streamCreate) &&
-        bind(library, "cuStreamDestroy_v2", d.streamDestroy) &&
-        bind(library, "cuStreamSynchronize", d.streamSynchronize) &&
-        bind(library, "cuStreamWaitEvent", d.streamWaitEvent) &&
-        bind(library, "cuEventCreate", d.eventCreate) &&
-        bind(library, "cuEventDestroy_v2", d.eventDestroy) &&
-        bind(library, "cuEventSynchronize", d.eventSynchronize) &&
-        bind(library, "cuEventRecord", d.eventRecord) &&
-        bind(library, "cuMemAlloc_v2", d.memAlloc) &&
-        bind(library, "cuMemAllocManaged", d.memAllocManaged) &&
-        bind(library, "cuMemFree_v2", d.memFree) &&
-        bind(library, "cuMemcpyAsync", d.memcpyAsync) &&
-        bind(library, "cuMemsetD32Async", d.memsetD32Async) &&
-        bind(library, "cuMemsetD16Async", d.memsetD16Async) &&
-        bind(library, "cuMemHostRegister_v2", d.memHostRegister) &&
-        bind(library, "cuMemHostUnregister", d.memHostUnregister) &&
-        bind(library, "cuDeviceGetAttribute", d.deviceGetAttribute) &&
-        bind(library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-             d.occupancy);
-    bind(library, "cuGetErrorString", d.getErrorString);
-    // CUDA 12 and later: cluster launches.
-    bind(library, "cuLaunchKernelEx", d.launchKernelEx);
-    bind(library, "cuOccupancyMaxActiveClusters", d.occupancyMaxActiveClusters);
-    // CUDA 11.2 and later: stream-ordered allocation.
-    if (!(bind(library, "cuCtxSynchronize", d.ctxSynchronize) &&
-          bind(library, "cuMemPoolCreate", d.memPoolCreate) &&
-          bind(library, "cuMemPoolSetAttribute", d.memPoolSetAttribute) &&
-          bind(library, "cuMemPoolTrimTo", d.memPoolTrimTo) &&
-          bind(library, "cuMemAllocFromPoolAsync", d.memAllocFromPoolAsync) &&
-          bind(library, "cuMemFreeAsync", d.memFreeAsync)))
-      d.memPoolCreate = nullptr;
-    return found;
-  });
-}
-
-Driver loadHip() {
-  return loadDriver(attnres::driver::kHip, [](void *library, Driver &d) {
-    using attnres::driver::bind;
-    bool found =
-        bind(library, "hipInit", d.init) &&
-        bind(library, "hipGetDeviceCount", d.deviceGetCount) &&
-        bind(library, "hipDeviceGet", d.deviceGet) &&
-        bind(library, "hipSetDevice", d.setDevice) &&
-        bind(library, "hipGetDevice", d.getDevice) &&
-        bind(library, "hipModuleLoadData", d.moduleLoadData) &&
-        bind(library, "hipModuleUnload", d.moduleUnload) &&
-        bind(library, "hipModuleGetFunction", d.moduleGetFunction) &&
-        bind(library, "hipModuleLaunchKernel", d.launchKernel) &&
-        bind(library, "hipStreamCreateWithFlags", d.streamCreate) &&
-        bind(library, "hipStreamDestroy", d.streamDestroy) &&
-        bind(library, "hipStreamSynchronize", d.streamSynchronize) &&
-        bind(library, "hipStreamWaitEvent", d.streamWaitEvent) &&
-        bind(library, "hipEventCreateWithFlags", d.eventCreate) &&
-        bind(library, "hipEventDestroy", d.eventDestroy) &&
-        bind(library, "hipEventSynchronize", d.eventSynchronize) &&
-        bind(library, "hipEventRecord", d.eventRecord) &&
-        bind(library, "hipMalloc", d.memAlloc) &&
-        bind(library, "hipMallocManaged", d.memAllocManaged) &&
-        bind(library, "hipFree", d.memFree) &&
-        bind(library, "hipMemcpyAsync", d.hipMemcpyAsync) &&
-        bind(library, "hipMemsetD32Async", d.memsetD32Async) &&
-        bind(library, "hipMemsetD16Async", d.memsetD16Async) &&
-        bind(library, "hipHostRegister", d.memHostRegister) &&
-        bind(library, "hipHostUnregister", d.memHostUnregister) &&
-        bind(library, "hipDeviceGetAttribute", d.deviceGetAttribute) &&
-        bind(library, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
-             d.occupancy);
-    bind(library, "hipGetErrorString", d.hipErrorString);
-    return found;
-  });
 }
 
 /// HIP where the first image given is AMD GPU code, CUDA where it is
@@ -295,8 +140,8 @@ bool chooseHip() {
 // never destroyed (the driver table and the contexts are leaked on purpose,
 // the last error is a plain array).
 const Driver &driver() {
-  static const Driver *loaded =
-      new Driver(chooseHip() ? loadHip() : loadCuda());
+  static const Driver *loaded = new Driver(
+      loadDriver(chooseHip() ? attnres::driver::kHip : attnres::driver::kCuda));
   return *loaded;
 }
 

@@ -10,6 +10,7 @@
 #include "attnres-c/Runtime.h"
 
 #include "DriverApi.h"
+#include "EntryPoints.h"
 #include "Json.h"
 
 #include "attnres/Bundle/LaunchRules.h"
@@ -69,50 +70,12 @@ Failure invalid(const std::string &message) {
 // Drivers
 //===----------------------------------------------------------------------===//
 
-/// The few entry points of the CUDA driver API or of HIP the runtime uses;
-/// both have the same shapes for these.
-struct Driver {
-  using Result = int;
+/// The CUDA driver or HIP (EntryPoints.h), and the library it came from.
+struct Driver : attnres::driver::EntryPoints {
   void *library = nullptr;
-  bool hip = false;
-  Result (*init)(unsigned) = nullptr;
-  Result (*moduleLoadData)(void **, const void *) = nullptr;
-  Result (*moduleUnload)(void *) = nullptr;
-  Result (*moduleGetFunction)(void **, void *, const char *) = nullptr;
-  Result (*launchKernel)(void *, unsigned, unsigned, unsigned, unsigned,
-                         unsigned, unsigned, unsigned, void *, void **,
-                         void **) = nullptr;
-  Result (*deviceGetAttribute)(int *, int, int) = nullptr;
-  // Optional: blocks of a kernel a multiprocessor holds at once.
-  Result (*occupancy)(int *, void *, int, size_t) = nullptr;
-  // CUDA 12 and later, optional: launches with thread-block clusters, and
-  // how many clusters of a launch the device holds at once.
-  Result (*launchKernelEx)(const attnres::driver::LaunchConfig *, void *,
-                           void **, void **) = nullptr;
-  Result (*occupancyMaxActiveClusters)(
-      int *, void *, const attnres::driver::LaunchConfig *) = nullptr;
-  // CUDA only: make the primary context current when none is.
-  Result (*ctxGetCurrent)(void **) = nullptr;
-  Result (*ctxGetDevice)(int *) = nullptr;
-  Result (*deviceGet)(int *, int) = nullptr;
-  Result (*primaryCtxRetain)(void **, int) = nullptr;
-  Result (*ctxSetCurrent)(void *) = nullptr;
-  // HIP only.
-  Result (*getDevice)(int *) = nullptr;
-  Result (*getErrorString)(Result, const char **) = nullptr;
-  const char *(*hipErrorString)(Result) = nullptr;
-
-  std::string describe(Result result) const {
-    const char *text = nullptr;
-    if (getErrorString)
-      getErrorString(result, &text);
-    else if (hipErrorString)
-      text = hipErrorString(result);
-    return attnres::driver::describeResult(hip ? "HIP" : "CUDA", result, text);
-  }
 };
+using attnres::driver::Result;
 
-using attnres::driver::bind;
 using attnres::driver::kClusterLaunchDeviceAttribute;
 using attnres::driver::LaunchAttribute;
 using attnres::driver::LaunchConfig;
@@ -134,47 +97,10 @@ Failure openDriver(bool hip, Driver &driver) {
   if (!driver.library)
     return {ATTNRES_ERROR_NO_DRIVER,
             attnres::driver::cannotLoad(vendor, reason, "this bundle")};
-  driver.hip = hip;
-  bool found = true;
-  if (hip) {
-    found &= bind(driver.library, "hipInit", driver.init);
-    found &= bind(driver.library, "hipModuleLoadData", driver.moduleLoadData);
-    found &= bind(driver.library, "hipModuleUnload", driver.moduleUnload);
-    found &=
-        bind(driver.library, "hipModuleGetFunction", driver.moduleGetFunction);
-    found &= bind(driver.library, "hipModuleLaunchKernel", driver.launchKernel);
-    found &= bind(driver.library, "hipDeviceGetAttribute",
-                  driver.deviceGetAttribute);
-    found &= bind(driver.library, "hipGetDevice", driver.getDevice);
-    bind(driver.library, "hipGetErrorString", driver.hipErrorString);
-    bind(driver.library, "hipModuleOccupancyMaxActiveBlocksPerMultiprocessor",
-         driver.occupancy);
-  } else {
-    found &= bind(driver.library, "cuInit", driver.init);
-    found &= bind(driver.library, "cuModuleLoadData", driver.moduleLoadData);
-    found &= bind(driver.library, "cuModuleUnload", driver.moduleUnload);
-    found &=
-        bind(driver.library, "cuModuleGetFunction", driver.moduleGetFunction);
-    found &= bind(driver.library, "cuLaunchKernel", driver.launchKernel);
-    found &=
-        bind(driver.library, "cuDeviceGetAttribute", driver.deviceGetAttribute);
-    found &= bind(driver.library, "cuCtxGetCurrent", driver.ctxGetCurrent);
-    found &= bind(driver.library, "cuCtxGetDevice", driver.ctxGetDevice);
-    found &= bind(driver.library, "cuDeviceGet", driver.deviceGet);
-    found &= bind(driver.library, "cuDevicePrimaryCtxRetain",
-                  driver.primaryCtxRetain);
-    found &= bind(driver.library, "cuCtxSetCurrent", driver.ctxSetCurrent);
-    bind(driver.library, "cuGetErrorString", driver.getErrorString);
-    bind(driver.library, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-         driver.occupancy);
-    bind(driver.library, "cuLaunchKernelEx", driver.launchKernelEx);
-    bind(driver.library, "cuOccupancyMaxActiveClusters",
-         driver.occupancyMaxActiveClusters);
-  }
-  if (!found)
+  if (!attnres::driver::bindEntryPoints(driver.library, vendor, driver))
     return {ATTNRES_ERROR_NO_DRIVER,
-            "the GPU driver library lacks an entry point the runtime needs"};
-  if (Driver::Result result = driver.init(0))
+            attnres::driver::lacksEntryPoint(vendor, "the runtime")};
+  if (Result result = driver.init(0))
     return {ATTNRES_ERROR_DRIVER,
             "initializing the driver: " + driver.describe(result)};
   return ok();
@@ -538,19 +464,19 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
     return failure;
   int device = 0;
   if (driver.hip) {
-    if (Driver::Result result = driver.getDevice(&device))
+    if (Result result = driver.getDevice(&device))
       return {ATTNRES_ERROR_DRIVER, driver.describe(result)};
   } else {
     void *context = nullptr;
     driver.ctxGetCurrent(&context);
     if (!context) {
-      if (Driver::Result result = driver.deviceGet(&device, 0))
+      if (Result result = driver.deviceGet(&device, 0))
         return {ATTNRES_ERROR_DRIVER,
                 "no CUDA device: " + driver.describe(result)};
-      if (Driver::Result result = driver.primaryCtxRetain(&context, device))
+      if (Result result = driver.primaryCtxRetain(&context, device))
         return {ATTNRES_ERROR_DRIVER, driver.describe(result)};
       driver.ctxSetCurrent(context);
-    } else if (Driver::Result result = driver.ctxGetDevice(&device)) {
+    } else if (Result result = driver.ctxGetDevice(&device)) {
       return {ATTNRES_ERROR_DRIVER, driver.describe(result)};
     }
     runtime.context = context;
@@ -564,13 +490,12 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
       !driver.deviceGetAttribute(&clusterLaunch, kClusterLaunchDeviceAttribute,
                                  device))
     runtime.clusterLaunch = clusterLaunch != 0;
-  if (Driver::Result result =
-          driver.moduleLoadData(&runtime.module, binary.data()))
+  if (Result result = driver.moduleLoadData(&runtime.module, binary.data()))
     return {ATTNRES_ERROR_DRIVER,
             "loading the kernels: " + driver.describe(result)};
   for (auto &[name, kernel] : runtime.kernels) {
-    if (Driver::Result result = driver.moduleGetFunction(
-            &kernel.function, runtime.module, name.c_str()))
+    if (Result result = driver.moduleGetFunction(&kernel.function,
+                                                 runtime.module, name.c_str()))
       return {ATTNRES_ERROR_BUNDLE,
               "kernel '" + name +
                   "' is not in the binary: " + driver.describe(result)};
@@ -727,7 +652,7 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
     if (!current)
       driver.ctxSetCurrent(runtime.context);
   }
-  Driver::Result result;
+  Result result;
   if (kernel.clusterY) {
     // Only the runtime's own choice launches the clustered forward; a
     // manifest that gives another role clusters is refused here.
