@@ -310,6 +310,11 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                                   ? "see the options of convert-attnres-to-gpu "
                                     "(attnres-opt --help)"
                                   : optionError);
+  // The GPU pipelines' decomposition stage, at `auto`: a bundle's ops stay
+  // whole, and the runtime sizes their launches per call.
+  buildDecompositionPasses(kernels, /*forwardPartitions=*/0,
+                           /*backwardBlocks=*/0, /*tileSizes=*/{},
+                           /*transformLibrary=*/"");
   kernels.addPass(std::move(lowering));
   if (failed(kernels.run(module)))
     return failure();

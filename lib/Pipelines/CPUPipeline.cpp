@@ -78,17 +78,17 @@ void mlir::attnres::registerPipelines() {
   registerGPUPipeline<NVVMPipelineOptions>(
       "attnres-lower-to-nvvm-pipeline",
       "Compile the attnres ops of a module to NVIDIA kernels: "
-      "convert-attnres-to-gpu, nvvm-attach-target, convert-gpu-to-nvvm, "
-      "gpu-module-to-binary (with keep-host=1: attnres-split-sources, "
-      "attnres-split-reduction and attnres-tile first, and the host code "
-      "lowered too).",
+      "attnres-split-sources, attnres-split-reduction, attnres-tile, "
+      "attnres-map-to-blocks, convert-attnres-to-gpu, nvvm-attach-target, "
+      "convert-gpu-to-nvvm, gpu-module-to-binary (with keep-host=1, the "
+      "host code lowered too).",
       buildLowerToNVVMPipeline);
   registerGPUPipeline<ROCDLPipelineOptions>(
       "attnres-lower-to-rocdl-pipeline",
       "Compile the attnres ops of a module to AMD kernels: "
-      "convert-attnres-to-gpu, rocdl-attach-target, convert-gpu-to-rocdl, "
-      "gpu-module-to-binary (with keep-host=1: attnres-split-sources, "
-      "attnres-split-reduction and attnres-tile first, and the host code "
-      "lowered too).",
+      "attnres-split-sources, attnres-split-reduction, attnres-tile, "
+      "attnres-map-to-blocks, convert-attnres-to-gpu, rocdl-attach-target, "
+      "convert-gpu-to-rocdl, gpu-module-to-binary (with keep-host=1, the "
+      "host code lowered too).",
       buildLowerToROCDLPipeline);
 }

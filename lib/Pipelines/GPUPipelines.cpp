@@ -148,6 +148,45 @@ template LogicalResult mlir::attnres::checkGPUPipelineOptions(
     StringRef, const GPUPipelineOptions<ROCDLPipelineOptions> &,
     function_ref<LogicalResult(const Twine &)>);
 
+void mlir::attnres::buildDecompositionPasses(OpPassManager &pm,
+                                             int64_t forwardPartitions,
+                                             int64_t backwardBlocks,
+                                             ArrayRef<int64_t> tileSizes,
+                                             StringRef transformLibrary) {
+  // The decompositions (the forward's partitions, the backward's blocks of
+  // tokens, the token tiles of a block) are IR that convert-attnres-to-gpu
+  // launches on the grid it states. `auto` leaves every op whole (the
+  // device is known only when the code runs: num-multiprocessors=0), and
+  // its kernels are sized at run time from the token count and the
+  // device's occupancy, by the bundle runtime or by the kept host code,
+  // with the same rules (attnres/Bundle/LaunchRules.h).
+  attnres::AttnResSplitSourcesOptions sources;
+  if (forwardPartitions != 0)
+    sources.partitions = std::to_string(forwardPartitions);
+  else
+    sources.numMultiprocessors = 0;
+  pm.addPass(attnres::createAttnResSplitSources(sources));
+  attnres::AttnResSplitReductionOptions reduction;
+  if (backwardBlocks != 0)
+    reduction.blocks = std::to_string(backwardBlocks);
+  else
+    reduction.numMultiprocessors = 0;
+  pm.addPass(attnres::createAttnResSplitReduction(reduction));
+  // The user's tiling: attnres-tile's sizes, or a transform script.
+  if (transformLibrary.empty()) {
+    attnres::AttnResTileOptions tile;
+    tile.tileSizes.assign(tileSizes.begin(), tileSizes.end());
+    pm.addPass(attnres::createAttnResTile(tile));
+  } else {
+    transform::PreloadLibraryPassOptions library;
+    library.transformLibraryPaths = {transformLibrary.str()};
+    pm.addPass(transform::createPreloadLibraryPass(library));
+    pm.addPass(transform::createInterpreterPass());
+  }
+  // The loops' place on the GPU, as upstream mapping attributes.
+  pm.addPass(attnres::createAttnResMapToBlocks());
+}
+
 /// The pipeline both vendors share: `kernels` carries the vendor's kernel
 /// choices, `buildBinary` lowers and serializes the gpu.module.
 template <typename Derived>
@@ -158,41 +197,11 @@ buildLowerToGPUPipeline(OpPassManager &pm,
                         function_ref<void(OpPassManager &)> buildBinary) {
   kernels.keepHost = options.keepHost;
   kernels.backwardPartitions = options.backwardPartitions;
-  // Kept host functions go through the split and tile passes: their
-  // decompositions (the forward's partitions, the backward's blocks of
-  // tokens, the token tiles of a block) are IR the conversion launches on
-  // the grid it states. `auto` leaves every op whole (the device is known
-  // only when the code runs: num-multiprocessors=0), and the host code
-  // sizes its kernels at run time from the token count and the device's
-  // occupancy by the bundle runtime's rules. A bundle's ops are launched
-  // whole by the runtime instead.
-  if (options.keepHost) {
-    attnres::AttnResSplitSourcesOptions sources;
-    if (options.forwardPartitions != 0)
-      sources.partitions = std::to_string(options.forwardPartitions);
-    else
-      sources.numMultiprocessors = 0;
-    pm.addPass(attnres::createAttnResSplitSources(sources));
-    attnres::AttnResSplitReductionOptions reduction;
-    if (options.backwardBlocks != 0)
-      reduction.blocks = std::to_string(options.backwardBlocks);
-    else
-      reduction.numMultiprocessors = 0;
-    pm.addPass(attnres::createAttnResSplitReduction(reduction));
-    // The user's tiling: attnres-tile's sizes, or a transform script.
-    if (options.transformLibrary.empty()) {
-      attnres::AttnResTileOptions tile;
-      tile.tileSizes.assign(options.tileSizes.begin(), options.tileSizes.end());
-      pm.addPass(attnres::createAttnResTile(tile));
-    } else {
-      transform::PreloadLibraryPassOptions library;
-      library.transformLibraryPaths = {options.transformLibrary};
-      pm.addPass(transform::createPreloadLibraryPass(library));
-      pm.addPass(transform::createInterpreterPass());
-    }
-    // The loops' place on the GPU, as upstream mapping attributes.
-    pm.addPass(attnres::createAttnResMapToBlocks());
-  }
+  SmallVector<int64_t> tileSizes(options.tileSizes.begin(),
+                                 options.tileSizes.end());
+  attnres::buildDecompositionPasses(pm, options.forwardPartitions,
+                                    options.backwardBlocks, tileSizes,
+                                    options.transformLibrary);
   pm.addPass(attnres::createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {
     buildBinary(pm);

@@ -29,8 +29,9 @@ struct GPUPipelineOptions : public PassPipelineOptions<Derived> {
   mlir::detail::PassOptions::Option<bool> keepHost{
       *this, "keep-host",
       llvm::cl::desc(
-          "Keep the functions: the split and tile passes run first, each "
-          "attnres op becomes the launches of its kernels, and the "
+          "Keep the functions: each attnres op becomes the launches of "
+          "its kernels (on the grids the split and tile passes' fixed "
+          "counts and tile sizes give, or sized at run time), and the "
           "host code is lowered to the LLVM dialect calling the "
           "mgpu* functions, ready for mlir-translate"),
       llvm::cl::init(false)};
@@ -132,16 +133,27 @@ template <typename Derived>
 LogicalResult checkGPUPipelineOptions(
     llvm::StringRef pipeline, const GPUPipelineOptions<Derived> &options,
     function_ref<LogicalResult(const Twine &)> errorHandler);
-/// attnres ops -> kernels (convert-attnres-to-gpu) -> NVVM -> binary; with
-/// keep-host, the split and tile passes first and the host code lowered too.
+/// The GPU pipelines' first stage, which the bundle writer runs too:
+/// attnres-split-sources, attnres-split-reduction, attnres-tile (or the
+/// transform script `transformLibrary` in its place) and
+/// attnres-map-to-blocks. Counts of 0 are `auto`, which leaves every op
+/// whole for its kernels to be sized at run time; fixed counts and tile
+/// sizes write the decomposition into the IR.
+void buildDecompositionPasses(OpPassManager &pm, int64_t forwardPartitions,
+                              int64_t backwardBlocks,
+                              llvm::ArrayRef<int64_t> tileSizes,
+                              llvm::StringRef transformLibrary);
+/// attnres ops -> the decomposition passes -> kernels
+/// (convert-attnres-to-gpu) -> NVVM -> binary; with keep-host, the host code
+/// lowered too.
 void buildLowerToNVVMPipeline(OpPassManager &pm,
                               const NVVMPipelineOptions &options);
 /// The part after convert-attnres-to-gpu.
 void buildGPUModuleToNVVMBinary(OpPassManager &pm,
                                 const NVVMPipelineOptions &options);
 
-/// attnres ops -> kernels -> ROCDL -> binary; with keep-host, as the NVVM
-/// pipeline.
+/// attnres ops -> the decomposition passes -> kernels -> ROCDL -> binary;
+/// with keep-host, as the NVVM pipeline.
 void buildLowerToROCDLPipeline(OpPassManager &pm,
                                const ROCDLPipelineOptions &options);
 void buildGPUModuleToROCDLBinary(OpPassManager &pm,
