@@ -197,10 +197,8 @@ buildLowerToGPUPipeline(OpPassManager &pm,
                         function_ref<void(OpPassManager &)> buildBinary) {
   kernels.keepHost = options.keepHost;
   kernels.backwardPartitions = options.backwardPartitions;
-  SmallVector<int64_t> tileSizes(options.tileSizes.begin(),
-                                 options.tileSizes.end());
   attnres::buildDecompositionPasses(pm, options.forwardPartitions,
-                                    options.backwardBlocks, tileSizes,
+                                    options.backwardBlocks, options.tileSizes,
                                     options.transformLibrary);
   pm.addPass(attnres::createConvertAttnResToGPU(kernels));
   if (!options.keepHost) {

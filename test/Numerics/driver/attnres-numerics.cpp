@@ -581,7 +581,7 @@ private:
     // LLVM does not optimize (no IR passes, the fast instruction selector and
     // register allocator). The level is set on the target machine given to
     // the engine: ExecutionEngineOptions::jitCodeGenOptLevel does not reach
-    // the machine the engine builds itself (LLVM 22), whose default level
+    // the machine the engine compiles with (LLVM 22), whose default level
     // ran loop strength reduction over every loop of the split modules and
     // took most of the suites' time.
     auto machineBuilder = llvm::orc::JITTargetMachineBuilder::detectHost();
@@ -596,7 +596,6 @@ private:
       return nullptr;
     }
     ExecutionEngineOptions options;
-    options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::None;
     llvm::SmallVector<llvm::StringRef, 1> libraries{ATTNRES_C_RUNNER_UTILS};
     options.sharedLibPaths = libraries;
     auto engine =
