@@ -59,9 +59,6 @@ FailureOr<RowLayout> RowLayout::choose(int64_t width, int64_t elementBytes,
   return layout;
 }
 
-Value KernelEmitter::constF32(double value) {
-  return arith::ConstantOp::create(b, loc, f32, b.getF32FloatAttr(value));
-}
 Value KernelEmitter::constI64(int64_t value) {
   return arith::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(value));
 }
@@ -101,42 +98,6 @@ Value KernelEmitter::toI64(Value index) {
   return arith::IndexCastOp::create(b, loc, i64, index);
 }
 
-// Products feeding sums may fuse into FMAs (one rounding instead of two):
-// half the instructions of the streaming loops.
-static constexpr arith::FastMathFlags kContract =
-    arith::FastMathFlags::contract;
-
-Value KernelEmitter::add(Value x, Value y) {
-  return arith::AddFOp::create(b, loc, x, y, kContract);
-}
-Value KernelEmitter::sub(Value x, Value y) {
-  return arith::SubFOp::create(b, loc, x, y, kContract);
-}
-Value KernelEmitter::mul(Value x, Value y) {
-  return arith::MulFOp::create(b, loc, x, y, kContract);
-}
-Value KernelEmitter::div(Value x, Value y) {
-  return arith::DivFOp::create(b, loc, x, y);
-}
-Value KernelEmitter::maximum(Value x, Value y) {
-  return arith::MaximumFOp::create(b, loc, x, y);
-}
-Value KernelEmitter::select(Value condition, Value x, Value y) {
-  return arith::SelectOp::create(b, loc, condition, x, y);
-}
-Value KernelEmitter::equal(Value x, Value y) {
-  return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OEQ, x, y);
-}
-Value KernelEmitter::greater(Value x, Value y) {
-  return arith::CmpFOp::create(b, loc, arith::CmpFPredicate::OGT, x, y);
-}
-Value KernelEmitter::exp(Value x) {
-  return math::Exp2Op::create(b, loc, mul(x, constF32(M_LOG2E)));
-}
-Value KernelEmitter::log(Value x) {
-  return mul(math::Log2Op::create(b, loc, x), constF32(M_LN2));
-}
-Value KernelEmitter::rsqrt(Value x) { return math::RsqrtOp::create(b, loc, x); }
 Value KernelEmitter::sumVector(Value vector) {
   return vector::ReductionOp::create(b, loc, vector::CombiningKind::ADD,
                                      vector);

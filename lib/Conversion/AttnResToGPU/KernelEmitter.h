@@ -19,6 +19,8 @@
 #ifndef ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELEMITTER_H
 #define ATTNRES_LIB_CONVERSION_ATTNRESTOGPU_KERNELEMITTER_H
 
+#include "attnres/Dialect/AttnRes/Utils/FloatArithmetic.h"
+
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/Builders.h"
 
@@ -77,20 +79,19 @@ struct SourceSchedule {
   int64_t stagingOffset = 0;
 };
 
-/// Emits the body of one gpu.func.
-class KernelEmitter {
+/// Emits the body of one gpu.func. Its FP32 arithmetic is the kernels'
+/// (FloatArithmetic's Fused mode: products and sums may fuse, e^x and ln x
+/// through exp2 / log2).
+class KernelEmitter : public FloatArithmetic {
 public:
   KernelEmitter(OpBuilder &builder, Location loc, RowLayout layout)
-      : b(builder), loc(loc), layout(layout), f32(builder.getF32Type()),
-        i64(builder.getI64Type()) {}
+      : FloatArithmetic(builder, loc, Mode::Fused), layout(layout),
+        f32(builder.getF32Type()), i64(builder.getI64Type()) {}
 
-  OpBuilder &b;
-  Location loc;
   RowLayout layout;
   Type f32, i64;
 
   // Constants.
-  Value constF32(double value);
   Value constI64(int64_t value);
   Value constIndex(int64_t value);
   Value splat(Value scalar, int64_t width);
@@ -107,23 +108,13 @@ public:
   Value inRange(Value x, int64_t first, int64_t count);
   Value toI64(Value index);
 
-  // FP32 arithmetic on scalars or vectors. Not the linalg reference's
-  // helpers (AttnResToLinalg.cpp) on purpose: these let products and sums
-  // fuse (contract) and take e^x and ln x through exp2 / log2, what the
-  // kernels are measured with; the reference keeps each operation exact.
-  Value add(Value x, Value y);
-  Value sub(Value x, Value y);
-  Value mul(Value x, Value y);
-  Value div(Value x, Value y);
-  Value maximum(Value x, Value y);
-  Value select(Value condition, Value x, Value y);
-  Value equal(Value x, Value y);
-  Value greater(Value x, Value y);
-  /// e^x through exp2, which both backends have natively.
-  Value exp(Value x);
-  /// ln x through log2.
-  Value log(Value x);
-  Value rsqrt(Value x);
+  // FP32 arithmetic beyond FloatArithmetic's.
+  Value equal(Value x, Value y) {
+    return compare(arith::CmpFPredicate::OEQ, x, y);
+  }
+  Value greater(Value x, Value y) {
+    return compare(arith::CmpFPredicate::OGT, x, y);
+  }
   Value sumVector(Value vector);
 
   // Global memory. Indices count elements of `elementType`.

@@ -15,6 +15,7 @@
 
 #include "attnres/Conversion/Passes.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
+#include "attnres/Dialect/AttnRes/Utils/FloatArithmetic.h"
 #include "attnres/Dialect/AttnRes/Utils/Reshape.h"
 #include "attnres/Dialect/AttnRes/Utils/Residual.h"
 
@@ -39,7 +40,9 @@ using namespace mlir::attnres;
 
 namespace {
 
-using Body = function_ref<Value(OpBuilder &, Location, ValueRange)>;
+/// A linalg.generic body: the result from the FP32 block arguments, built
+/// with the reference's arithmetic.
+using Body = function_ref<Value(FloatArithmetic &, ValueRange)>;
 constexpr utils::IteratorType kPar = utils::IteratorType::parallel;
 constexpr utils::IteratorType kRed = utils::IteratorType::reduction;
 
@@ -53,19 +56,14 @@ public:
   Location loc;
   Type f32;
 
-  Value cst(double value) {
-    return arith::ConstantOp::create(b, loc, f32, b.getF32FloatAttr(value));
-  }
-  Value cst(OpBuilder &builder, double value) {
-    return arith::ConstantOp::create(builder, loc, f32,
-                                     builder.getF32FloatAttr(value));
-  }
   static double inf() { return std::numeric_limits<double>::infinity(); }
 
   /// A tensor of `shape` filled with `value` (the init of a reduction).
   Value filled(ArrayRef<OpFoldResult> shape, double value) {
     Value empty = tensor::EmptyOp::create(b, loc, shape, f32);
-    return linalg::FillOp::create(b, loc, cst(value), empty).getResult(0);
+    Value fill =
+        FloatArithmetic(b, loc, FloatArithmetic::Mode::Exact).constF32(value);
+    return linalg::FillOp::create(b, loc, fill, empty).getResult(0);
   }
   Value empty(ArrayRef<OpFoldResult> shape) {
     return tensor::EmptyOp::create(b, loc, shape, f32);
@@ -96,7 +94,9 @@ public:
                     ? arg
                     : arith::ExtFOp::create(nested, nestedLoc, f32, arg)
                           .getResult());
-          Value result = body(nested, nestedLoc, widened);
+          FloatArithmetic arithmetic(nested, nestedLoc,
+                                     FloatArithmetic::Mode::Exact);
+          Value result = body(arithmetic, widened);
           linalg::YieldOp::create(nested, nestedLoc, result);
         });
     return op.getResult(0);
@@ -134,39 +134,10 @@ public:
     SmallVector<unsigned> identity =
         llvm::to_vector(llvm::seq<unsigned>(0, rank));
     SmallVector<utils::IteratorType> iterators(rank, kPar);
-    return generic(
-        {value}, {map(rank, identity)},
-        empty(tensor::getMixedSizes(b, loc, value)), map(rank, identity),
-        iterators,
-        [](OpBuilder &, Location, ValueRange args) { return args[0]; });
-  }
-
-  // Scalar arithmetic inside bodies.
-  Value add(OpBuilder &n, Value x, Value y) {
-    return arith::AddFOp::create(n, loc, x, y);
-  }
-  Value sub(OpBuilder &n, Value x, Value y) {
-    return arith::SubFOp::create(n, loc, x, y);
-  }
-  Value mul(OpBuilder &n, Value x, Value y) {
-    return arith::MulFOp::create(n, loc, x, y);
-  }
-  Value div(OpBuilder &n, Value x, Value y) {
-    return arith::DivFOp::create(n, loc, x, y);
-  }
-  Value exp(OpBuilder &n, Value x) { return math::ExpOp::create(n, loc, x); }
-  Value log(OpBuilder &n, Value x) { return math::LogOp::create(n, loc, x); }
-  Value rsqrt(OpBuilder &n, Value x) {
-    return math::RsqrtOp::create(n, loc, x);
-  }
-  Value maxOf(OpBuilder &n, Value x, Value y) {
-    return arith::MaximumFOp::create(n, loc, x, y);
-  }
-  Value cmp(OpBuilder &n, arith::CmpFPredicate predicate, Value x, Value y) {
-    return arith::CmpFOp::create(n, loc, predicate, x, y);
-  }
-  Value select(OpBuilder &n, Value condition, Value x, Value y) {
-    return arith::SelectOp::create(n, loc, condition, x, y);
+    return generic({value}, {map(rank, identity)},
+                   empty(tensor::getMixedSizes(b, loc, value)),
+                   map(rank, identity), iterators,
+                   [](FloatArithmetic &, ValueRange args) { return args[0]; });
   }
 };
 
@@ -235,9 +206,7 @@ template <typename OpT> SourceTerms computeSourceTerms(Emitter &e, OpT op) {
     terms.keyQuery = e.generic(
         {terms.query, terms.keyNormWeight}, {e.map(2, {0, 1}), e.map(2, {1})},
         e.empty({idx(M), idx(R)}), e.map(2, {0, 1}), {kPar, kPar},
-        [&](OpBuilder &n, Location, ValueRange x) {
-          return e.mul(n, x[0], x[1]);
-        });
+        [&](FloatArithmetic &f, ValueRange x) { return f.mul(x[0], x[1]); });
   } else {
     terms.keyQuery = terms.query;
   }
@@ -246,30 +215,28 @@ template <typename OpT> SourceTerms computeSourceTerms(Emitter &e, OpT op) {
   Value sumSquares =
       e.generic({terms.key}, {e.map(3, {0, 1, 2})}, e.filled({idx(L), N}, 0.0),
                 e.map(3, {0, 1}), {kPar, kPar, kRed},
-                [&](OpBuilder &n, Location, ValueRange x) {
-                  return e.add(n, x[1], e.mul(n, x[0], x[0]));
+                [&](FloatArithmetic &f, ValueRange x) {
+                  return f.add(x[1], f.mul(x[0], x[0]));
                 });
   double eps = op.getEps().convertToDouble();
   terms.keyRho = e.generic(
       {sumSquares}, {e.map(2, {0, 1})}, e.empty({idx(L), N}), e.map(2, {0, 1}),
-      {kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
-        Value mean = e.div(n, x[0], e.cst(n, static_cast<double>(R)));
-        return e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
+      {kPar, kPar}, [&](FloatArithmetic &f, ValueRange x) {
+        Value mean = f.div(x[0], f.constF32(static_cast<double>(R)));
+        return f.rsqrt(f.add(mean, f.constF32(eps)));
       });
 
   // ell[m, l, n] = rho[l, n] * sum_r t[l, n, r] * a[m, r]
   Value dot = e.generic(
       {terms.key, terms.keyQuery}, {e.map(4, {1, 2, 3}), e.map(4, {0, 3})},
       e.filled({idx(M), idx(L), N}, 0.0), e.map(4, {0, 1, 2}),
-      {kPar, kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
-        return e.add(n, x[2], e.mul(n, x[0], x[1]));
+      {kPar, kPar, kPar, kRed}, [&](FloatArithmetic &f, ValueRange x) {
+        return f.add(x[2], f.mul(x[0], x[1]));
       });
-  terms.ell =
-      e.generic({dot, terms.keyRho}, {e.map(3, {0, 1, 2}), e.map(3, {1, 2})},
-                e.empty({idx(M), idx(L), N}), e.map(3, {0, 1, 2}),
-                {kPar, kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
-                  return e.mul(n, x[0], x[1]);
-                });
+  terms.ell = e.generic(
+      {dot, terms.keyRho}, {e.map(3, {0, 1, 2}), e.map(3, {1, 2})},
+      e.empty({idx(M), idx(L), N}), e.map(3, {0, 1, 2}), {kPar, kPar, kPar},
+      [&](FloatArithmetic &f, ValueRange x) { return f.mul(x[0], x[1]); });
   return terms;
 }
 
@@ -281,9 +248,8 @@ Value softmaxWeights(Emitter &e, const SourceTerms &terms, double scale,
                    e.empty({e.b.getIndexAttr(terms.numQueries),
                             e.b.getIndexAttr(terms.numSources), N}),
                    e.map(3, {0, 1, 2}), {kPar, kPar, kPar},
-                   [&](OpBuilder &n, Location, ValueRange x) {
-                     return e.exp(
-                         n, e.sub(n, e.mul(n, e.cst(n, scale), x[0]), x[1]));
+                   [&](FloatArithmetic &f, ValueRange x) {
+                     return f.exp(f.sub(f.mul(f.constF32(scale), x[0]), x[1]));
                    });
 }
 
@@ -296,8 +262,8 @@ Value mixSources(Emitter &e, const SourceTerms &terms, Value p) {
                              b.getIndexAttr(terms.width)},
                             0.0),
                    e.map(4, {0, 1, 2}), {kPar, kPar, kPar, kRed},
-                   [&](OpBuilder &n, Location, ValueRange x) {
-                     return e.add(n, x[2], e.mul(n, x[0], x[1]));
+                   [&](FloatArithmetic &f, ValueRange x) {
+                     return f.add(x[2], f.mul(x[0], x[1]));
                    });
 }
 
@@ -316,14 +282,14 @@ Value outputRho(Emitter &e, const SourceTerms &terms, Value oPre, double eps) {
   OpFoldResult M = b.getIndexAttr(terms.numQueries), N = terms.numTokens;
   Value sumSquares = e.generic(
       {oPre}, {e.map(3, {0, 1, 2})}, e.filled({M, N}, 0.0), e.map(3, {0, 1}),
-      {kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
-        return e.add(n, x[1], e.mul(n, x[0], x[0]));
+      {kPar, kPar, kRed}, [&](FloatArithmetic &f, ValueRange x) {
+        return f.add(x[1], f.mul(x[0], x[0]));
       });
   return e.generic(
       {sumSquares}, {e.map(2, {0, 1})}, e.empty({M, N}), e.map(2, {0, 1}),
-      {kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
-        Value mean = e.div(n, x[0], e.cst(n, static_cast<double>(terms.width)));
-        return e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
+      {kPar, kPar}, [&](FloatArithmetic &f, ValueRange x) {
+        Value mean = f.div(x[0], f.constF32(static_cast<double>(terms.width)));
+        return f.rsqrt(f.add(mean, f.constF32(eps)));
       });
 }
 
@@ -435,24 +401,24 @@ struct ForwardLowering : OpRewritePattern<ForwardOp> {
     OpFoldResult M = b.getIndexAttr(terms.numQueries), N = terms.numTokens;
 
     // lse[m, n] = max_l z + log(sum_l exp(z - max_l z)), z = scale * ell
-    Value maxLogit = e.generic(
-        {terms.ell}, {e.map(3, {0, 2, 1})}, e.filled({M, N}, -Emitter::inf()),
-        e.map(3, {0, 1}), {kPar, kPar, kRed},
-        [&](OpBuilder &n, Location, ValueRange x) {
-          return e.maxOf(n, x[1], e.mul(n, e.cst(n, scale), x[0]));
-        });
+    Value maxLogit =
+        e.generic({terms.ell}, {e.map(3, {0, 2, 1})},
+                  e.filled({M, N}, -Emitter::inf()), e.map(3, {0, 1}),
+                  {kPar, kPar, kRed}, [&](FloatArithmetic &f, ValueRange x) {
+                    return f.maximum(x[1], f.mul(f.constF32(scale), x[0]));
+                  });
     Value sumExp = e.generic(
         {terms.ell, maxLogit}, {e.map(3, {0, 2, 1}), e.map(3, {0, 1})},
         e.filled({M, N}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
-        [&](OpBuilder &n, Location, ValueRange x) {
-          Value z = e.mul(n, e.cst(n, scale), x[0]);
-          return e.add(n, x[2], e.exp(n, e.sub(n, z, x[1])));
+        [&](FloatArithmetic &f, ValueRange x) {
+          Value z = f.mul(f.constF32(scale), x[0]);
+          return f.add(x[2], f.exp(f.sub(z, x[1])));
         });
     Value lse =
         e.generic({maxLogit, sumExp}, {e.map(2, {0, 1}), e.map(2, {0, 1})},
                   e.empty({M, N}), e.map(2, {0, 1}), {kPar, kPar},
-                  [&](OpBuilder &n, Location, ValueRange x) {
-                    return e.add(n, x[0], e.log(n, x[1]));
+                  [&](FloatArithmetic &f, ValueRange x) {
+                    return f.add(x[0], f.log(x[1]));
                   });
 
     Value p = softmaxWeights(e, terms, scale, lse);
@@ -464,8 +430,8 @@ struct ForwardLowering : OpRewritePattern<ForwardOp> {
       output = e.generic(
           {oPre, rho, h}, {e.map(3, {0, 1, 2}), e.map(3, {0, 1}), hMap},
           e.empty({M, N, b.getIndexAttr(terms.width)}), e.map(3, {0, 1, 2}),
-          {kPar, kPar, kPar}, [&](OpBuilder &n, Location, ValueRange x) {
-            return e.mul(n, e.mul(n, x[0], x[1]), x[2]);
+          {kPar, kPar, kPar}, [&](FloatArithmetic &f, ValueRange x) {
+            return f.mul(f.mul(x[0], x[1]), x[2]);
           });
     }
 
@@ -542,20 +508,19 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
           {oPre, rho, h, gradOutput},
           {e.map(3, {0, 1, 2}), e.map(3, {0, 1}), hMap, e.map(3, {0, 1, 2})},
           e.filled({M, N}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
-          [&](OpBuilder &n, Location, ValueRange x) {
-            Value xhat = e.mul(n, x[0], x[1]);
-            return e.add(n, x[4], e.mul(n, e.mul(n, xhat, x[2]), x[3]));
+          [&](FloatArithmetic &f, ValueRange x) {
+            Value xhat = f.mul(x[0], x[1]);
+            return f.add(x[4], f.mul(f.mul(xhat, x[2]), x[3]));
           });
       gradOPre = e.generic(
           {oPre, rho, h, gradOutput, meanTerm},
           {e.map(3, {0, 1, 2}), e.map(3, {0, 1}), hMap, e.map(3, {0, 1, 2}),
            e.map(3, {0, 1})},
           e.empty({M, N, idx(D)}), e.map(3, {0, 1, 2}), {kPar, kPar, kPar},
-          [&](OpBuilder &n, Location, ValueRange x) {
-            Value xhat = e.mul(n, x[0], x[1]);
-            Value mean = e.div(n, x[4], e.cst(n, static_cast<double>(D)));
-            return e.mul(n, x[1],
-                         e.sub(n, e.mul(n, x[2], x[3]), e.mul(n, xhat, mean)));
+          [&](FloatArithmetic &f, ValueRange x) {
+            Value xhat = f.mul(x[0], x[1]);
+            Value mean = f.div(x[4], f.constF32(static_cast<double>(D)));
+            return f.mul(x[1], f.sub(f.mul(x[2], x[3]), f.mul(xhat, mean)));
           });
       // dh = sum over tokens (and queries, for a shared [D] weight) of
       // xhat * do.
@@ -565,16 +530,16 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
             {oPre, rho, gradOutput},
             {e.map(3, {0, 2, 1}), e.map(3, {0, 2}), e.map(3, {0, 2, 1})},
             e.filled({M, idx(D)}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
-            [&](OpBuilder &n, Location, ValueRange x) {
-              return e.add(n, x[3], e.mul(n, e.mul(n, x[0], x[1]), x[2]));
+            [&](FloatArithmetic &f, ValueRange x) {
+              return f.add(x[3], f.mul(f.mul(x[0], x[1]), x[2]));
             });
       } else {
         gradOutputNorm = e.generic(
             {oPre, rho, gradOutput},
             {e.map(3, {1, 2, 0}), e.map(3, {1, 2}), e.map(3, {1, 2, 0})},
             e.filled({idx(D)}, 0.0), e.map(3, {0}), {kPar, kRed, kRed},
-            [&](OpBuilder &n, Location, ValueRange x) {
-              return e.add(n, x[3], e.mul(n, e.mul(n, x[0], x[1]), x[2]));
+            [&](FloatArithmetic &f, ValueRange x) {
+              return f.add(x[3], f.mul(f.mul(x[0], x[1]), x[2]));
             });
       }
     }
@@ -583,42 +548,41 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
     Value delta =
         e.generic({gradOPre, oPre}, {e.map(3, {0, 1, 2}), e.map(3, {0, 1, 2})},
                   e.filled({M, N}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
-                  [&](OpBuilder &n, Location, ValueRange x) {
-                    return e.add(n, x[2], e.mul(n, x[0], x[1]));
+                  [&](FloatArithmetic &f, ValueRange x) {
+                    return f.add(x[2], f.mul(x[0], x[1]));
                   });
     // An lse gradient adds scale * p * dlse to each logit's gradient, which
     // is delta - dlse in place of delta.
     if (Value gradLse = op.getGradLse()) {
       Value dlse = normalizePerQuery(e, gradLse, multi, numTokenDims);
-      delta = e.generic({delta, dlse}, {e.map(2, {0, 1}), e.map(2, {0, 1})},
-                        e.empty({M, N}), e.map(2, {0, 1}), {kPar, kPar},
-                        [&](OpBuilder &n, Location, ValueRange x) {
-                          return e.sub(n, x[0], x[1]);
-                        });
+      delta = e.generic(
+          {delta, dlse}, {e.map(2, {0, 1}), e.map(2, {0, 1})}, e.empty({M, N}),
+          e.map(2, {0, 1}), {kPar, kPar},
+          [&](FloatArithmetic &f, ValueRange x) { return f.sub(x[0], x[1]); });
     }
     // ds[m, l, n] = scale * p * (<do_pre, v_l> - delta)
     Value gradDot = e.generic(
         {gradOPre, terms.sources}, {e.map(4, {0, 2, 3}), e.map(4, {1, 2, 3})},
         e.filled({M, idx(L), N}, 0.0), e.map(4, {0, 1, 2}),
-        {kPar, kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
-          return e.add(n, x[2], e.mul(n, x[0], x[1]));
+        {kPar, kPar, kPar, kRed}, [&](FloatArithmetic &f, ValueRange x) {
+          return f.add(x[2], f.mul(x[0], x[1]));
         });
-    Value ds = e.generic(
-        {p, gradDot, delta},
-        {e.map(3, {0, 1, 2}), e.map(3, {0, 1, 2}), e.map(3, {0, 2})},
-        e.empty({M, idx(L), N}), e.map(3, {0, 1, 2}), {kPar, kPar, kPar},
-        [&](OpBuilder &n, Location, ValueRange x) {
-          Value diff = e.sub(n, x[1], x[2]);
-          return e.mul(n, e.cst(n, scale), e.mul(n, x[0], diff));
-        });
+    Value ds =
+        e.generic({p, gradDot, delta},
+                  {e.map(3, {0, 1, 2}), e.map(3, {0, 1, 2}), e.map(3, {0, 2})},
+                  e.empty({M, idx(L), N}), e.map(3, {0, 1, 2}),
+                  {kPar, kPar, kPar}, [&](FloatArithmetic &f, ValueRange x) {
+                    Value diff = f.sub(x[1], x[2]);
+                    return f.mul(f.constF32(scale), f.mul(x[0], diff));
+                  });
 
     // dv[l, n, d] = sum_m p * do_pre, plus on the key coordinates
     // sum_m ds * rho * (a - khat * ell / R) with khat = rho * t.
     Value gradSources = e.generic(
         {p, gradOPre}, {e.map(4, {3, 0, 1}), e.map(4, {3, 1, 2})},
         e.filled({idx(L), N, idx(D)}, 0.0), e.map(4, {0, 1, 2}),
-        {kPar, kPar, kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
-          return e.add(n, x[2], e.mul(n, x[0], x[1]));
+        {kPar, kPar, kPar, kRed}, [&](FloatArithmetic &f, ValueRange x) {
+          return f.add(x[2], f.mul(x[0], x[1]));
         });
     Value keyPart = tensor::ExtractSliceOp::create(
         b, e.loc, gradSources,
@@ -630,14 +594,13 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
         {e.map(4, {3, 0, 1}), e.map(4, {0, 1}), e.map(4, {3, 2}),
          e.map(4, {0, 1, 2}), e.map(4, {3, 0, 1})},
         keyPart, e.map(4, {0, 1, 2}), {kPar, kPar, kPar, kRed},
-        [&](OpBuilder &n, Location, ValueRange x) {
+        [&](FloatArithmetic &f, ValueRange x) {
           Value rho = x[1];
-          Value khat = e.mul(n, rho, x[3]);
+          Value khat = f.mul(rho, x[3]);
           Value correction =
-              e.div(n, e.mul(n, khat, x[4]), e.cst(n, static_cast<double>(R)));
-          Value term =
-              e.mul(n, e.mul(n, x[0], rho), e.sub(n, x[2], correction));
-          return e.add(n, x[5], term);
+              f.div(f.mul(khat, x[4]), f.constF32(static_cast<double>(R)));
+          Value term = f.mul(f.mul(x[0], rho), f.sub(x[2], correction));
+          return f.add(x[5], term);
         });
     gradSources = tensor::InsertSliceOp::create(
         b, e.loc, keyGrad, gradSources,
@@ -651,24 +614,22 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
         {ds, terms.keyRho, terms.key},
         {e.map(4, {0, 2, 3}), e.map(4, {2, 3}), e.map(4, {2, 3, 1})},
         e.filled({M, idx(R)}, 0.0), e.map(4, {0, 1}), {kPar, kPar, kRed, kRed},
-        [&](OpBuilder &n, Location, ValueRange x) {
-          return e.add(n, x[3], e.mul(n, x[0], e.mul(n, x[1], x[2])));
+        [&](FloatArithmetic &f, ValueRange x) {
+          return f.add(x[3], f.mul(x[0], f.mul(x[1], x[2])));
         });
     Value gradQuery = gradKeyQuery;
     Value gradKeyNorm;
     if (terms.keyNormWeight) {
-      gradQuery =
-          e.generic({gradKeyQuery, terms.keyNormWeight},
-                    {e.map(2, {0, 1}), e.map(2, {1})}, e.empty({M, idx(R)}),
-                    e.map(2, {0, 1}), {kPar, kPar},
-                    [&](OpBuilder &n, Location, ValueRange x) {
-                      return e.mul(n, x[0], x[1]);
-                    });
+      gradQuery = e.generic(
+          {gradKeyQuery, terms.keyNormWeight},
+          {e.map(2, {0, 1}), e.map(2, {1})}, e.empty({M, idx(R)}),
+          e.map(2, {0, 1}), {kPar, kPar},
+          [&](FloatArithmetic &f, ValueRange x) { return f.mul(x[0], x[1]); });
       gradKeyNorm = e.generic(
           {gradKeyQuery, terms.query}, {e.map(2, {1, 0}), e.map(2, {1, 0})},
           e.filled({idx(R)}, 0.0), e.map(2, {0}), {kPar, kRed},
-          [&](OpBuilder &n, Location, ValueRange x) {
-            return e.add(n, x[2], e.mul(n, x[0], x[1]));
+          [&](FloatArithmetic &f, ValueRange x) {
+            return f.add(x[2], f.mul(x[0], x[1]));
           });
     }
 
@@ -740,12 +701,10 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
       SmallVector<OpFoldResult> outShape =
           tensor::getMixedSizes(b, e.loc, partials);
       outShape.erase(outShape.begin());
-      Value sum =
-          e.generic({partials}, {e.map(numDims, readDims)},
-                    e.filled(outShape, 0.0), e.map(numDims, outDims), iterators,
-                    [&](OpBuilder &n, Location, ValueRange x) {
-                      return e.add(n, x[1], x[0]);
-                    });
+      Value sum = e.generic(
+          {partials}, {e.map(numDims, readDims)}, e.filled(outShape, 0.0),
+          e.map(numDims, outDims), iterators,
+          [&](FloatArithmetic &f, ValueRange x) { return f.add(x[1], x[0]); });
       Value result =
           e.toElementType(sum, getElementTypeOrSelf(op.getOutput().getType()));
       if (result.getType() != op.getOutput().getType())
@@ -775,57 +734,56 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
     }
     Value maxLse =
         e.generic({partialLse}, {e.map(2, {1, 0})}, maxInit, e.map(2, {0}),
-                  {kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
-                    return e.maxOf(n, x[1], x[0]);
+                  {kPar, kRed}, [&](FloatArithmetic &f, ValueRange x) {
+                    return f.maximum(x[1], x[0]);
                   });
     // w(x) = 0 for an empty partition (x = -inf), 1 for the maximum itself
     // (which keeps a +inf sink from producing inf - inf), exp(x - m) else.
-    auto weight = [&](OpBuilder &n, Value x, Value m) {
-      Value isEmpty = e.cmp(n, arith::CmpFPredicate::OEQ, x, e.cst(n, -inf));
-      Value isMax = e.cmp(n, arith::CmpFPredicate::OEQ, x, m);
-      Value w = e.select(n, isMax, e.cst(n, 1.0), e.exp(n, e.sub(n, x, m)));
-      return e.select(n, isEmpty, e.cst(n, 0.0), w);
+    auto weight = [&](FloatArithmetic &f, Value x, Value m) {
+      Value isEmpty = f.compare(arith::CmpFPredicate::OEQ, x, f.constF32(-inf));
+      Value isMax = f.compare(arith::CmpFPredicate::OEQ, x, m);
+      Value w = f.select(isMax, f.constF32(1.0), f.exp(f.sub(x, m)));
+      return f.select(isEmpty, f.constF32(0.0), w);
     };
     // S = w(sink) + sum_p w(lse_p)
     Value sumInit = e.filled({N}, 0.0);
     if (sink)
       sumInit = e.generic({sink, maxLse}, {e.map(1, {0}), e.map(1, {0})},
                           e.empty({N}), e.map(1, {0}), {kPar},
-                          [&](OpBuilder &n, Location, ValueRange x) {
-                            return weight(n, x[0], x[1]);
+                          [&](FloatArithmetic &f, ValueRange x) {
+                            return weight(f, x[0], x[1]);
                           });
     Value total = e.generic(
         {partialLse, maxLse}, {e.map(2, {1, 0}), e.map(2, {0})}, sumInit,
-        e.map(2, {0}), {kPar, kRed}, [&](OpBuilder &n, Location, ValueRange x) {
-          return e.add(n, x[2], weight(n, x[0], x[1]));
+        e.map(2, {0}), {kPar, kRed}, [&](FloatArithmetic &f, ValueRange x) {
+          return f.add(x[2], weight(f, x[0], x[1]));
         });
     // o = sum_p w_p * o_p / S, skipping empty partitions so that their
     // garbage (NaN included) never reaches the sum.
-    Value weighted =
-        e.generic({flatPartials, partialLse, maxLse},
-                  {e.map(3, {2, 0, 1}), e.map(3, {2, 0}), e.map(3, {0})},
-                  e.filled({N, D}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
-                  [&](OpBuilder &n, Location, ValueRange x) {
-                    Value w = weight(n, x[1], x[2]);
-                    Value contributes =
-                        e.cmp(n, arith::CmpFPredicate::OGT, w, e.cst(n, 0.0));
-                    Value term = e.select(n, contributes, e.mul(n, w, x[0]),
-                                          e.cst(n, 0.0));
-                    return e.add(n, x[3], term);
-                  });
+    Value weighted = e.generic(
+        {flatPartials, partialLse, maxLse},
+        {e.map(3, {2, 0, 1}), e.map(3, {2, 0}), e.map(3, {0})},
+        e.filled({N, D}, 0.0), e.map(3, {0, 1}), {kPar, kPar, kRed},
+        [&](FloatArithmetic &f, ValueRange x) {
+          Value w = weight(f, x[1], x[2]);
+          Value contributes =
+              f.compare(arith::CmpFPredicate::OGT, w, f.constF32(0.0));
+          Value term = f.select(contributes, f.mul(w, x[0]), f.constF32(0.0));
+          return f.add(x[3], term);
+        });
     Value output = e.generic(
         {weighted, total}, {e.map(2, {0, 1}), e.map(2, {0})}, e.empty({N, D}),
-        e.map(2, {0, 1}), {kPar, kPar},
-        [&](OpBuilder &n, Location, ValueRange x) {
-          Value any = e.cmp(n, arith::CmpFPredicate::OGT, x[1], e.cst(n, 0.0));
-          return e.select(n, any, e.div(n, x[0], x[1]), e.cst(n, 0.0));
+        e.map(2, {0, 1}), {kPar, kPar}, [&](FloatArithmetic &f, ValueRange x) {
+          Value any =
+              f.compare(arith::CmpFPredicate::OGT, x[1], f.constF32(0.0));
+          return f.select(any, f.div(x[0], x[1]), f.constF32(0.0));
         });
     Value lse = e.generic(
         {maxLse, total}, {e.map(1, {0}), e.map(1, {0})}, e.empty({N}),
-        e.map(1, {0}), {kPar}, [&](OpBuilder &n, Location, ValueRange x) {
-          Value any = e.cmp(n, arith::CmpFPredicate::OGT, x[1], e.cst(n, 0.0));
-          return e.select(n, any, e.add(n, x[0], e.log(n, x[1])),
-                          e.cst(n, -inf));
+        e.map(1, {0}), {kPar}, [&](FloatArithmetic &f, ValueRange x) {
+          Value any =
+              f.compare(arith::CmpFPredicate::OGT, x[1], f.constF32(0.0));
+          return f.select(any, f.add(x[0], f.log(x[1])), f.constF32(-inf));
         });
 
     // Back to [T..., D]; the output norm, if any, works on whole rows there
@@ -868,8 +826,8 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
     Value sumSquares =
         e.generic({rows}, {e.map(rank, all)}, e.filled(rowSizes, 0.0),
                   e.map(rank, rowDims), reduceLast,
-                  [&](OpBuilder &n, Location, ValueRange x) {
-                    return e.add(n, x[1], e.mul(n, x[0], x[0]));
+                  [&](FloatArithmetic &f, ValueRange x) {
+                    return f.add(x[1], f.mul(x[0], x[0]));
                   });
     double width = static_cast<double>(type.getShape().back());
     AffineMap weightMap =
@@ -879,10 +837,10 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
     return e.generic({rows, sumSquares, weight},
                      {e.map(rank, all), e.map(rank, rowDims), weightMap},
                      e.empty(sizes), e.map(rank, all), parallel,
-                     [&](OpBuilder &n, Location, ValueRange x) {
-                       Value mean = e.div(n, x[1], e.cst(n, width));
-                       Value rho = e.rsqrt(n, e.add(n, mean, e.cst(n, eps)));
-                       return e.mul(n, e.mul(n, x[0], rho), x[2]);
+                     [&](FloatArithmetic &f, ValueRange x) {
+                       Value mean = f.div(x[1], f.constF32(width));
+                       Value rho = f.rsqrt(f.add(mean, f.constF32(eps)));
+                       return f.mul(f.mul(x[0], rho), x[2]);
                      });
   }
 };
