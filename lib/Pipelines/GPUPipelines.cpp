@@ -205,6 +205,7 @@ buildLowerToGPUPipeline(OpPassManager &pm,
     buildBinary(pm);
     return;
   }
+  pm.addPass(attnres::createAttnResLaunchKernels());
   // The host functions: tensors become buffers (function arguments and
   // results too, with identity layouts, so a caller passes plain
   // descriptors), the GPU operations are chained on a stream, and after the

@@ -85,9 +85,11 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     unrolling; their defaults come from measurements on the H200
     (docs/Performance.md).
 
-    With `keep-host=1` the functions stay, each attnres op replaced by the
-    host code that launches its kernels. The split passes' decompositions
-    run as the kernels that implement them, on the grid the IR states: a
+    With `keep-host=1` the functions stay, each attnres op annotated with
+    its kernels and launch counts (an `attnres.launch` attribute) for
+    `attnres-launch-kernels`, which replaces it by the host code that
+    launches them. The split passes' decompositions run as the kernels that
+    implement them, on the grid the IR states: a
     backward that `attnres-split-reduction` split into an `scf.forall` over
     B blocks of tokens (its partial gradients summed by `partition_reduce
     sum` after the loop) as the backward kernel on the loop's B blocks
@@ -189,14 +191,11 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "Partial rows a merge with a run-time partition count loads before "
            "it adds any: 0 chooses 4">,
     Option<"keepHost", "keep-host", "bool", /*default=*/"false",
-           "Keep the functions and replace each attnres op by host code "
-           "that launches its kernels (gpu.alloc for the results and "
-           "workspace, the tables of source rows copied to the device, "
-           "gpu.launch_func with the grids of the kernels' own rules; a "
-           "forward's kernels on partitions, a backward's on blocks and "
-           "partitions, sized at run time by the runtime's rules unless the "
-           "split passes fixed them, and its finalize), for upstream "
-           "bufferization and gpu-to-llvm to lower">,
+           "Keep the functions, each attnres op (the split passes' loops "
+           "absorbed into it) annotated with its kernels and the launch "
+           "counts the IR fixed (its attnres.launch attribute), for "
+           "attnres-launch-kernels to replace by the host code that "
+           "launches them">,
     Option<"backwardPartitions", "backward-partitions", "int64_t",
            /*default=*/"0",
            "With keep-host: partitions P of the sources of every backward; "
@@ -214,6 +213,44 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     "::mlir::scf::SCFDialect",
     "::mlir::tensor::TensorDialect",
     "::mlir::vector::VectorDialect"
+  ];
+}
+
+def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
+  let summary = "Replace each attnres op by host code that launches its kernels";
+  let description = [{
+    The host side of `keep-host=1`, after `convert-attnres-to-gpu`: that
+    pass keeps the functions and puts on each attnres op an
+    `attnres.launch` attribute naming its kernels by role (the op's
+    manifest entry: `forward`, `forward_partial`, `merge`, ... with the
+    shapes and tiles the launches need) and the counts the IR fixed
+    (`forward_partitions`, `backward_blocks`, `backward_partitions`;
+    absent: chosen at run time). This pass reads each kernel's description
+    back from its `attnres.kernel` attribute (what the bundle manifest is
+    written from: arguments, grid rule, block) and replaces the op by its
+    operands as buffers (`bufferization.to_buffer`), device allocations
+    (`gpu.alloc`) of its results and workspaces, the device tables of its
+    source rows, checks of the caller's buffers against the alignment each
+    kernel needs (a misaligned one skips the launches with a message), and
+    `gpu.launch_func` of its kernels on grids computed in IR from the token
+    count, with the partition and block counts of the runtime's launch
+    rules (`attnres/Bundle/LaunchRules.h`) where the IR fixed none. The
+    results become `bufferization.to_tensor` of the device buffers, for
+    one-shot bufferization to finish.
+
+    An attnres op without the attribute, a kernel whose description does
+    not have the form `convert-attnres-to-gpu` writes, and a count below 1
+    are errors.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::func::FuncDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::tensor::TensorDialect",
   ];
 }
 

@@ -72,6 +72,94 @@ DictionaryAttr describe(Builder &b, const KernelInfo &info) {
   return description.getDictionary(b.getContext());
 }
 
+} // namespace
+
+FailureOr<KernelInfo> gpu_kernels::readKernelDescription(gpu::GPUFuncOp func) {
+  namespace schema = ::attnres::manifest;
+  auto description = func->getAttrOfType<DictionaryAttr>("attnres.kernel");
+  auto malformed = [&](const Twine &what) {
+    return func.emitError()
+           << "the kernel's attnres.kernel description " << what;
+  };
+  if (!description)
+    return malformed("is missing");
+  auto text = [&](DictionaryAttr dict, StringRef key,
+                  std::string &out) -> LogicalResult {
+    auto value = dict.getAs<StringAttr>(key);
+    if (!value)
+      return malformed("has no string '" + key + "'");
+    out = value.str();
+    return success();
+  };
+  // A number in the range the manifest's schema (and so the runtime)
+  // allows; an optional one may be absent.
+  auto number = [&](DictionaryAttr dict, schema::NumberField field,
+                    int64_t &out, bool optional = false) -> LogicalResult {
+    auto value = dict.getAs<IntegerAttr>(field.key);
+    if (!value)
+      return optional ? success()
+                      : malformed("has no integer '" + Twine(field.key) + "'");
+    if (value.getInt() < field.min || value.getInt() > field.max)
+      return malformed("has '" + Twine(field.key) +
+                       "' = " + Twine(value.getInt()) + ", outside [" +
+                       Twine(field.min) + ", " + Twine(field.max) + "]");
+    out = value.getInt();
+    return success();
+  };
+  KernelInfo info;
+  auto arguments = description.getAs<ArrayAttr>("arguments");
+  auto grid = description.getAs<ArrayAttr>("grid");
+  auto workgroupBytes = description.getAs<IntegerAttr>("workgroup_bytes");
+  if (!arguments || !grid || grid.size() != 3 || !workgroupBytes)
+    return malformed("needs 'arguments', a 'grid' of three dimensions and "
+                     "'workgroup_bytes'");
+  info.workgroupBytes = workgroupBytes.getInt();
+  if (failed(text(description, "name", info.name)) ||
+      failed(text(description, "role", info.role)) ||
+      failed(number(description, schema::kKernelBlock, info.block)) ||
+      failed(number(description, schema::kKernelVectorWidth, info.vectorWidth)))
+    return failure();
+  if (arguments.size() != func.getNumArguments())
+    return malformed("lists " + Twine(arguments.size()) + " arguments of " +
+                     Twine(func.getNumArguments()));
+  for (Attribute entry : arguments) {
+    auto dict = dyn_cast<DictionaryAttr>(entry);
+    if (!dict)
+      return malformed("has an argument that is not a dictionary");
+    auto &argument = info.arguments.emplace_back();
+    if (failed(text(dict, "name", argument.name)) ||
+        failed(text(dict, "kind", argument.kind)) ||
+        failed(text(dict, "type", argument.type)) ||
+        failed(text(dict, "shape", argument.shape)) ||
+        failed(number(dict, schema::kArgumentAlignment, argument.alignment,
+                      /*optional=*/true)))
+      return failure();
+    if (argument.kind != "buffer" && argument.kind != "table" &&
+        argument.kind != "i64")
+      return malformed("has argument '" + argument.name + "' of kind '" +
+                       argument.kind + "' (buffer, table or i64)");
+    if (argument.alignment && !schema::isPowerOfTwo(argument.alignment))
+      return malformed("has argument '" + argument.name + "' aligned to " +
+                       Twine(argument.alignment) +
+                       " bytes, not a power of two");
+  }
+  for (auto [index, entry] : llvm::enumerate(grid)) {
+    auto dict = dyn_cast<DictionaryAttr>(entry);
+    if (!dict)
+      return malformed("has a grid dimension that is not a dictionary");
+    GridDimension &dim = info.grid[index];
+    if (failed(text(dict, "symbol", dim.symbol)) ||
+        failed(number(dict, schema::kGridScale, dim.scale)) ||
+        failed(number(dict, schema::kGridDivisor, dim.divisor)))
+      return failure();
+  }
+  if (auto clusterY = description.getAs<BoolAttr>(schema::kKernelClusterY))
+    info.clusterY = clusterY.getValue();
+  return info;
+}
+
+namespace {
+
 /// Sets each pointer argument's alignment from the kernel's own accesses: the
 /// largest alignment a load, store or asynchronous copy assumes of an
 /// address computed from the argument (through GEPs, selects and loop-carried
@@ -244,7 +332,7 @@ struct ConvertAttnResToGPUPass
     if (keepHost) {
       bool hostOnly = true;
       for (auto function : module.getOps<func::FuncOp>())
-        hostOnly &= succeeded(checkKeptFunction(function));
+        hostOnly &= succeeded(checkKeptFunction(function, getArgument()));
       if (!hostOnly)
         return signalPassFailure();
     }
@@ -292,13 +380,28 @@ struct ConvertAttnResToGPUPass
     }
     kernels->setAttr("attnres.ops", b.getArrayAttr(ops));
     if (keepHost) {
-      // The functions stay, each op replaced by the launch of its kernel.
-      unsigned refusals = 0;
+      // The functions stay, each op naming its kernels and the counts the
+      // IR fixed, which attnres-launch-kernels launches them with.
       for (auto [op, facts] : launches) {
-        LaunchCounts counts{splitPartitions.lookup(op), backwardPartitions,
-                            splitBlocks.lookup(op)};
-        if (failed(replaceByLaunches(op, facts, recorded, counts, refusals)))
-          return signalPassFailure();
+        NamedAttrList launch(facts);
+        auto fixed = [&](StringRef name, int64_t count) {
+          if (count)
+            launch.append(name, b.getI64IntegerAttr(count));
+        };
+        fixed("forward_partitions", splitPartitions.lookup(op));
+        fixed("backward_blocks", splitBlocks.lookup(op));
+        if (auto backward = dyn_cast<BackwardOp>(op)) {
+          int64_t sources = backward.getNumSourceValues();
+          if (backwardPartitions > sources) {
+            backward.emitError()
+                << "convert-attnres-to-gpu: backward-partitions = "
+                << int64_t(backwardPartitions) << " is more than the op's "
+                << sources << " sources";
+            return signalPassFailure();
+          }
+          fixed("backward_partitions", backwardPartitions);
+        }
+        op->setAttr(kLaunchAttrName, launch.getDictionary(b.getContext()));
       }
     } else {
       // The host side is the runtime's (see the manifest).
@@ -307,52 +410,6 @@ struct ConvertAttnResToGPUPass
     }
     module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                     b.getUnitAttr());
-  }
-
-  /// Under keep-host every tensor of a function is a device buffer: a
-  /// function argument the caller allocated on the device, or a result of
-  /// an attnres op, which the pass allocates there. Any other op that takes
-  /// or makes a tensor would run on the host over device memory (a slice
-  /// copied by the host, a loop of launches writing into host buffers), so
-  /// it is refused, as is an attnres op inside a region (an scf.if, say),
-  /// whose operands would be such slices. The loops of
-  /// attnres-split-reduction and attnres-tile were replaced before this
-  /// check.
-  LogicalResult checkKeptFunction(func::FuncOp function) {
-    auto isTensor = [](Type type) { return isa<TensorType>(type); };
-    WalkResult result = function.walk([&](Operation *op) {
-      if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)) {
-        if (op->getParentOp() == function)
-          return WalkResult::advance();
-        op->emitError() << "convert-attnres-to-gpu: keep-host=1 launches "
-                           "attnres ops at the top level of a function; this "
-                           "one is inside '"
-                        << op->getParentOp()->getName()
-                        << "' (the loops of attnres-split-reduction and "
-                           "attnres-tile are launched as their kernels' "
-                           "blocks; no other region is)";
-        return WalkResult::interrupt();
-      }
-      if (isa<func::ReturnOp>(op) ||
-          (!llvm::any_of(op->getOperandTypes(), isTensor) &&
-           !llvm::any_of(op->getResultTypes(), isTensor)))
-        return WalkResult::advance();
-      // tensor.dim reads a size from the descriptor, not the data; the
-      // reshapes become views of the same buffer (attnres-split-reduction
-      // merges several token dimensions into one).
-      if (isa<tensor::DimOp, tensor::CollapseShapeOp, tensor::ExpandShapeOp>(
-              op))
-        return WalkResult::advance();
-      op->emitError()
-          << "convert-attnres-to-gpu: keep-host=1 keeps every "
-             "tensor in device memory, which only attnres ops, "
-             "tensor.dim and reshapes may use; '"
-          << op->getName()
-          << "' is none of them (keep-host=0 compiles the attnres ops "
-             "alone)";
-      return WalkResult::interrupt();
-    });
-    return failure(result.wasInterrupted());
   }
 
   /// The row layout of a kernel streaming `streamed` types. `lanes` is the
@@ -439,14 +496,10 @@ struct ConvertAttnResToGPUPass
       kernelTooLarge = true;
     }
     lastKernel = func;
-    if (keepHost)
-      recorded[info.name] = {func, info};
     return b.getStringAttr(info.name);
   }
 
   gpu::GPUFuncOp lastKernel;
-  /// With keep-host, each kernel and its description, for the launches.
-  RecordedKernels recorded;
   /// With keep-host, the tokens a block of an op's kernels covers where
   /// attnres-tile tiled it (its forward walks or its merge), and the merge's
   /// where a split forward's merge was tiled on its own.

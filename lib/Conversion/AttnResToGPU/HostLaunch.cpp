@@ -1,7 +1,8 @@
 //===- HostLaunch.cpp - attnres ops as launches of their kernels ----------===//
 //
-// With keep-host, convert-attnres-to-gpu keeps the functions and replaces
-// each op by the host code that runs it: its operands as buffers, device
+// attnres-launch-kernels: after convert-attnres-to-gpu (keep-host), which
+// keeps the functions and names on each op its kernels, each op becomes
+// the host code that runs it: its operands as buffers, device
 // allocations for its results and workspace, the tables of source rows, and
 // gpu.launch_func of its kernels, whose grids and arguments come from the
 // descriptions the kernels were recorded with (what the bundle manifest is
@@ -15,6 +16,7 @@
 #include "Kernels.h"
 
 #include "attnres/Bundle/LaunchRules.h"
+#include "attnres/Conversion/Passes.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -26,6 +28,11 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/ADT/StringSet.h"
+
+namespace mlir::attnres {
+#define GEN_PASS_DEF_ATTNRESLAUNCHKERNELS
+#include "attnres/Conversion/Passes.h.inc"
+} // namespace mlir::attnres
 
 using namespace mlir;
 using namespace mlir::attnres;
@@ -249,7 +256,7 @@ public:
     for (const auto &argument : info.arguments) {
       Value value = values.lookup(argument.name);
       if (!value)
-        return op->emitError("convert-attnres-to-gpu: keep-host has no value "
+        return op->emitError("attnres-launch-kernels: no value "
                              "for argument '")
                << argument.name << "' of kernel " << info.name;
       if (argument.kind != "i64")
@@ -267,7 +274,7 @@ public:
       }
       Value symbol = symbols.lookup(rule.symbol);
       if (!symbol)
-        return op->emitError("convert-attnres-to-gpu: keep-host cannot size "
+        return op->emitError("attnres-launch-kernels: cannot size "
                              "the grid symbol '")
                << rule.symbol << "' of kernel " << info.name;
       Value scaled = arith::MulIOp::create(b, loc, symbol, index(rule.scale));
@@ -379,14 +386,21 @@ SmallVector<Value> tokenDims(OpBuilder &b, Location loc, Value tensor,
 /// run of tiles as kernel arguments, and as the grid symbol `blocks` the
 /// tiles of all the runs among the kernel's `rows`. Nothing where the op is
 /// untiled.
-void bindTiles(HostLauncher &host, OpBuilder &b, Location loc,
-               DictionaryAttr facts, StringRef prefix, ArrayRef<Value> dims,
-               Value rows, llvm::StringMap<Value> &values,
-               llvm::StringMap<Value> &symbols) {
+LogicalResult bindTiles(Operation *op, HostLauncher &host, OpBuilder &b,
+                        Location loc, DictionaryAttr facts, StringRef prefix,
+                        ArrayRef<Value> dims, Value rows,
+                        llvm::StringMap<Value> &values,
+                        llvm::StringMap<Value> &symbols) {
   auto r = facts.getAs<IntegerAttr>((prefix + "tile_dims").str());
   auto t = facts.getAs<IntegerAttr>((prefix + "tile_tokens").str());
   if (!r || !t)
-    return;
+    return success();
+  if (r.getInt() < 1 || r.getInt() > int64_t(dims.size()) || t.getInt() < 1)
+    return op->emitError() << "attnres-launch-kernels: " << prefix
+                           << "tile_dims = " << r.getInt() << " and " << prefix
+                           << "tile_tokens = " << t.getInt()
+                           << " are not tiles of the op's " << dims.size()
+                           << " token dimensions";
   // A run is token dimension r - 1 with the whole ones after it; a tile is
   // t of its slices.
   Value inner = host.index(1);
@@ -403,6 +417,7 @@ void bindTiles(HostLauncher &host, OpBuilder &b, Location loc,
   Value runs = arith::DivUIOp::create(
       b, loc, rows, arith::MaxUIOp::create(b, loc, runRows, one));
   symbols["blocks"] = arith::MulIOp::create(b, loc, tiles, runs);
+  return success();
 }
 
 /// The addresses of the L rows of the sources, each checked against
@@ -440,7 +455,7 @@ kernelOf(Operation *op, DictionaryAttr facts, StringRef role,
   auto name = facts.getAs<StringAttr>(role);
   auto found = name ? kernels.find(name.getValue()) : kernels.end();
   if (found == kernels.end()) {
-    op->emitError("convert-attnres-to-gpu: keep-host found no ")
+    op->emitError("attnres-launch-kernels: the module has no ")
         << role << " kernel for the op";
     return nullptr;
   }
@@ -528,9 +543,11 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   llvm::StringMap<Value> walkSymbols = {{"N", tokens}};
   llvm::StringMap<Value> mergeValues;
   llvm::StringMap<Value> mergeSymbols = {{"rows", host.toIndex(mergedRows)}};
-  bindTiles(host, b, loc, facts, "", dims, tokens, values, walkSymbols);
-  bindTiles(host, b, loc, facts, "merge_", mergeDims, host.toIndex(mergedRows),
-            mergeValues, mergeSymbols);
+  if (failed(bindTiles(op, host, b, loc, facts, "", dims, tokens, values,
+                       walkSymbols)) ||
+      failed(bindTiles(op, host, b, loc, facts, "merge_", mergeDims,
+                       host.toIndex(mergedRows), mergeValues, mergeSymbols)))
+    return failure();
   values["num_tokens"] = tokens64;
   values["num_rows"] = mergedRows;
   values["rows_per_weight"] = tokens64;
@@ -548,6 +565,9 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
   int64_t fixed = counts.forwardPartitions;
+  if (fixed > L)
+    return op.emitError("attnres-launch-kernels: forward_partitions = ")
+           << fixed << " is more than the op's " << L << " sources";
   // Sources too few or rows too short ever to split (or one partition
   // asked for): the whole kernel.
   values["num_partitions"] = a.constant(1);
@@ -706,7 +726,7 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   int64_t partialRowsPerBlock = integerFact(facts, "partial_rows_per_block");
   if (counts.backwardPartitions > L)
-    return op.emitError("convert-attnres-to-gpu: backward-partitions = ")
+    return op.emitError("attnres-launch-kernels: backward_partitions = ")
            << counts.backwardPartitions << " is more than the op's " << L
            << " sources";
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
@@ -817,9 +837,10 @@ LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
     callerBuffers = {"partial_o", "partial_lse", "sink", "output_norm"};
   }
   llvm::StringMap<Value> symbols = {{"N", rows}, {"rows", rows}};
-  if (!sum)
-    bindTiles(host, b, loc, facts, "", tokenDims(b, loc, partials, 1), rows,
-              values, symbols);
+  if (!sum &&
+      failed(bindTiles(op, host, b, loc, facts, "",
+                       tokenDims(b, loc, partials, 1), rows, values, symbols)))
+    return failure();
   host.checkArguments(kernel->second, values, callerBuffers);
   if (failed(host.launch(kernel->first, kernel->second, values, symbols)))
     return failure();
@@ -829,11 +850,58 @@ LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
 
 } // namespace
 
-LogicalResult gpu_kernels::replaceByLaunches(Operation *op,
-                                             DictionaryAttr facts,
-                                             const RecordedKernels &kernels,
-                                             const LaunchCounts &counts,
-                                             unsigned &refusals) {
+LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
+                                             StringRef pass) {
+  auto isTensor = [](Type type) { return isa<TensorType>(type); };
+  WalkResult result = function.walk([&](Operation *op) {
+    if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)) {
+      if (op->getParentOp() == function)
+        return WalkResult::advance();
+      op->emitError() << pass
+                      << ": keep-host=1 launches "
+                         "attnres ops at the top level of a function; this "
+                         "one is inside '"
+                      << op->getParentOp()->getName()
+                      << "' (the loops of attnres-split-reduction and "
+                         "attnres-tile are launched as their kernels' "
+                         "blocks; no other region is)";
+      return WalkResult::interrupt();
+    }
+    if (isa<func::ReturnOp>(op) ||
+        (!llvm::any_of(op->getOperandTypes(), isTensor) &&
+         !llvm::any_of(op->getResultTypes(), isTensor)))
+      return WalkResult::advance();
+    // tensor.dim reads a size from the descriptor, not the data; the
+    // reshapes become views of the same buffer (attnres-split-reduction
+    // merges several token dimensions into one).
+    if (isa<tensor::DimOp, tensor::CollapseShapeOp, tensor::ExpandShapeOp>(op))
+      return WalkResult::advance();
+    op->emitError()
+        << pass
+        << ": keep-host=1 keeps every "
+           "tensor in device memory, which only attnres ops, "
+           "tensor.dim and reshapes may use; '"
+        << op->getName()
+        << "' is none of them (keep-host=0 compiles the attnres ops "
+           "alone)";
+    return WalkResult::interrupt();
+  });
+  return failure(result.wasInterrupted());
+}
+
+namespace {
+
+/// Replaces an attnres op by host code that runs it with its kernels (named
+/// by role in `facts`, the op's manifest entry): a forward launches its
+/// kernels on P partitions of the sources (unsplit, clustered, or partial +
+/// merge); a backward its kernel on B x P blocks and its finalize (the
+/// runtime's rules at run time, or `counts`); a partition_reduce its merge
+/// or sum. `refusals` numbers the messages of the alignment checks across
+/// the module's ops.
+LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
+                                const RecordedKernels &kernels,
+                                const LaunchCounts &counts,
+                                unsigned &refusals) {
   if (auto forward = dyn_cast<ForwardOp>(op))
     return replaceForward(forward, facts, kernels, counts, refusals);
   if (auto backward = dyn_cast<BackwardOp>(op))
@@ -841,3 +909,90 @@ LogicalResult gpu_kernels::replaceByLaunches(Operation *op,
   return replacePartitionReduce(cast<PartitionReduceOp>(op), facts, kernels,
                                 refusals);
 }
+
+struct LaunchKernelsPass
+    : mlir::attnres::impl::AttnResLaunchKernelsBase<LaunchKernelsPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    // The kernels as the module describes them: what the bundle manifest
+    // is written from, read back.
+    RecordedKernels kernels;
+    bool described = true;
+    module.walk([&](gpu::GPUFuncOp func) {
+      if (!func->hasAttr("attnres.kernel"))
+        return;
+      FailureOr<KernelInfo> info = readKernelDescription(func);
+      if (failed(info)) {
+        described = false;
+        return;
+      }
+      std::string name = info->name;
+      kernels[name] = {func, std::move(*info)};
+    });
+    if (!described)
+      return signalPassFailure();
+    bool hostOnly = true;
+    for (auto function : module.getOps<func::FuncOp>())
+      hostOnly &= succeeded(checkKeptFunction(function, getArgument()));
+    if (!hostOnly)
+      return signalPassFailure();
+    SmallVector<Operation *> ops;
+    bool annotated = true;
+    module.walk([&](Operation *op) {
+      if (!isa<ForwardOp, BackwardOp, PartitionReduceOp>(op))
+        return;
+      if (!op->getAttrOfType<DictionaryAttr>(kLaunchAttrName)) {
+        op->emitError() << "attnres-launch-kernels: the op names no kernels "
+                           "(its '"
+                        << kLaunchAttrName
+                        << "' attribute, which convert-attnres-to-gpu with "
+                           "keep-host=1 gives it)";
+        annotated = false;
+        return;
+      }
+      ops.push_back(op);
+    });
+    if (!annotated)
+      return signalPassFailure();
+    unsigned refusals = 0;
+    for (Operation *op : ops) {
+      auto launch = op->getAttrOfType<DictionaryAttr>(kLaunchAttrName);
+      bool valid = true;
+      auto count = [&](StringRef name) -> int64_t {
+        auto value = launch.getAs<IntegerAttr>(name);
+        if (!value)
+          return 0;
+        if (value.getInt() < 1) {
+          op->emitError() << "attnres-launch-kernels: " << name << " = "
+                          << value.getInt()
+                          << " is not a count (at least 1; absent: the "
+                             "runtime's rule)";
+          valid = false;
+        }
+        return value.getInt();
+      };
+      // The sizes the host code computes with, in the schema's ranges.
+      for (const auto &field : ::attnres::manifest::kOpFacts) {
+        Attribute fact = launch.get(field.key);
+        if (!fact)
+          continue;
+        auto value = dyn_cast<IntegerAttr>(fact);
+        if (!value || value.getInt() < field.min ||
+            value.getInt() > field.max) {
+          op->emitError() << "attnres-launch-kernels: " << field.key
+                          << " must be an integer in [" << field.min << ", "
+                          << field.max << "], got " << fact;
+          valid = false;
+        }
+      }
+      LaunchCounts counts{count("forward_partitions"),
+                          count("backward_partitions"),
+                          count("backward_blocks")};
+      if (!valid ||
+          failed(replaceByLaunches(op, launch, kernels, counts, refusals)))
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace

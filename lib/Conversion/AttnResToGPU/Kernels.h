@@ -23,6 +23,9 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "llvm/ADT/StringMap.h"
 
+namespace mlir::func {
+class FuncOp;
+} // namespace mlir::func
 namespace mlir::scf {
 class ForallOp;
 } // namespace mlir::scf
@@ -125,9 +128,22 @@ KernelInfo emitSumKernel(OpBuilder &b, Location loc, StringRef name,
 /// The name of an element type in the manifest ("bf16", "f32", ...).
 std::string typeName(Type type);
 
-/// The kernels the pass emitted, by name, each with the description it was
-/// recorded with (keep-host).
+/// The kernels of a module, by name, each with its description (read back
+/// from its `attnres.kernel` attribute by attnres-launch-kernels).
 using RecordedKernels = llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>>;
+
+/// The description convert-attnres-to-gpu records on a kernel (its
+/// `attnres.kernel` attribute, what the bundle manifest is written from),
+/// read back; an error on `func` where it does not have the form the
+/// pass writes.
+FailureOr<KernelInfo> readKernelDescription(gpu::GPUFuncOp func);
+
+/// The attribute convert-attnres-to-gpu (keep-host) puts on each attnres op
+/// for attnres-launch-kernels: the op's manifest entry (its kernels by
+/// role, their shapes and tiles) and the launch counts the IR fixed
+/// (`forward_partitions`, `backward_partitions`, `backward_blocks`; absent:
+/// the runtime's rules at run time).
+constexpr char kLaunchAttrName[] = "attnres.launch";
 
 /// The tiles of attnres-tile a block of an op's kernels takes: the loop
 /// tiled the first `dims` token dimensions, the last of them by `tokens`
@@ -150,17 +166,16 @@ struct LaunchCounts {
   int64_t forwardPartitions = 0, backwardPartitions = 0, backwardBlocks = 0;
 };
 
-/// Replaces an attnres op by host code that runs it with its kernels (named
-/// by role in `facts`, the op's manifest entry): the keep-host mode of
-/// convert-attnres-to-gpu (HostLaunch.cpp). A forward launches its kernels
-/// on P partitions of the sources (unsplit, clustered, or partial + merge);
-/// a backward its kernel on B x P blocks and its finalize (the runtime's
-/// rules at run time, or `counts`); a partition_reduce its merge or sum.
-/// `refusals` numbers the messages of the alignment checks across the module's
-/// ops.
-LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
-                                const RecordedKernels &kernels,
-                                const LaunchCounts &counts, unsigned &refusals);
+/// Under keep-host every tensor of a function is a device buffer: a
+/// function argument the caller allocated on the device, or a result of an
+/// attnres op, which is allocated there. Any other op that takes or makes a
+/// tensor would run on the host over device memory (a slice copied by the
+/// host, a loop of launches writing into host buffers), so it is an error
+/// (naming `pass`), as is an attnres op inside a region (an scf.if, say),
+/// whose operands would be such slices. Checked by convert-attnres-to-gpu
+/// once the split passes' loops are absorbed, and again by
+/// attnres-launch-kernels on what it is given.
+LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 
 /// Replaces each group of attnres-split-sources (P forwards over
 /// consecutive partitions of the sources, their FP32 outputs and lses stacked

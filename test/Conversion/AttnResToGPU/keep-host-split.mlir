@@ -1,9 +1,9 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
 // RUN:   --attnres-split-reduction=blocks=7 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-launch-kernels | FileCheck %s
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
 // RUN:   --attnres-split-reduction=blocks=7 --canonicalize --cse \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-launch-kernels | FileCheck %s
 // RUN: not attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 \
 // RUN:   --convert-attnres-to-gpu 2>&1 | FileCheck %s --check-prefix=BUNDLE
 

@@ -1,16 +1,16 @@
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=40 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse | FileCheck %s --check-prefix=ONE
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse | FileCheck %s --check-prefix=ONE
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse | FileCheck %s --check-prefix=TWO
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse | FileCheck %s --check-prefix=TWO
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
-// RUN:   --attnres-tile=tile-sizes=1,40 --convert-attnres-to-gpu="keep-host=1 clusters=1" \
+// RUN:   --attnres-tile=tile-sizes=1,40 --convert-attnres-to-gpu="keep-host=1 clusters=1" --attnres-launch-kernels \
 // RUN:   --canonicalize --cse | FileCheck %s --check-prefix=SPLIT
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
 // RUN:   --transform-preload-library=transform-library-paths=%S/Inputs/tile-forwards-16.transform.mlir \
-// RUN:   --transform-interpreter --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse \
+// RUN:   --transform-interpreter --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=SCRIPT
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
-// RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --canonicalize --cse \
+// RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=TWO
 
 // attnres-tile's loops reach the GPU: under keep-host a forward or merge

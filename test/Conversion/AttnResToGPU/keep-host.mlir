@@ -1,5 +1,5 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-launch-kernels | FileCheck %s
 
 // With keep-host, the function stays: the packed sources and the weights are
 // read in place as buffers, o and lse are allocated on the device with the

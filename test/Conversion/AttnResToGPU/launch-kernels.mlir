@@ -1,0 +1,142 @@
+// RUN: attnres-opt %s --split-input-file --verify-diagnostics --attnres-launch-kernels -o /dev/null
+// RUN: attnres-opt %S/Inputs/sum.mlir --convert-attnres-to-gpu=keep-host=1 | FileCheck %s --check-prefix=NAMED
+// RUN: attnres-opt %S/Inputs/sum.mlir --convert-attnres-to-gpu=keep-host=1 --attnres-launch-kernels | FileCheck %s --check-prefix=LAUNCHED
+
+// convert-attnres-to-gpu with keep-host keeps the function and names on the
+// op its kernels (the op's manifest entry); no host code yet.
+// NAMED-LABEL: func.func @sum(
+// NAMED: attnres.partition_reduce sum {{.*}} {attnres.launch = {num_partitions = 3 : i64, op = "partition_reduce_sum", output_type = "f32", sum = "sum_0_sum"}}
+// NAMED-NOT: gpu.launch_func
+// NAMED: gpu.func @sum_0_sum(
+// NAMED-SAME: attnres.kernel = {arguments = [{alignment = 4 : i64, kind = "buffer", name = "partials"
+
+// attnres-launch-kernels reads the kernel's description back from the module:
+// its arguments in order, its grid rule (ceil(N / 256) blocks of 256
+// threads) and the alignment its loads need.
+// LAUNCHED-LABEL: func.func @sum(
+// LAUNCHED-NOT: attnres.
+// LAUNCHED: arith.remui %{{.*}}, %c4_i64
+// LAUNCHED: %[[GRID:.*]] = arith.ceildivui %{{.*}}, %c256
+// LAUNCHED: gpu.launch_func  @attnres_kernels::@sum_0_sum blocks in (%[[GRID]], %c1{{.*}}, %c1{{.*}}) threads in (%c256{{.*}}, %c1{{.*}}, %c1{{.*}})  args(%{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : i64)
+// LAUNCHED: bufferization.to_tensor
+
+// An op the conversion has not named kernels for.
+func.func @unnamed(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: the op names no kernels (its 'attnres.launch' attribute, which convert-attnres-to-gpu with keep-host=1 gives it)}}
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+
+// -----
+
+// A kernel the module does not have.
+func.func @missing(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: the module has no sum kernel for the op}}
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "nowhere"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+
+// -----
+
+// A description without the grid convert-attnres-to-gpu writes.
+func.func @malformed(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+gpu.module @attnres_kernels {
+  // expected-error @+1 {{the kernel's attnres.kernel description needs 'arguments', a 'grid' of three dimensions and 'workgroup_bytes'}}
+  gpu.func @k(%partials: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [], name = "k", role = "sum"}} {
+    gpu.return
+  }
+}
+
+// -----
+
+// A description listing other arguments than the kernel takes.
+func.func @arity(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+gpu.module @attnres_kernels {
+  // expected-error @+1 {{the kernel's attnres.kernel description lists 0 arguments of 1}}
+  gpu.func @k(%partials: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [], block = 256 : i64, grid = [{divisor = 256 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "sum", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+}
+
+// -----
+
+// A grid rule that would divide by zero: the numbers are held to the
+// manifest schema's ranges.
+func.func @divisor(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+gpu.module @attnres_kernels {
+  // expected-error @+1 {{the kernel's attnres.kernel description has 'divisor' = 0, outside [1, 1048576]}}
+  gpu.func @k(%partials: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "partials", shape = "[P, S]", type = "f32"}], block = 256 : i64, grid = [{divisor = 0 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "sum", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+}
+
+// -----
+
+// A fixed count must be a count.
+func.func @count(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: forward_partitions = 0 is not a count (at least 1; absent: the runtime's rule)}}
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "f", forward_partial = "f", merge = "f", forward_partitions = 0 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
+  return %o : tensor<?x64xf32>
+}
+
+// -----
+
+// The host code keeps every tensor in device memory: an op inside a region
+// (whose operands could be host slices) is refused, as by the conversion.
+func.func @nested(%p: tensor<3x?x8xf32>, %c: i1) -> tensor<?x8xf32> {
+  %r = scf.if %c -> tensor<?x8xf32> {
+    // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.if'}}
+    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+    scf.yield %s : tensor<?x8xf32>
+  } else {
+    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+    scf.yield %s : tensor<?x8xf32>
+  }
+  return %r : tensor<?x8xf32>
+}
+
+// -----
+
+// The sizes the host code computes with are held to the schema's ranges.
+func.func @rows(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: rows_per_block must be an integer in [1, 1024], got 0 : i64}}
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "f", forward_partial = "f", merge = "f", rows_per_block = 0 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
+  return %o : tensor<?x64xf32>
+}
+
+// -----
+
+// Tiles of more token dimensions than the op has.
+func.func @tiles(%p: tensor<3x?x8xf32>, %lse: tensor<3x?xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: tile_dims = 2 and tile_tokens = 16 are not tiles of the op's 1 token dimensions}}
+  %o, %l = attnres.partition_reduce softmax %p : tensor<3x?x8xf32> lse(%lse : tensor<3x?xf32>) {attnres.launch = {merge = "k", tile_dims = 2 : i64, tile_tokens = 16 : i64}} -> tensor<?x8xf32>, tensor<?xf32>
+  return %o : tensor<?x8xf32>
+}
+gpu.module @attnres_kernels {
+  gpu.func @k(%partials: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "partial_o", shape = "[P, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "blocks"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "merge", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+}
+
+// -----
+
+// More partitions than sources.
+func.func @partitions(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: forward_partitions = 5 is more than the op's 4 sources}}
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "k", forward_partial = "k", merge = "k", forward_partitions = 5 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
+  return %o : tensor<?x64xf32>
+}
+gpu.module @attnres_kernels {
+  gpu.func @k(%o: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "forward", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+}
