@@ -2,9 +2,10 @@
 //
 // An input is MLIR text. It is parsed with the attnres dialects registered
 // and verified; a module that verifies goes through the transforms
-// (split-sources, split-reduction, tile), the CPU pipeline, and the NVVM and
+// (split-sources, split-reduction, tile), the CPU pipeline, the NVVM and
 // ROCDL pipelines up to their ISA text (no assembler: PTX and AMDGPU
-// assembly). Diagnostics are the expected answer to bad input; a crash, an
+// assembly), the NVVM pipeline with keep-host, and attnres-launch-kernels
+// alone (kernel descriptions and attnres.launch attributes are input too). Diagnostics are the expected answer to bad input; a crash, an
 // abort or a sanitizer report is a bug.
 //
 //===----------------------------------------------------------------------===//
@@ -64,5 +65,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
               "builtin.module(attnres-lower-to-nvvm-pipeline{format=isa})");
   runPipeline(*module,
               "builtin.module(attnres-lower-to-rocdl-pipeline{format=isa})");
+  // The kept host code: the whole pipeline, and its host stage alone on
+  // whatever kernels and attnres.launch attributes the input states.
+  runPipeline(*module, "builtin.module(attnres-lower-to-nvvm-pipeline{"
+                       "format=isa keep-host=1})");
+  runPipeline(*module, "builtin.module(attnres-launch-kernels)");
   return 0;
 }

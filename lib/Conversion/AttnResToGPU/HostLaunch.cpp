@@ -954,6 +954,10 @@ struct LaunchKernelsPass
     });
     if (!annotated)
       return signalPassFailure();
+    // gpu.launch_func names kernels of the module's own gpu.modules.
+    if (!ops.empty())
+      module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                      UnitAttr::get(module.getContext()));
     unsigned refusals = 0;
     for (Operation *op : ops) {
       auto launch = op->getAttrOfType<DictionaryAttr>(kLaunchAttrName);
