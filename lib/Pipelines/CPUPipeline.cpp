@@ -80,15 +80,15 @@ void mlir::attnres::registerPipelines() {
       "Compile the attnres ops of a module to NVIDIA kernels: "
       "attnres-split-sources, attnres-split-reduction, attnres-tile, "
       "attnres-map-to-blocks, convert-attnres-to-gpu, nvvm-attach-target, "
-      "convert-gpu-to-nvvm, gpu-module-to-binary (with keep-host=1, the "
-      "host code lowered too).",
+      "convert-gpu-to-nvvm, gpu-module-to-binary (with keep-host=1, "
+      "attnres-launch-kernels and the host code lowered too).",
       buildLowerToNVVMPipeline);
   registerGPUPipeline<ROCDLPipelineOptions>(
       "attnres-lower-to-rocdl-pipeline",
       "Compile the attnres ops of a module to AMD kernels: "
       "attnres-split-sources, attnres-split-reduction, attnres-tile, "
       "attnres-map-to-blocks, convert-attnres-to-gpu, rocdl-attach-target, "
-      "convert-gpu-to-rocdl, gpu-module-to-binary (with keep-host=1, the "
-      "host code lowered too).",
+      "convert-gpu-to-rocdl, gpu-module-to-binary (with keep-host=1, "
+      "attnres-launch-kernels and the host code lowered too).",
       buildLowerToROCDLPipeline);
 }
