@@ -5,7 +5,8 @@
 // (split-sources, split-reduction, tile), the CPU pipeline, the NVVM and
 // ROCDL pipelines up to their ISA text (no assembler: PTX and AMDGPU
 // assembly), the NVVM pipeline with keep-host, and attnres-launch-kernels
-// alone (kernel descriptions and attnres.launch attributes are input too). Diagnostics are the expected answer to bad input; a crash, an
+// alone (kernel descriptions and attnres.launch attributes are input
+// too). Diagnostics are the expected answer to bad input; a crash, an
 // abort or a sanitizer report is a bug.
 //
 //===----------------------------------------------------------------------===//

@@ -46,7 +46,7 @@ inline constexpr int64_t kMaxClusterBlocks = 8;
 // The rules are written once, over an arithmetic `A` that supplies
 // `Value`, `constant`, `min`, `max`, `div` (of non-negative values, rounded
 // down), `ceilDiv`, `mul` and `add`: Integers below for the runtime and the
-// split passes, IR values for the host code convert-attnres-to-gpu keeps
+// split passes, IR values for the host code attnres-launch-kernels writes
 // (keep-host), which computes them at run time from the token count.
 
 /// Plain integers.

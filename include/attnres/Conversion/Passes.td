@@ -238,9 +238,15 @@ def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
     results become `bufferization.to_tensor` of the device buffers, for
     one-shot bufferization to finish.
 
-    An attnres op without the attribute, a kernel whose description does
-    not have the form `convert-attnres-to-gpu` writes, and a count below 1
-    are errors.
+    Hand-written input is checked as the conversion's is: an attnres op
+    without the attribute or outside the top level of a function of the
+    module, a description that does not have the form the conversion
+    writes (fields, the manifest schema's ranges, its own kernel's name and
+    argument count), a kernel of another role than the op names it for,
+    facts that are not the op's (sources, width, rank, queries,
+    partitions) or outside the schema's ranges, counts and tiles that are
+    not whole numbers of blocks, and symbols of the module that clash with
+    the runtime's functions or the host code's strings are errors.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -74,6 +74,16 @@ DictionaryAttr describe(Builder &b, const KernelInfo &info) {
 
 } // namespace
 
+std::optional<int64_t> gpu_kernels::integerValue(Attribute attribute) {
+  auto integer = dyn_cast_or_null<IntegerAttr>(attribute);
+  if (!integer)
+    return std::nullopt;
+  auto type = dyn_cast<IntegerType>(integer.getType());
+  if (!type || !type.isSignless() || type.getWidth() > 64)
+    return std::nullopt;
+  return integer.getInt();
+}
+
 FailureOr<KernelInfo> gpu_kernels::readKernelDescription(gpu::GPUFuncOp func) {
   namespace schema = ::attnres::manifest;
   auto description = func->getAttrOfType<DictionaryAttr>("attnres.kernel");
@@ -95,25 +105,28 @@ FailureOr<KernelInfo> gpu_kernels::readKernelDescription(gpu::GPUFuncOp func) {
   // allows; an optional one may be absent.
   auto number = [&](DictionaryAttr dict, schema::NumberField field,
                     int64_t &out, bool optional = false) -> LogicalResult {
-    auto value = dict.getAs<IntegerAttr>(field.key);
+    Attribute attribute = dict.get(field.key);
+    if (!attribute && optional)
+      return success();
+    std::optional<int64_t> value = integerValue(attribute);
     if (!value)
-      return optional ? success()
-                      : malformed("has no integer '" + Twine(field.key) + "'");
-    if (value.getInt() < field.min || value.getInt() > field.max)
-      return malformed("has '" + Twine(field.key) +
-                       "' = " + Twine(value.getInt()) + ", outside [" +
-                       Twine(field.min) + ", " + Twine(field.max) + "]");
-    out = value.getInt();
+      return malformed("has no integer '" + Twine(field.key) + "'");
+    if (*value < field.min || *value > field.max)
+      return malformed("has '" + Twine(field.key) + "' = " + Twine(*value) +
+                       ", outside [" + Twine(field.min) + ", " +
+                       Twine(field.max) + "]");
+    out = *value;
     return success();
   };
   KernelInfo info;
   auto arguments = description.getAs<ArrayAttr>("arguments");
   auto grid = description.getAs<ArrayAttr>("grid");
-  auto workgroupBytes = description.getAs<IntegerAttr>("workgroup_bytes");
+  std::optional<int64_t> workgroupBytes =
+      integerValue(description.get("workgroup_bytes"));
   if (!arguments || !grid || grid.size() != 3 || !workgroupBytes)
     return malformed("needs 'arguments', a 'grid' of three dimensions and "
                      "'workgroup_bytes'");
-  info.workgroupBytes = workgroupBytes.getInt();
+  info.workgroupBytes = *workgroupBytes;
   if (failed(text(description, "name", info.name)) ||
       failed(text(description, "role", info.role)) ||
       failed(number(description, schema::kKernelBlock, info.block)) ||

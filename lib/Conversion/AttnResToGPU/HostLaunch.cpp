@@ -82,6 +82,8 @@ int64_t bytesOf(Type type) {
 /// declared in the op's module once.
 func::FuncOp runtimeFunction(Operation *op, StringRef name, FunctionType type) {
   auto module = op->getParentOfType<ModuleOp>();
+  // One the module declared itself was checked to have this type
+  // (checkRuntimeSymbols).
   if (auto existing = module.lookupSymbol<func::FuncOp>(name))
     return existing;
   OpBuilder b(module.getBodyRegion());
@@ -391,23 +393,27 @@ LogicalResult bindTiles(Operation *op, HostLauncher &host, OpBuilder &b,
                         ArrayRef<Value> dims, Value rows,
                         llvm::StringMap<Value> &values,
                         llvm::StringMap<Value> &symbols) {
-  auto r = facts.getAs<IntegerAttr>((prefix + "tile_dims").str());
-  auto t = facts.getAs<IntegerAttr>((prefix + "tile_tokens").str());
-  if (!r || !t)
+  std::optional<int64_t> r =
+      integerValue(facts.get((prefix + "tile_dims").str()));
+  std::optional<int64_t> t =
+      integerValue(facts.get((prefix + "tile_tokens").str()));
+  if (!r && !t)
     return success();
-  if (r.getInt() < 1 || r.getInt() > int64_t(dims.size()) || t.getInt() < 1)
+  if (!r || !t || *r < 1 || *r > int64_t(dims.size()) || *t < 1 ||
+      *t > kMaxGridBlocks)
     return op->emitError() << "attnres-launch-kernels: " << prefix
-                           << "tile_dims = " << r.getInt() << " and " << prefix
-                           << "tile_tokens = " << t.getInt()
-                           << " are not tiles of the op's " << dims.size()
-                           << " token dimensions";
+                           << "tile_dims and " << prefix
+                           << "tile_tokens must be integers together, "
+                              "tiling 1 to "
+                           << dims.size() << " token dimensions by 1 to "
+                           << kMaxGridBlocks << " tokens";
   // A run is token dimension r - 1 with the whole ones after it; a tile is
   // t of its slices.
   Value inner = host.index(1);
-  for (Value dim : dims.drop_front(r.getInt()))
+  for (Value dim : dims.drop_front(*r))
     inner = arith::MulIOp::create(b, loc, inner, dim);
-  Value runRows = arith::MulIOp::create(b, loc, dims[r.getInt() - 1], inner);
-  Value tileRows = arith::MulIOp::create(b, loc, host.index(t.getInt()), inner);
+  Value runRows = arith::MulIOp::create(b, loc, dims[*r - 1], inner);
+  Value tileRows = arith::MulIOp::create(b, loc, host.index(*t), inner);
   values["tile_rows"] = host.toI64(tileRows);
   values["dim_rows"] = host.toI64(runRows);
   // No tokens: no blocks (and no division by 0).
@@ -459,12 +465,18 @@ kernelOf(Operation *op, DictionaryAttr facts, StringRef role,
         << role << " kernel for the op";
     return nullptr;
   }
+  if (found->second.second.role != role) {
+    op->emitError("attnres-launch-kernels: the op's ")
+        << role << " kernel " << name << " is a " << found->second.second.role
+        << " kernel";
+    return nullptr;
+  }
   return &found->second;
 }
 
+/// A fact attnres-launch-kernels checked to be present (validateLaunch).
 int64_t integerFact(DictionaryAttr facts, StringRef name) {
-  auto value = facts.getAs<IntegerAttr>(name);
-  return value ? value.getInt() : 1;
+  return *integerValue(facts.get(name));
 }
 
 LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
@@ -910,16 +922,130 @@ LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
                                 refusals);
 }
 
+/// Checks what attnres-launch-kernels takes from an op's attnres.launch
+/// attribute (hand-written IR is input too): the op at the top level of a
+/// function of the module; the sizes it computes with present where it
+/// needs them, in the schema's ranges and, where the op states them, equal
+/// to the op's own; fixed counts and tiles whole numbers of blocks. The
+/// counts go to `counts`.
+LogicalResult validateLaunch(ModuleOp module, Operation *op,
+                             DictionaryAttr launch, LaunchCounts &counts) {
+  auto function = dyn_cast<func::FuncOp>(op->getParentOp());
+  if (!function || function->getParentOp() != module)
+    return op->emitError() << "attnres-launch-kernels: keep-host=1 launches "
+                              "attnres ops at the top level of a function of "
+                              "the module it runs on";
+  auto fail = [&](const Twine &message) {
+    return op->emitError() << "attnres-launch-kernels: " << message;
+  };
+  for (const auto &field : ::attnres::manifest::kOpFacts) {
+    Attribute fact = launch.get(field.key);
+    if (!fact)
+      continue;
+    std::optional<int64_t> value = integerValue(fact);
+    if (!value || *value < field.min || *value > field.max)
+      return fail(Twine(field.key) + " must be an integer in [" +
+                  Twine(field.min) + ", " + Twine(field.max) + "]");
+  }
+  auto require = [&](StringRef name,
+                     std::optional<int64_t> expected = {}) -> LogicalResult {
+    std::optional<int64_t> value = integerValue(launch.get(name));
+    if (!value)
+      return fail("the op's attnres.launch needs '" + name + "'");
+    if (expected && *value != *expected)
+      return fail(name + " = " + Twine(*value) + " is not the op's " +
+                  Twine(*expected));
+    return success();
+  };
+  auto sourceFacts = [&](auto sourceOp) {
+    return success(
+        succeeded(require("num_sources", sourceOp.getNumSourceValues())) &&
+        succeeded(require("width", sourceOp.getWidth())) &&
+        succeeded(require("rank", sourceOp.getRank())) &&
+        succeeded(require("num_queries", sourceOp.getNumQueries())) &&
+        succeeded(require("rows_per_block")));
+  };
+  if (auto forward = dyn_cast<ForwardOp>(op)) {
+    if (failed(sourceFacts(forward)))
+      return failure();
+  } else if (auto backward = dyn_cast<BackwardOp>(op)) {
+    if (failed(sourceFacts(backward)) ||
+        failed(require("partial_rows_per_block")))
+      return failure();
+  } else {
+    auto reduce = cast<PartitionReduceOp>(op);
+    if (failed(require("num_partitions", reduce.getNumPartitions())) ||
+        (reduce.getKind() == ReduceKind::Softmax &&
+         failed(require("rows_per_block"))))
+      return failure();
+  }
+  auto count = [&](StringRef name, int64_t &out) -> LogicalResult {
+    Attribute fact = launch.get(name);
+    if (!fact)
+      return success();
+    std::optional<int64_t> value = integerValue(fact);
+    if (!value || *value < 1 || *value > kMaxGridBlocks)
+      return fail(name + " must be a count in [1, " + Twine(kMaxGridBlocks) +
+                  "] (absent: the runtime's rule)");
+    out = *value;
+    return success();
+  };
+  return success(
+      succeeded(count("forward_partitions", counts.forwardPartitions)) &&
+      succeeded(count("backward_partitions", counts.backwardPartitions)) &&
+      succeeded(count("backward_blocks", counts.backwardBlocks)));
+}
+
+/// The symbols the host code adds to the module: the runtime's functions
+/// with their types, and the prefixes of its global strings. A symbol of
+/// the module by one of those names but not the same declaration is an
+/// error, not a redefinition the verifier finds after the pass.
+LogicalResult checkRuntimeSymbols(ModuleOp module) {
+  MLIRContext *context = module.getContext();
+  auto pointer = LLVM::LLVMPointerType::get(context);
+  auto i64 = IntegerType::get(context, 64);
+  const std::pair<StringRef, FunctionType> functions[] = {
+      {"attnresGpuResidentBlocks",
+       FunctionType::get(context, {pointer, i64}, {i64})},
+      {"attnresGpuClusterCapacity",
+       FunctionType::get(context, {pointer, i64, i64}, {i64})},
+      {"attnresGpuRefuseLaunch", FunctionType::get(context, {pointer}, {})}};
+  for (Operation &op : module.getBody()->getOperations()) {
+    auto symbol =
+        op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
+    if (!symbol)
+      continue;
+    if (symbol.getValue().starts_with("attnres_kernel_name_") ||
+        symbol.getValue().starts_with("attnres_refusal_"))
+      return op.emitError() << "attnres-launch-kernels: the symbol names of "
+                               "the host code's strings (attnres_kernel_name_"
+                               "*, attnres_refusal_*) are its own; the module "
+                               "has @"
+                            << symbol.getValue();
+    for (auto [name, type] : functions) {
+      if (symbol.getValue() != name)
+        continue;
+      auto function = dyn_cast<func::FuncOp>(op);
+      if (!function || function.getFunctionType() != type)
+        return op.emitError() << "attnres-launch-kernels: @" << name
+                              << " is the runtime's function of type " << type
+                              << " (attnres-c/GpuWrappers.h)";
+    }
+  }
+  return success();
+}
+
 struct LaunchKernelsPass
     : mlir::attnres::impl::AttnResLaunchKernelsBase<LaunchKernelsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     // The kernels as the module describes them: what the bundle manifest
-    // is written from, read back.
+    // is written from, read back. A description names its own gpu.func,
+    // once in the module: the runtime finds a kernel by that name.
     RecordedKernels kernels;
     bool described = true;
     module.walk([&](gpu::GPUFuncOp func) {
-      if (!func->hasAttr("attnres.kernel"))
+      if (!described || !func->hasAttr("attnres.kernel"))
         return;
       FailureOr<KernelInfo> info = readKernelDescription(func);
       if (failed(info)) {
@@ -927,21 +1053,31 @@ struct LaunchKernelsPass
         return;
       }
       std::string name = info->name;
+      if (name != func.getName() || kernels.count(name)) {
+        func.emitError() << "attnres-launch-kernels: the kernel's "
+                            "description names '"
+                         << name
+                         << "', which must be its own name and name no "
+                            "other kernel of the module";
+        described = false;
+        return;
+      }
       kernels[name] = {func, std::move(*info)};
     });
-    if (!described)
+    if (!described || failed(checkRuntimeSymbols(module)))
       return signalPassFailure();
     bool hostOnly = true;
     for (auto function : module.getOps<func::FuncOp>())
       hostOnly &= succeeded(checkKeptFunction(function, getArgument()));
     if (!hostOnly)
       return signalPassFailure();
-    SmallVector<Operation *> ops;
+    SmallVector<std::pair<Operation *, LaunchCounts>> ops;
     bool annotated = true;
     module.walk([&](Operation *op) {
-      if (!isa<ForwardOp, BackwardOp, PartitionReduceOp>(op))
+      if (!annotated || !isa<ForwardOp, BackwardOp, PartitionReduceOp>(op))
         return;
-      if (!op->getAttrOfType<DictionaryAttr>(kLaunchAttrName)) {
+      auto launch = op->getAttrOfType<DictionaryAttr>(kLaunchAttrName);
+      if (!launch) {
         op->emitError() << "attnres-launch-kernels: the op names no kernels "
                            "(its '"
                         << kLaunchAttrName
@@ -950,7 +1086,12 @@ struct LaunchKernelsPass
         annotated = false;
         return;
       }
-      ops.push_back(op);
+      LaunchCounts counts;
+      if (failed(validateLaunch(module, op, launch, counts))) {
+        annotated = false;
+        return;
+      }
+      ops.emplace_back(op, counts);
     });
     if (!annotated)
       return signalPassFailure();
@@ -959,41 +1100,9 @@ struct LaunchKernelsPass
       module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
                       UnitAttr::get(module.getContext()));
     unsigned refusals = 0;
-    for (Operation *op : ops) {
+    for (auto [op, counts] : ops) {
       auto launch = op->getAttrOfType<DictionaryAttr>(kLaunchAttrName);
-      bool valid = true;
-      auto count = [&](StringRef name) -> int64_t {
-        auto value = launch.getAs<IntegerAttr>(name);
-        if (!value)
-          return 0;
-        if (value.getInt() < 1) {
-          op->emitError() << "attnres-launch-kernels: " << name << " = "
-                          << value.getInt()
-                          << " is not a count (at least 1; absent: the "
-                             "runtime's rule)";
-          valid = false;
-        }
-        return value.getInt();
-      };
-      // The sizes the host code computes with, in the schema's ranges.
-      for (const auto &field : ::attnres::manifest::kOpFacts) {
-        Attribute fact = launch.get(field.key);
-        if (!fact)
-          continue;
-        auto value = dyn_cast<IntegerAttr>(fact);
-        if (!value || value.getInt() < field.min ||
-            value.getInt() > field.max) {
-          op->emitError() << "attnres-launch-kernels: " << field.key
-                          << " must be an integer in [" << field.min << ", "
-                          << field.max << "], got " << fact;
-          valid = false;
-        }
-      }
-      LaunchCounts counts{count("forward_partitions"),
-                          count("backward_partitions"),
-                          count("backward_blocks")};
-      if (!valid ||
-          failed(replaceByLaunches(op, launch, kernels, counts, refusals)))
+      if (failed(replaceByLaunches(op, launch, kernels, counts, refusals)))
         return signalPassFailure();
     }
   }

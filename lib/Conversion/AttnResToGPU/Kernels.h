@@ -138,6 +138,14 @@ using RecordedKernels = llvm::StringMap<std::pair<gpu::GPUFuncOp, KernelInfo>>;
 /// pass writes.
 FailureOr<KernelInfo> readKernelDescription(gpu::GPUFuncOp func);
 
+/// The value of a signless integer attribute of at most 64 bits (what the
+/// conversion writes); none for any other attribute, or none.
+std::optional<int64_t> integerValue(Attribute attribute);
+
+/// The most blocks of a grid's x dimension (CUDA's limit; HIP's is
+/// larger): a bound on a fixed count of blocks or partitions and on a tile.
+constexpr int64_t kMaxGridBlocks = (int64_t(1) << 31) - 1;
+
 /// The attribute convert-attnres-to-gpu (keep-host) puts on each attnres op
 /// for attnres-launch-kernels: the op's manifest entry (its kernels by
 /// role, their shapes and tiles) and the launch counts the IR fixed

@@ -32,15 +32,46 @@ func.func @unnamed(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
 // A kernel the module does not have.
 func.func @missing(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
   // expected-error @+1 {{attnres-launch-kernels: the module has no sum kernel for the op}}
-  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "nowhere"}} -> tensor<?x8xf32>
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "nowhere"}} -> tensor<?x8xf32>
   return %s : tensor<?x8xf32>
+}
+
+// -----
+
+// A kernel of another role than the op names it for.
+func.func @role(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: the op's sum kernel "km" is a merge kernel}}
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "km"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+gpu.module @attnres_kernels {
+  gpu.func @km(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "km", role = "merge", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+}
+
+// -----
+
+// The facts the host code computes with must be the op's.
+func.func @facts(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: num_partitions = 4 is not the op's 3}}
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 4 : i64, sum = "k"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+
+// -----
+
+func.func @sources(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: num_sources = 8 is not the op's 4}}
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "kf", forward_partial = "kp", merge = "km", num_sources = 8 : i64, width = 64 : i64, rank = 64 : i64, num_queries = 1 : i64, rows_per_block = 4 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
+  return %o : tensor<?x64xf32>
 }
 
 // -----
 
 // A description without the grid convert-attnres-to-gpu writes.
 func.func @malformed(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
-  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
   return %s : tensor<?x8xf32>
 }
 gpu.module @attnres_kernels {
@@ -54,12 +85,12 @@ gpu.module @attnres_kernels {
 
 // A description listing other arguments than the kernel takes.
 func.func @arity(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
-  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
   return %s : tensor<?x8xf32>
 }
 gpu.module @attnres_kernels {
   // expected-error @+1 {{the kernel's attnres.kernel description lists 0 arguments of 1}}
-  gpu.func @k(%partials: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [], block = 256 : i64, grid = [{divisor = 256 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "sum", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+  gpu.func @k(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "sum", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
     gpu.return
   }
 }
@@ -69,60 +100,96 @@ gpu.module @attnres_kernels {
 // A grid rule that would divide by zero: the numbers are held to the
 // manifest schema's ranges.
 func.func @divisor(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
-  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
   return %s : tensor<?x8xf32>
 }
 gpu.module @attnres_kernels {
   // expected-error @+1 {{the kernel's attnres.kernel description has 'divisor' = 0, outside [1, 1048576]}}
-  gpu.func @k(%partials: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "partials", shape = "[P, S]", type = "f32"}], block = 256 : i64, grid = [{divisor = 0 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "sum", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+  gpu.func @k(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 0 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "sum", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
     gpu.return
   }
 }
 
 // -----
 
+// A description names its own kernel: the runtime finds kernels by it.
+func.func @renamed(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "other"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+gpu.module @attnres_kernels {
+  // expected-error @+1 {{attnres-launch-kernels: the kernel's description names 'other', which must be its own name and name no other kernel of the module}}
+  gpu.func @k(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "other", role = "sum", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+}
+
+// -----
+
+// The runtime's functions have their types.
+// expected-error @+1 {{attnres-launch-kernels: @attnresGpuRefuseLaunch is the runtime's function of type '(!llvm.ptr) -> ()'}}
+func.func private @attnresGpuRefuseLaunch(i64)
+func.func @clash(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+
+// -----
+
+// The host code's strings are its own symbols.
+// expected-error @+1 {{attnres-launch-kernels: the symbol names of the host code's strings (attnres_kernel_name_*, attnres_refusal_*) are its own; the module has @attnres_refusal_1}}
+llvm.mlir.global internal constant @attnres_refusal_1("mine\00") {addr_space = 0 : i32}
+func.func @strings(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+  %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
+  return %s : tensor<?x8xf32>
+}
+
+// -----
+
 // A fixed count must be a count.
 func.func @count(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
-  // expected-error @+1 {{attnres-launch-kernels: forward_partitions = 0 is not a count (at least 1; absent: the runtime's rule)}}
-  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "f", forward_partial = "f", merge = "f", forward_partitions = 0 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
+  // expected-error @+1 {{attnres-launch-kernels: forward_partitions must be a count in [1, 2147483647] (absent: the runtime's rule)}}
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "kf", forward_partial = "kp", merge = "km", num_sources = 4 : i64, width = 64 : i64, rank = 64 : i64, num_queries = 1 : i64, rows_per_block = 4 : i64, forward_partitions = 0 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
   return %o : tensor<?x64xf32>
 }
 
 // -----
 
-// The host code keeps every tensor in device memory: an op inside a region
-// (whose operands could be host slices) is refused, as by the conversion.
-func.func @nested(%p: tensor<3x?x8xf32>, %c: i1) -> tensor<?x8xf32> {
-  %r = scf.if %c -> tensor<?x8xf32> {
-    // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.if'}}
-    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
-    scf.yield %s : tensor<?x8xf32>
-  } else {
-    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {sum = "k"}} -> tensor<?x8xf32>
-    scf.yield %s : tensor<?x8xf32>
-  }
-  return %r : tensor<?x8xf32>
+// Of a signless integer type, as the conversion writes it.
+func.func @unsigned(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: forward_partitions must be a count in [1, 2147483647] (absent: the runtime's rule)}}
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "kf", forward_partial = "kp", merge = "km", num_sources = 4 : i64, width = 64 : i64, rank = 64 : i64, num_queries = 1 : i64, rows_per_block = 4 : i64, forward_partitions = 2 : ui64}} -> tensor<?x64xf32>, tensor<?xf32>
+  return %o : tensor<?x64xf32>
 }
 
 // -----
 
 // The sizes the host code computes with are held to the schema's ranges.
 func.func @rows(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
-  // expected-error @+1 {{attnres-launch-kernels: rows_per_block must be an integer in [1, 1024], got 0 : i64}}
-  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "f", forward_partial = "f", merge = "f", rows_per_block = 0 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
+  // expected-error @+1 {{attnres-launch-kernels: rows_per_block must be an integer in [1, 1024]}}
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "kf", forward_partial = "kp", merge = "km", num_sources = 4 : i64, width = 64 : i64, rank = 64 : i64, num_queries = 1 : i64, rows_per_block = 0 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
   return %o : tensor<?x64xf32>
+}
+
+// -----
+
+// A backward's workspace is sized by its partial rows: the fact is needed.
+func.func @partial_rows(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>, %g: tensor<?x64xf32>, %lse: tensor<?xf32>) -> tensor<4x?x64xf32> {
+  // expected-error @+1 {{attnres-launch-kernels: the op's attnres.launch needs 'partial_rows_per_block'}}
+  %gv, %gq = attnres.backward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) grad(%g : tensor<?x64xf32>) lse(%lse : tensor<?xf32>) {attnres.launch = {backward = "kb", finalize = "kz", num_sources = 4 : i64, width = 64 : i64, rank = 64 : i64, num_queries = 1 : i64, rows_per_block = 4 : i64}} -> tensor<4x?x64xf32>, tensor<64xf32>
+  return %gv : tensor<4x?x64xf32>
 }
 
 // -----
 
 // Tiles of more token dimensions than the op has.
 func.func @tiles(%p: tensor<3x?x8xf32>, %lse: tensor<3x?xf32>) -> tensor<?x8xf32> {
-  // expected-error @+1 {{attnres-launch-kernels: tile_dims = 2 and tile_tokens = 16 are not tiles of the op's 1 token dimensions}}
-  %o, %l = attnres.partition_reduce softmax %p : tensor<3x?x8xf32> lse(%lse : tensor<3x?xf32>) {attnres.launch = {merge = "k", tile_dims = 2 : i64, tile_tokens = 16 : i64}} -> tensor<?x8xf32>, tensor<?xf32>
+  // expected-error @+1 {{attnres-launch-kernels: tile_dims and tile_tokens must be integers together, tiling 1 to 1 token dimensions by 1 to 2147483647 tokens}}
+  %o, %l = attnres.partition_reduce softmax %p : tensor<3x?x8xf32> lse(%lse : tensor<3x?xf32>) {attnres.launch = {merge = "km", num_partitions = 3 : i64, rows_per_block = 4 : i64, tile_dims = 2 : i64, tile_tokens = 16 : i64}} -> tensor<?x8xf32>, tensor<?xf32>
   return %o : tensor<?x8xf32>
 }
 gpu.module @attnres_kernels {
-  gpu.func @k(%partials: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "partial_o", shape = "[P, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "blocks"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "merge", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+  gpu.func @km(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "partial_o", shape = "[P, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "km", role = "merge", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
     gpu.return
   }
 }
@@ -132,11 +199,47 @@ gpu.module @attnres_kernels {
 // More partitions than sources.
 func.func @partitions(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{attnres-launch-kernels: forward_partitions = 5 is more than the op's 4 sources}}
-  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "k", forward_partial = "k", merge = "k", forward_partitions = 5 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
+  %o, %lse = attnres.forward packed(%v : tensor<4x?x64xf32>) query(%q : tensor<64xf32>) save(lse) {attnres.launch = {forward = "kf", forward_partial = "kp", merge = "km", num_sources = 4 : i64, width = 64 : i64, rank = 64 : i64, num_queries = 1 : i64, rows_per_block = 4 : i64, forward_partitions = 5 : i64}} -> tensor<?x64xf32>, tensor<?xf32>
   return %o : tensor<?x64xf32>
 }
 gpu.module @attnres_kernels {
-  gpu.func @k(%o: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "k", role = "forward", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+  gpu.func @kf(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "kf", role = "forward", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
     gpu.return
+  }
+  gpu.func @kp(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "kp", role = "forward_partial", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+  gpu.func @km(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "o", shape = "[M, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "km", role = "merge", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
+    gpu.return
+  }
+}
+
+// -----
+
+// The host code keeps every tensor in device memory: an op inside a region
+// (whose operands could be host slices) is refused, as by the conversion.
+func.func @nested(%p: tensor<3x?x8xf32>, %c: i1) -> tensor<?x8xf32> {
+  %r = scf.if %c -> tensor<?x8xf32> {
+    // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.if'}}
+    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
+    scf.yield %s : tensor<?x8xf32>
+  } else {
+    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
+    scf.yield %s : tensor<?x8xf32>
+  }
+  return %r : tensor<?x8xf32>
+}
+
+// -----
+
+// So is a function of a nested module: the pass launches the functions of
+// the module it runs on.
+module {
+  module @inner {
+    func.func @inner(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
+      // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function of the module it runs on}}
+      %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
+      return %s : tensor<?x8xf32>
+    }
   }
 }

@@ -108,8 +108,8 @@ def AttnResTile : Pass<"attnres-tile"> {
     elementwise (attnres-split-reduction's partial gradients), and its
     dimensions are not tokens.
 
-    Under `keep-host=1`, `convert-attnres-to-gpu` launches a tiled op's
-    kernels with one block per tile, which needs tiles of consecutive
+    Under `keep-host=1`, a tiled op's kernels are launched with one block
+    per tile (`convert-attnres-to-gpu`, `attnres-launch-kernels`), which needs tiles of consecutive
     tokens: the first r token dimensions tiled, all but the last of them
     by 1, the others whole.
 

@@ -1,7 +1,8 @@
 //===- FloatArithmetic.h - FP32 arithmetic of the lowerings -----*- C++ -*-===//
 //
-// The FP32 arithmetic both lowerings of the attnres ops build, on scalars or
-// vectors alike, in one of two modes:
+// The FP32 arithmetic both lowerings of the attnres ops build (on scalars or
+// vectors; constF32, and exp and log in Fused mode, on scalars), in one of
+// two modes:
 //
 //   Exact (the linalg reference): each operation rounds on its own, and e^x
 //     and ln x are math.exp and math.log, so that the reference follows the
