@@ -78,18 +78,41 @@ int64_t bytesOf(Type type) {
   return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
 }
 
-/// A function of the runtime (libAttnResRuntime, attnres-c/GpuWrappers.h),
-/// declared in the op's module once.
-func::FuncOp runtimeFunction(Operation *op, StringRef name, FunctionType type) {
+/// A function of the runtime (libAttnResRuntime, attnres-c/GpuWrappers.h)
+/// the host code calls: a pointer (a kernel's name or a message), then
+/// `i64Arguments` i64, returning an i64 or nothing.
+struct RuntimeFunction {
+  const char *name;
+  unsigned i64Arguments;
+  bool returnsI64;
+
+  FunctionType type(MLIRContext *context) const {
+    auto i64 = IntegerType::get(context, 64);
+    SmallVector<Type> arguments(1 + i64Arguments, i64);
+    arguments[0] = LLVM::LLVMPointerType::get(context);
+    return FunctionType::get(context, arguments,
+                             returnsI64 ? TypeRange{i64} : TypeRange{});
+  }
+};
+constexpr RuntimeFunction kResidentBlocks{"attnresGpuResidentBlocks", 1, true};
+constexpr RuntimeFunction kClusterCapacity{"attnresGpuClusterCapacity", 2,
+                                           true};
+constexpr RuntimeFunction kRefuseLaunch{"attnresGpuRefuseLaunch", 0, false};
+constexpr RuntimeFunction kRuntimeFunctions[] = {
+    kResidentBlocks, kClusterCapacity, kRefuseLaunch};
+
+/// `function`, declared in the op's module once.
+func::FuncOp runtimeFunction(Operation *op, const RuntimeFunction &function) {
   auto module = op->getParentOfType<ModuleOp>();
   // One the module declared itself was checked to have this type
   // (checkRuntimeSymbols).
-  if (auto existing = module.lookupSymbol<func::FuncOp>(name))
+  if (auto existing = module.lookupSymbol<func::FuncOp>(function.name))
     return existing;
   OpBuilder b(module.getBodyRegion());
-  auto function = func::FuncOp::create(b, module.getLoc(), name, type);
-  function.setPrivate();
-  return function;
+  auto declaration = func::FuncOp::create(b, module.getLoc(), function.name,
+                                          function.type(op->getContext()));
+  declaration.setPrivate();
+  return declaration;
 }
 
 /// The host code of one op: buffers, allocations, checks and launches.
@@ -177,9 +200,7 @@ public:
             .str();
     Value message =
         globalString("attnres_refusal_" + Twine(++refusals), reason);
-    func::FuncOp refuse =
-        runtimeFunction(op, "attnresGpuRefuseLaunch",
-                        FunctionType::get(b.getContext(), {pointerType()}, {}));
+    func::FuncOp refuse = runtimeFunction(op, kRefuseLaunch);
     scf::IfOp::create(b, loc, misaligned, [&](OpBuilder &nested, Location at) {
       func::CallOp::create(nested, at, refuse, ValueRange{message});
       scf::YieldOp::create(nested, at);
@@ -223,10 +244,7 @@ public:
   /// the driver's occupancy times the multiprocessors), from which the
   /// bundle runtime sizes launches too.
   Value residentBlocks(const KernelInfo &kernel) {
-    func::FuncOp query = runtimeFunction(
-        op, "attnresGpuResidentBlocks",
-        FunctionType::get(b.getContext(), {pointerType(), b.getI64Type()},
-                          {b.getI64Type()}));
+    func::FuncOp query = runtimeFunction(op, kResidentBlocks);
     return func::CallOp::create(
                b, loc, query, ValueRange{kernelName(kernel), i64(kernel.block)})
         .getResult(0);
@@ -235,11 +253,7 @@ public:
   /// Clusters of `clusterBlocks` blocks of `kernel` the device holds at
   /// once (attnresGpuClusterCapacity).
   Value clusterCapacity(const KernelInfo &kernel, int64_t clusterBlocks) {
-    func::FuncOp query = runtimeFunction(
-        op, "attnresGpuClusterCapacity",
-        FunctionType::get(b.getContext(),
-                          {pointerType(), b.getI64Type(), b.getI64Type()},
-                          {b.getI64Type()}));
+    func::FuncOp query = runtimeFunction(op, kClusterCapacity);
     return func::CallOp::create(b, loc, query,
                                 ValueRange{kernelName(kernel),
                                            i64(kernel.block),
@@ -577,9 +591,6 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
   int64_t fixed = counts.forwardPartitions;
-  if (fixed > L)
-    return op.emitError("attnres-launch-kernels: forward_partitions = ")
-           << fixed << " is more than the op's " << L << " sources";
   // Sources too few or rows too short ever to split (or one partition
   // asked for): the whole kernel.
   values["num_partitions"] = a.constant(1);
@@ -737,10 +748,6 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   // partial rows.
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   int64_t partialRowsPerBlock = integerFact(facts, "partial_rows_per_block");
-  if (counts.backwardPartitions > L)
-    return op.emitError("attnres-launch-kernels: backward_partitions = ")
-           << counts.backwardPartitions << " is more than the op's " << L
-           << " sources";
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
   Value resident;
   if (!counts.backwardBlocks || !counts.backwardPartitions)
@@ -965,10 +972,13 @@ LogicalResult validateLaunch(ModuleOp module, Operation *op,
         succeeded(require("num_queries", sourceOp.getNumQueries())) &&
         succeeded(require("rows_per_block")));
   };
+  int64_t sources = 0; // L, of a forward or backward
   if (auto forward = dyn_cast<ForwardOp>(op)) {
+    sources = forward.getNumSourceValues();
     if (failed(sourceFacts(forward)))
       return failure();
   } else if (auto backward = dyn_cast<BackwardOp>(op)) {
+    sources = backward.getNumSourceValues();
     if (failed(sourceFacts(backward)) ||
         failed(require("partial_rows_per_block")))
       return failure();
@@ -990,10 +1000,19 @@ LogicalResult validateLaunch(ModuleOp module, Operation *op,
     out = *value;
     return success();
   };
-  return success(
-      succeeded(count("forward_partitions", counts.forwardPartitions)) &&
-      succeeded(count("backward_partitions", counts.backwardPartitions)) &&
-      succeeded(count("backward_blocks", counts.backwardBlocks)));
+  if (failed(count("forward_partitions", counts.forwardPartitions)) ||
+      failed(count("backward_partitions", counts.backwardPartitions)) ||
+      failed(count("backward_blocks", counts.backwardBlocks)))
+    return failure();
+  // Partitions of the sources: at most one a source.
+  for (auto [name, partitions] :
+       {std::pair<StringRef, int64_t>{"forward_partitions",
+                                      counts.forwardPartitions},
+        {"backward_partitions", counts.backwardPartitions}})
+    if (sources && partitions > sources)
+      return fail(name + " = " + Twine(partitions) + " is more than the op's " +
+                  Twine(sources) + " sources");
+  return success();
 }
 
 /// The symbols the host code adds to the module: the runtime's functions
@@ -1001,15 +1020,6 @@ LogicalResult validateLaunch(ModuleOp module, Operation *op,
 /// the module by one of those names but not the same declaration is an
 /// error, not a redefinition the verifier finds after the pass.
 LogicalResult checkRuntimeSymbols(ModuleOp module) {
-  MLIRContext *context = module.getContext();
-  auto pointer = LLVM::LLVMPointerType::get(context);
-  auto i64 = IntegerType::get(context, 64);
-  const std::pair<StringRef, FunctionType> functions[] = {
-      {"attnresGpuResidentBlocks",
-       FunctionType::get(context, {pointer, i64}, {i64})},
-      {"attnresGpuClusterCapacity",
-       FunctionType::get(context, {pointer, i64, i64}, {i64})},
-      {"attnresGpuRefuseLaunch", FunctionType::get(context, {pointer}, {})}};
   for (Operation &op : module.getBody()->getOperations()) {
     auto symbol =
         op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
@@ -1022,12 +1032,13 @@ LogicalResult checkRuntimeSymbols(ModuleOp module) {
                                "*, attnres_refusal_*) are its own; the module "
                                "has @"
                             << symbol.getValue();
-    for (auto [name, type] : functions) {
-      if (symbol.getValue() != name)
+    for (const RuntimeFunction &runtime : kRuntimeFunctions) {
+      if (symbol.getValue() != runtime.name)
         continue;
+      FunctionType type = runtime.type(module.getContext());
       auto function = dyn_cast<func::FuncOp>(op);
       if (!function || function.getFunctionType() != type)
-        return op.emitError() << "attnres-launch-kernels: @" << name
+        return op.emitError() << "attnres-launch-kernels: @" << runtime.name
                               << " is the runtime's function of type " << type
                               << " (attnres-c/GpuWrappers.h)";
     }
