@@ -24,31 +24,36 @@ using namespace mlir;
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // The tool links LLVM's backends, whose hundreds of options would bury
+  // its own in --help; they stay settable.
+  llvm::cl::OptionCategory category("attnres-compile options");
   llvm::cl::opt<std::string> input(llvm::cl::Positional,
                                    llvm::cl::desc("<input .mlir>"),
-                                   llvm::cl::init(""));
+                                   llvm::cl::cat(category), llvm::cl::init(""));
   llvm::cl::opt<std::string> spec(
       "spec",
       llvm::cl::desc("compile one op from a spec instead of a file "
                      "(see docs/Bundle.md)"),
-      llvm::cl::init(""));
+      llvm::cl::cat(category), llvm::cl::init(""));
   llvm::cl::opt<std::string> target(
       "target", llvm::cl::desc("sm_80, sm_90, sm_100, gfx942, gfx950, ..."),
-      llvm::cl::init("sm_90"));
+      llvm::cl::cat(category), llvm::cl::init("sm_90"));
   llvm::cl::opt<std::string> format(
       "format", llvm::cl::desc("bin (cubin / hsaco), isa or fatbin"),
-      llvm::cl::init("bin"));
+      llvm::cl::cat(category), llvm::cl::init("bin"));
   llvm::cl::opt<int> optLevel("opt-level", llvm::cl::desc("0 to 3"),
-                              llvm::cl::init(3));
+                              llvm::cl::cat(category), llvm::cl::init(3));
   llvm::cl::opt<std::string> kernelOptions(
       "kernel-options",
       llvm::cl::desc("options of convert-attnres-to-gpu, e.g. "
                      "\"threads-per-row=256 source-batch=4\""),
-      llvm::cl::init(""));
+      llvm::cl::cat(category), llvm::cl::init(""));
   llvm::cl::opt<std::string> output("o", llvm::cl::desc("output folder"),
+                                    llvm::cl::cat(category),
                                     llvm::cl::init("bundle"));
   llvm::cl::opt<bool> quiet("quiet", llvm::cl::desc("print nothing on success"),
-                            llvm::cl::init(false));
+                            llvm::cl::cat(category), llvm::cl::init(false));
+  llvm::cl::HideUnrelatedOptions(category);
   llvm::cl::ParseCommandLineOptions(argc, argv,
                                     "attnres kernel bundle compiler\n");
 
