@@ -192,14 +192,16 @@ struct SourceSignature {
   int64_t rank;       // R
   int64_t numQueries; // M
   bool multiQuery;    // the query is [M, R]
-  RankedTensorType sourceType;
+  /// One source, [T..., D], packed or not.
+  SmallVector<int64_t> sourceShape;
+  Type sourceElement;
 
   /// [M?, T..., D]: the shape of o, o_pre and do.
   SmallVector<int64_t> outputShape() const {
     SmallVector<int64_t> shape;
     if (multiQuery)
       shape.push_back(numQueries);
-    llvm::append_range(shape, sourceType.getShape());
+    llvm::append_range(shape, sourceShape);
     return shape;
   }
   /// [M?, T...]: the shape of lse.
@@ -209,7 +211,43 @@ struct SourceSignature {
     return shape;
   }
 };
+
+// The types the rules are about, gathered from an op: its operands' and
+// results' types (absent optional ones null). The rules hold for any shaped
+// type, so that an op form on buffers can be held to the same ones.
+
+/// The operands a forward and a backward share.
+struct SourceOperandTypes {
+  TypeRange sources;
+  bool packed;
+  Type query, keyNormWeight, outputNormWeight;
+};
+
+/// What a forward produces, in order.
+struct ForwardResultTypes {
+  Type output, lse, oPre, oPreResidual;
+};
+
+/// The backward's operands past the shared ones.
+struct BackwardOperandTypes {
+  Type gradOutput, lse, savedOutput, savedResidual, gradLse;
+};
+
+/// What a backward produces, in order.
+struct BackwardResultTypes {
+  TypeRange gradSources;
+  Type gradQuery, gradKeyNormWeight, gradOutputNormWeight;
+};
+
+/// A partition_reduce's operands and what it produces.
+struct PartitionReduceTypes {
+  Type partials, partialLse, sink, outputNormWeight;
+  Type output, lse, oPre, oPreResidual;
+};
 } // namespace
+
+/// The type of `value`, null for an absent one.
+static Type typeOf(Value value) { return value ? value.getType() : Type(); }
 
 static std::string formatShape(ArrayRef<int64_t> shape) {
   std::string text = "[";
@@ -241,19 +279,19 @@ static LogicalResult verifyValueElementType(Operation *op, Type type,
 static LogicalResult verifyShapedLike(Operation *op, Type type,
                                       ArrayRef<int64_t> shape, Type elementType,
                                       StringRef what, StringRef layout) {
-  auto tensor = cast<RankedTensorType>(type);
-  if (tensor.getRank() != static_cast<int64_t>(shape.size()) ||
-      failed(verifyCompatibleShape(tensor.getShape(), shape)))
+  auto shaped = cast<ShapedType>(type);
+  if (shaped.getRank() != static_cast<int64_t>(shape.size()) ||
+      failed(verifyCompatibleShape(shaped.getShape(), shape)))
     return op->emitOpError() << what << " must be " << layout << " = "
                              << formatShape(shape) << ", got " << type;
   for (auto [dim, expected] : llvm::enumerate(shape))
-    if (!ShapedType::isDynamic(expected) && tensor.isDynamicDim(dim))
+    if (!ShapedType::isDynamic(expected) && shaped.isDynamicDim(dim))
       return op->emitOpError()
              << what << " must be " << layout << " = " << formatShape(shape)
              << ", got " << type << ": dimension " << dim
              << " must be static (the op's other operands fix it to "
              << expected << ")";
-  if (elementType && tensor.getElementType() != elementType)
+  if (elementType && shaped.getElementType() != elementType)
     return op->emitOpError() << what << " must have element type "
                              << elementType << ", got " << type;
   return success();
@@ -264,7 +302,7 @@ static LogicalResult verifyShapedLike(Operation *op, Type type,
 static LogicalResult verifyResidual(Operation *op, Type residualType,
                                     Type savedType, StringRef what,
                                     StringRef layout) {
-  auto saved = cast<RankedTensorType>(savedType);
+  auto saved = cast<ShapedType>(savedType);
   Type element = saved.getElementType();
   if (!element.isBF16() && !element.isF16())
     return op->emitOpError()
@@ -282,8 +320,9 @@ static LogicalResult verifyResidual(Operation *op, Type residualType,
 }
 
 static FailureOr<SourceSignature>
-verifySources(Operation *op, ValueRange sources, bool packed, Value query,
-              Value keyNormWeight, Value outputNormWeight) {
+verifySources(Operation *op, const SourceOperandTypes &operands) {
+  TypeRange sources = operands.sources;
+  bool packed = operands.packed;
   SourceSignature sig;
   if (sources.empty())
     return op->emitOpError("requires at least one source (L >= 1), got none");
@@ -292,11 +331,11 @@ verifySources(Operation *op, ValueRange sources, bool packed, Value query,
                                 "[L, T..., D], got "
                              << sources.size();
 
-  auto first = cast<RankedTensorType>(sources.front().getType());
+  auto first = cast<ShapedType>(sources.front());
   for (auto [index, source] : llvm::enumerate(sources)) {
-    if (source.getType() != first)
+    if (source != first)
       return op->emitOpError()
-             << "source #" << index << " has type " << source.getType()
+             << "source #" << index << " has type " << source
              << " but source #0 has type " << first
              << ": all sources must have the same shape and element type";
   }
@@ -316,29 +355,30 @@ verifySources(Operation *op, ValueRange sources, bool packed, Value query,
     if (sig.numSources < 1)
       return op->emitOpError("requires at least one source (L >= 1), got a "
                              "packed source dimension of 0");
-    sig.sourceType = RankedTensorType::get(first.getShape().drop_front(),
-                                           first.getElementType());
+    sig.sourceShape.assign(first.getShape().begin() + 1,
+                           first.getShape().end());
   } else {
     if (first.getRank() < 1)
       return op->emitOpError()
              << "source must have rank >= 1 ([T..., D]), got " << first;
     sig.numSources = sources.size();
-    sig.sourceType = first;
+    sig.sourceShape.assign(first.getShape().begin(), first.getShape().end());
   }
+  sig.sourceElement = first.getElementType();
   if (sig.numSources > kMaxSources)
     return op->emitOpError() << "source count L = " << sig.numSources
                              << " is out of range [1, " << kMaxSources << "]";
-  if (sig.sourceType.isDynamicDim(sig.sourceType.getRank() - 1))
+  if (ShapedType::isDynamic(sig.sourceShape.back()))
     return op->emitOpError()
            << "source width D (last dimension) must be static, got " << first;
-  sig.width = sig.sourceType.getShape().back();
+  sig.width = sig.sourceShape.back();
   if (sig.width < 1)
     return op->emitOpError() << "source width D must be >= 1, got " << first;
   if (sig.width > kMaxWidth)
     return op->emitOpError() << "source width D = " << sig.width
                              << " is out of range [1, " << kMaxWidth << "]";
 
-  auto queryType = cast<RankedTensorType>(query.getType());
+  auto queryType = cast<ShapedType>(operands.query);
   if (queryType.getRank() != 1 && queryType.getRank() != 2)
     return op->emitOpError()
            << "query must be [R] or [M, R], got " << queryType;
@@ -363,15 +403,14 @@ verifySources(Operation *op, ValueRange sources, bool packed, Value query,
     return op->emitOpError() << "query count M = " << sig.numQueries
                              << " is out of range [1, " << kMaxQueries << "]";
 
-  if (keyNormWeight) {
-    if (failed(verifyShapedLike(op, keyNormWeight.getType(), {sig.rank}, Type(),
+  if (Type keyNormWeight = operands.keyNormWeight) {
+    if (failed(verifyShapedLike(op, keyNormWeight, {sig.rank}, Type(),
                                 "key_norm weight", "[R]")) ||
-        failed(verifyValueElementType(op, keyNormWeight.getType(),
-                                      "key_norm weight")))
+        failed(verifyValueElementType(op, keyNormWeight, "key_norm weight")))
       return failure();
   }
-  if (outputNormWeight) {
-    auto weightType = cast<RankedTensorType>(outputNormWeight.getType());
+  if (operands.outputNormWeight) {
+    auto weightType = cast<ShapedType>(operands.outputNormWeight);
     bool perQuery = weightType.getRank() == 2;
     if (perQuery && !sig.multiQuery)
       return op->emitOpError()
@@ -437,71 +476,86 @@ ATTNRES_SOURCE_ACCESSORS(BackwardOp)
 // ForwardOp
 //===----------------------------------------------------------------------===//
 
+/// The operand types a forward and a backward share.
+template <typename OpT> static SourceOperandTypes sourceOperandTypes(OpT op) {
+  return {op.getSources().getTypes(), op.getPacked(), op.getQuery().getType(),
+          typeOf(op.getKeyNormWeight()), typeOf(op.getOutputNormWeight())};
+}
+
 /// The rules forward and backward share: sources, query, weights, eps and
 /// scale.
 template <typename OpT>
-static FailureOr<SourceSignature> verifySourcesAndAttrs(OpT op) {
-  FailureOr<SourceSignature> sig =
-      verifySources(op, op.getSources(), op.getPacked(), op.getQuery(),
-                    op.getKeyNormWeight(), op.getOutputNormWeight());
+static FailureOr<SourceSignature>
+verifySourcesAndAttrs(OpT op, const SourceOperandTypes &operands) {
+  FailureOr<SourceSignature> sig = verifySources(op, operands);
   if (failed(sig) || failed(verifyNormAttrs(op, op.getEps().convertToDouble(),
                                             op.getScale().convertToDouble())))
     return failure();
   return sig;
 }
 
-LogicalResult ForwardOp::verify() {
-  FailureOr<SourceSignature> sig = verifySourcesAndAttrs(*this);
+/// A forward's rules, for its operands and what it produces.
+static LogicalResult verifyForward(ForwardOp op,
+                                   const SourceOperandTypes &operands,
+                                   const ForwardResultTypes &results) {
+  FailureOr<SourceSignature> sig = verifySourcesAndAttrs(op, operands);
   if (failed(sig))
     return failure();
+  SaveMode save = op.getSave();
+  bool hasOutputNorm = static_cast<bool>(operands.outputNormWeight);
 
   StringRef outputLayout = sig->multiQuery ? "[M, T..., D]" : "[T..., D]";
   StringRef lseLayout = sig->multiQuery ? "[M, T...]" : "[T...]";
   SmallVector<int64_t> outputShape = sig->outputShape();
-  if (failed(verifyShapedLike(*this, getOutput().getType(), outputShape, Type(),
-                              "output", outputLayout)))
+  if (failed(verifyShapedLike(op, results.output, outputShape, Type(), "output",
+                              outputLayout)))
     return failure();
-  Type sourceElement = sig->sourceType.getElementType();
-  Type outputElement = getOutput().getType().getElementType();
+  Type sourceElement = sig->sourceElement;
+  Type outputElement = cast<ShapedType>(results.output).getElementType();
   if (outputElement != sourceElement && !outputElement.isF32())
-    return emitOpError() << "output element type must be the source element "
-                            "type "
-                         << sourceElement << " or f32 (an FP32 partial), got "
-                         << outputElement;
+    return op.emitOpError()
+           << "output element type must be the source element "
+              "type "
+           << sourceElement << " or f32 (an FP32 partial), got "
+           << outputElement;
 
-  Type f32 = Float32Type::get(getContext());
-  if (failed(verifyShapedLike(*this, getLse().getType(), sig->lseShape(), f32,
-                              "lse", lseLayout)))
+  Type f32 = Float32Type::get(op.getContext());
+  if (failed(verifyShapedLike(op, results.lse, sig->lseShape(), f32, "lse",
+                              lseLayout)))
     return failure();
 
-  bool withResidual = getSave() == SaveMode::OPreResidual;
-  bool savesOPre =
-      (getSave() == SaveMode::OPre || withResidual) && getOutputNormWeight();
-  if (savesOPre && !getOPre())
-    return emitOpError() << "with save(" << stringifySaveMode(getSave())
-                         << ") and an output norm, the forward must return "
-                            "o_pre as its third result";
-  if (!savesOPre && getOPre())
-    return emitOpError("o_pre is a result only with save(o_pre) or "
-                       "save(o_pre_residual) and an output norm (without an "
-                       "output norm, o is o_pre)");
-  if (getOPre() && getOPre().getType() != getOutput().getType())
-    return emitOpError() << "o_pre must have the type of the output "
-                         << getOutput().getType() << ", got "
-                         << getOPre().getType();
-  if (withResidual && !getOPreResidual())
-    return emitOpError("with save(o_pre_residual), the forward must return "
-                       "the residual of o_pre (i8, [M?, T..., D/2]) as its "
-                       "last result");
-  if (!withResidual && getOPreResidual())
-    return emitOpError("the o_pre residual is a result only with "
-                       "save(o_pre_residual)");
-  if (withResidual && failed(verifyResidual(
-                          *this, getOPreResidual().getType(),
-                          getOutput().getType(), "the o_pre residual",
-                          sig->multiQuery ? "[M, T..., D/2]" : "[T..., D/2]")))
+  bool withResidual = save == SaveMode::OPreResidual;
+  bool savesOPre = (save == SaveMode::OPre || withResidual) && hasOutputNorm;
+  if (savesOPre && !results.oPre)
+    return op.emitOpError() << "with save(" << stringifySaveMode(save)
+                            << ") and an output norm, the forward must return "
+                               "o_pre as its third result";
+  if (!savesOPre && results.oPre)
+    return op.emitOpError("o_pre is a result only with save(o_pre) or "
+                          "save(o_pre_residual) and an output norm (without "
+                          "an output norm, o is o_pre)");
+  if (results.oPre && results.oPre != results.output)
+    return op.emitOpError() << "o_pre must have the type of the output "
+                            << results.output << ", got " << results.oPre;
+  if (withResidual && !results.oPreResidual)
+    return op.emitOpError("with save(o_pre_residual), the forward must return "
+                          "the residual of o_pre (i8, [M?, T..., D/2]) as its "
+                          "last result");
+  if (!withResidual && results.oPreResidual)
+    return op.emitOpError("the o_pre residual is a result only with "
+                          "save(o_pre_residual)");
+  if (withResidual &&
+      failed(verifyResidual(
+          op, results.oPreResidual, results.output, "the o_pre residual",
+          sig->multiQuery ? "[M, T..., D/2]" : "[T..., D/2]")))
     return failure();
   return success();
+}
+
+LogicalResult ForwardOp::verify() {
+  return verifyForward(*this, sourceOperandTypes(*this),
+                       {getOutput().getType(), getLse().getType(),
+                        typeOf(getOPre()), typeOf(getOPreResidual())});
 }
 
 //===----------------------------------------------------------------------===//
@@ -510,10 +564,10 @@ LogicalResult ForwardOp::verify() {
 
 /// A parameter gradient has the parameter's shape and either its element
 /// type or f32 (an FP32 partial sum over a block of tokens).
-static LogicalResult verifyParameterGradient(Operation *op, Value parameter,
-                                             Value grad, StringRef name) {
-  auto parameterType = cast<RankedTensorType>(parameter.getType());
-  auto gradType = cast<RankedTensorType>(grad.getType());
+static LogicalResult verifyParameterGradient(Operation *op, Type parameter,
+                                             Type grad, StringRef name) {
+  auto parameterType = cast<ShapedType>(parameter);
+  auto gradType = cast<ShapedType>(grad);
   if (gradType.getShape() != parameterType.getShape() ||
       (gradType.getElementType() != parameterType.getElementType() &&
        !gradType.getElementType().isF32()))
@@ -524,84 +578,95 @@ static LogicalResult verifyParameterGradient(Operation *op, Value parameter,
   return success();
 }
 
-LogicalResult BackwardOp::verify() {
-  FailureOr<SourceSignature> sig = verifySourcesAndAttrs(*this);
+/// A backward's rules, for its operands and what it produces.
+static LogicalResult verifyBackward(BackwardOp op,
+                                    const SourceOperandTypes &sources,
+                                    const BackwardOperandTypes &operands,
+                                    const BackwardResultTypes &results) {
+  FailureOr<SourceSignature> sig = verifySourcesAndAttrs(op, sources);
   if (failed(sig))
     return failure();
 
   StringRef outputLayout = sig->multiQuery ? "[M, T..., D]" : "[T..., D]";
   SmallVector<int64_t> outputShape = sig->outputShape();
-  if (failed(verifyShapedLike(*this, getGradOutput().getType(), outputShape,
-                              Type(), "grad (the gradient of the output)",
+  Type f32 = Float32Type::get(op.getContext());
+  if (failed(verifyShapedLike(op, operands.gradOutput, outputShape, Type(),
+                              "grad (the gradient of the output)",
                               outputLayout)) ||
-      failed(verifyValueElementType(*this, getGradOutput().getType(),
+      failed(verifyValueElementType(op, operands.gradOutput,
                                     "grad (the gradient of the output)")))
     return failure();
-  if (failed(verifyShapedLike(*this, getLse().getType(), sig->lseShape(),
-                              Float32Type::get(getContext()),
+  if (failed(verifyShapedLike(op, operands.lse, sig->lseShape(), f32,
                               "lse (the forward's log-sum-exp)",
                               sig->multiQuery ? "[M, T...]" : "[T...]")))
     return failure();
-  if (Value saved = getSavedOutput()) {
-    if (failed(verifyShapedLike(*this, saved.getType(), outputShape, Type(),
+  if (Type saved = operands.savedOutput) {
+    if (failed(verifyShapedLike(op, saved, outputShape, Type(),
                                 "saved (the forward's o_pre)", outputLayout)) ||
-        failed(verifyValueElementType(*this, saved.getType(),
-                                      "saved (the forward's o_pre)")))
+        failed(
+            verifyValueElementType(op, saved, "saved (the forward's o_pre)")))
       return failure();
   }
-  if (Value residual = getSavedResidual()) {
-    if (!getSavedOutput())
-      return emitOpError("residual(...) is the residual of the saved o_pre: "
-                         "it needs saved(...)");
+  if (Type residual = operands.savedResidual) {
+    if (!operands.savedOutput)
+      return op.emitOpError("residual(...) is the residual of the saved o_pre: "
+                            "it needs saved(...)");
     if (failed(verifyResidual(
-            *this, residual.getType(), getSavedOutput().getType(),
-            "residual (of the saved o_pre)",
+            op, residual, operands.savedOutput, "residual (of the saved o_pre)",
             sig->multiQuery ? "[M, T..., D/2]" : "[T..., D/2]")))
       return failure();
   }
 
-  if (Value gradLse = getGradLse())
-    if (failed(verifyShapedLike(*this, gradLse.getType(), sig->lseShape(),
-                                Float32Type::get(getContext()),
+  if (Type gradLse = operands.gradLse)
+    if (failed(verifyShapedLike(op, gradLse, sig->lseShape(), f32,
                                 "grad_lse (the gradient of the forward's lse)",
                                 sig->multiQuery ? "[M, T...]" : "[T...]")))
       return failure();
 
-  if (getGradSources().size() != getSources().size())
-    return emitOpError() << "expects one source gradient per source operand ("
-                         << getSources().size() << "), got "
-                         << getGradSources().size();
+  if (results.gradSources.size() != sources.sources.size())
+    return op.emitOpError()
+           << "expects one source gradient per source operand ("
+           << sources.sources.size() << "), got " << results.gradSources.size();
   for (auto [index, pair] :
-       llvm::enumerate(llvm::zip(getSources(), getGradSources()))) {
+       llvm::enumerate(llvm::zip(sources.sources, results.gradSources))) {
     auto [source, grad] = pair;
-    if (source.getType() != grad.getType())
-      return emitOpError() << "source gradient #" << index
-                           << " must have the type of source #" << index << " "
-                           << source.getType() << ", got " << grad.getType();
+    if (source != grad)
+      return op.emitOpError() << "source gradient #" << index
+                              << " must have the type of source #" << index
+                              << " " << source << ", got " << grad;
   }
-  if (failed(
-          verifyParameterGradient(*this, getQuery(), getGradQuery(), "query")))
+  if (failed(verifyParameterGradient(op, sources.query, results.gradQuery,
+                                     "query")))
     return failure();
 
-  auto verifyWeightGrad = [&](Value weight, Value grad,
+  auto verifyWeightGrad = [&](Type weight, Type grad,
                               StringRef name) -> LogicalResult {
     if (!weight && grad)
-      return emitOpError() << "has a " << name << " weight gradient but no "
-                           << name << " weight";
+      return op.emitOpError() << "has a " << name << " weight gradient but no "
+                              << name << " weight";
     if (weight && !grad)
-      return emitOpError() << "has a " << name << " weight but no " << name
-                           << " weight gradient result";
+      return op.emitOpError() << "has a " << name << " weight but no " << name
+                              << " weight gradient result";
     if (weight)
-      return verifyParameterGradient(*this, weight, grad,
+      return verifyParameterGradient(op, weight, grad,
                                      (name + " weight").str());
     return success();
   };
-  if (failed(verifyWeightGrad(getKeyNormWeight(), getGradKeyNormWeight(),
+  if (failed(verifyWeightGrad(sources.keyNormWeight, results.gradKeyNormWeight,
                               "key_norm")) ||
-      failed(verifyWeightGrad(getOutputNormWeight(), getGradOutputNormWeight(),
-                              "output_norm")))
+      failed(verifyWeightGrad(sources.outputNormWeight,
+                              results.gradOutputNormWeight, "output_norm")))
     return failure();
   return success();
+}
+
+LogicalResult BackwardOp::verify() {
+  return verifyBackward(
+      *this, sourceOperandTypes(*this),
+      {getGradOutput().getType(), getLse().getType(), typeOf(getSavedOutput()),
+       typeOf(getSavedResidual()), typeOf(getGradLse())},
+      {getGradSources().getTypes(), getGradQuery().getType(),
+       typeOf(getGradKeyNormWeight()), typeOf(getGradOutputNormWeight())});
 }
 
 //===----------------------------------------------------------------------===//
@@ -612,120 +677,129 @@ int64_t PartitionReduceOp::getNumPartitions() {
   return getPartials().getType().getDimSize(0);
 }
 
-LogicalResult PartitionReduceOp::verify() {
-  RankedTensorType partials = getPartials().getType();
-  StringRef kind = stringifyReduceKind(getKind());
-  bool softmax = getKind() == ReduceKind::Softmax;
+/// A partition_reduce's rules, for its operands and what it produces.
+static LogicalResult verifyPartitionReduce(PartitionReduceOp op,
+                                           const PartitionReduceTypes &types) {
+  auto partials = cast<ShapedType>(types.partials);
+  StringRef kind = stringifyReduceKind(op.getKind());
+  bool softmax = op.getKind() == ReduceKind::Softmax;
   int64_t minRank = softmax ? 2 : 1;
   if (partials.getRank() < minRank)
-    return emitOpError() << "partials must be "
-                         << (softmax ? "[P, T..., D]" : "[P, S...]")
-                         << " (rank >= " << minRank << ") for the " << kind
-                         << " kind, got " << partials;
+    return op.emitOpError()
+           << "partials must be " << (softmax ? "[P, T..., D]" : "[P, S...]")
+           << " (rank >= " << minRank << ") for the " << kind << " kind, got "
+           << partials;
   if (partials.isDynamicDim(0))
-    return emitOpError()
+    return op.emitOpError()
            << "partition count P (leading dimension of partials) must be "
               "static, got "
            << partials;
   if (partials.getDimSize(0) < 1)
-    return emitOpError() << "requires at least one partition (P >= 1), got "
-                         << partials;
+    return op.emitOpError()
+           << "requires at least one partition (P >= 1), got " << partials;
   if (partials.getDimSize(0) > kMaxSources)
-    return emitOpError() << "partition count P = " << partials.getDimSize(0)
-                         << " is out of range [1, " << kMaxSources << "]";
+    return op.emitOpError() << "partition count P = " << partials.getDimSize(0)
+                            << " is out of range [1, " << kMaxSources << "]";
   if (!partials.getElementType().isF32())
-    return emitOpError() << "partials must be f32 (partials are FP32), got "
-                         << partials;
+    return op.emitOpError()
+           << "partials must be f32 (partials are FP32), got " << partials;
 
-  Type f32 = Float32Type::get(getContext());
+  Type f32 = Float32Type::get(op.getContext());
   ArrayRef<int64_t> resultShape = partials.getShape().drop_front();
   if (!softmax) {
-    if (getPartialLse())
-      return emitOpError("the sum kind takes no lse(...) operand");
-    if (getSink())
-      return emitOpError("the sum kind takes no sink(...) operand");
-    if (getOutputNormWeight())
-      return emitOpError("the sum kind takes no output_norm(...) operand");
-    if (getLse() || getOPre() || getOPreResidual())
-      return emitOpError("the sum kind has one result, the sum");
-    return failure(
-        failed(verifyShapedLike(*this, getOutput().getType(), resultShape,
-                                Type(), "output", "[S...]")) ||
-        failed(verifyValueElementType(*this, getOutput().getType(), "output")));
+    if (types.partialLse)
+      return op.emitOpError("the sum kind takes no lse(...) operand");
+    if (types.sink)
+      return op.emitOpError("the sum kind takes no sink(...) operand");
+    if (types.outputNormWeight)
+      return op.emitOpError("the sum kind takes no output_norm(...) operand");
+    if (types.lse || types.oPre || types.oPreResidual)
+      return op.emitOpError("the sum kind has one result, the sum");
+    return failure(failed(verifyShapedLike(op, types.output, resultShape,
+                                           Type(), "output", "[S...]")) ||
+                   failed(verifyValueElementType(op, types.output, "output")));
   }
 
   if (partials.isDynamicDim(partials.getRank() - 1))
-    return emitOpError() << "the row width D (last dimension of partials) "
-                            "must be static for the softmax kind, got "
-                         << partials;
+    return op.emitOpError() << "the row width D (last dimension of partials) "
+                               "must be static for the softmax kind, got "
+                            << partials;
   if (partials.getShape().back() > kMaxWidth)
-    return emitOpError() << "row width D = " << partials.getShape().back()
-                         << " is out of range [1, " << kMaxWidth << "]";
+    return op.emitOpError() << "row width D = " << partials.getShape().back()
+                            << " is out of range [1, " << kMaxWidth << "]";
   SmallVector<int64_t> rowShape(resultShape.drop_back());
-  if (!getPartialLse())
-    return emitOpError("the softmax kind requires the partitions' "
-                       "lse(...) operand");
-  auto partialLse = cast<RankedTensorType>(getPartialLse().getType());
+  if (!types.partialLse)
+    return op.emitOpError("the softmax kind requires the partitions' "
+                          "lse(...) operand");
+  auto partialLse = cast<ShapedType>(types.partialLse);
   if (partialLse.getRank() >= 1 && !partialLse.isDynamicDim(0) &&
       partialLse.getDimSize(0) != partials.getDimSize(0))
-    return emitOpError() << "lse has " << partialLse.getDimSize(0)
-                         << " partitions but partials have "
-                         << partials.getDimSize(0);
+    return op.emitOpError()
+           << "lse has " << partialLse.getDimSize(0)
+           << " partitions but partials have " << partials.getDimSize(0);
   SmallVector<int64_t> partialLseShape{partials.getDimSize(0)};
   llvm::append_range(partialLseShape, rowShape);
-  if (failed(verifyShapedLike(*this, partialLse, partialLseShape, f32, "lse",
+  if (failed(verifyShapedLike(op, partialLse, partialLseShape, f32, "lse",
                               "[P, T...]")))
     return failure();
-  if (getSink() && failed(verifyShapedLike(*this, getSink().getType(), rowShape,
-                                           f32, "sink", "[T...]")))
+  if (types.sink &&
+      failed(verifyShapedLike(op, types.sink, rowShape, f32, "sink", "[T...]")))
     return failure();
-  if (!getLse())
-    return emitOpError("the softmax kind has two results, the merged output "
-                       "and the merged lse");
-  if (failed(verifyShapedLike(*this, getOutput().getType(), resultShape, Type(),
-                              "output", "[T..., D]")) ||
-      failed(verifyValueElementType(*this, getOutput().getType(), "output")) ||
-      failed(verifyShapedLike(*this, getLse().getType(), rowShape, f32,
-                              "merged lse", "[T...]")))
+  if (!types.lse)
+    return op.emitOpError("the softmax kind has two results, the merged output "
+                          "and the merged lse");
+  if (failed(verifyShapedLike(op, types.output, resultShape, Type(), "output",
+                              "[T..., D]")) ||
+      failed(verifyValueElementType(op, types.output, "output")) ||
+      failed(verifyShapedLike(op, types.lse, rowShape, f32, "merged lse",
+                              "[T...]")))
     return failure();
 
-  Value weight = getOutputNormWeight();
-  if (getOPre() && !weight)
-    return emitOpError("o_pre is a result only with an output_norm(...) "
-                       "operand (without one the output is o_pre)");
-  if (Value residual = getOPreResidual()) {
-    if (weight && !getOPre())
-      return emitOpError("with an output norm, the o_pre residual needs the "
-                         "o_pre result it belongs to");
-    if (failed(verifyResidual(*this, residual.getType(), getOutput().getType(),
-                              "the o_pre residual", "[T..., D/2]")))
+  Type weight = types.outputNormWeight;
+  if (types.oPre && !weight)
+    return op.emitOpError("o_pre is a result only with an output_norm(...) "
+                          "operand (without one the output is o_pre)");
+  if (Type residual = types.oPreResidual) {
+    if (weight && !types.oPre)
+      return op.emitOpError("with an output norm, the o_pre residual needs the "
+                            "o_pre result it belongs to");
+    if (failed(verifyResidual(op, residual, types.output, "the o_pre residual",
+                              "[T..., D/2]")))
       return failure();
   }
   if (!weight)
     return success();
-  if (failed(verifyNormAttrs(*this, getEps().convertToDouble(), 1.0)))
+  if (failed(verifyNormAttrs(op, op.getEps().convertToDouble(), 1.0)))
     return failure();
-  auto weightType = cast<RankedTensorType>(weight.getType());
+  auto weightType = cast<ShapedType>(weight);
   int64_t width = resultShape.back();
   SmallVector<int64_t> expected{width};
   StringRef layout = "[D]";
   if (weightType.getRank() == 2) {
     if (resultShape.size() < 2)
-      return emitOpError() << "output_norm weight must be [D] = "
-                           << formatShape(width) << " for a result of rank "
-                           << resultShape.size() << ", got " << weightType;
+      return op.emitOpError()
+             << "output_norm weight must be [D] = " << formatShape(width)
+             << " for a result of rank " << resultShape.size() << ", got "
+             << weightType;
     expected.insert(expected.begin(), resultShape.front());
     layout = "[K, D] (K the leading result dimension)";
   }
-  if (failed(verifyShapedLike(*this, weightType, expected, Type(),
+  if (failed(verifyShapedLike(op, weightType, expected, Type(),
                               "output_norm weight", layout)) ||
-      failed(verifyValueElementType(*this, weightType, "output_norm weight")))
+      failed(verifyValueElementType(op, weightType, "output_norm weight")))
     return failure();
-  if (getOPre() && getOPre().getType() != getOutput().getType())
-    return emitOpError() << "o_pre must have the type of the output "
-                         << getOutput().getType() << ", got "
-                         << getOPre().getType();
+  if (types.oPre && types.oPre != types.output)
+    return op.emitOpError() << "o_pre must have the type of the output "
+                            << types.output << ", got " << types.oPre;
   return success();
+}
+
+LogicalResult PartitionReduceOp::verify() {
+  return verifyPartitionReduce(
+      *this,
+      {getPartials().getType(), typeOf(getPartialLse()), typeOf(getSink()),
+       typeOf(getOutputNormWeight()), getOutput().getType(), typeOf(getLse()),
+       typeOf(getOPre()), typeOf(getOPreResidual())});
 }
 
 #define GET_OP_CLASSES
