@@ -4,6 +4,7 @@
 
 #include "attnres/Conversion/Passes.h"
 #include "attnres/Dialect/AttnRes/IR/AttnResDialect.h"
+#include "attnres/Dialect/AttnRes/Transforms/BufferizableOpInterfaceImpl.h"
 #include "attnres/Dialect/AttnRes/Transforms/Passes.h"
 #include "attnres/Pipelines/Pipelines.h"
 
@@ -73,6 +74,7 @@ void mlir::attnres::registerAllDialects(DialectRegistry &registry) {
   // Interface models the pipelines rely on: bufferization, deallocation,
   // tiling and value bounds of the upstream ops. Without them, passes such
   // as one-shot-bufferize or tiling silently skip or reject those ops.
+  attnres::registerBufferizableOpInterfaceExternalModels(registry);
   affine::registerValueBoundsOpInterfaceExternalModels(registry);
   arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
   arith::registerBufferizableOpInterfaceExternalModels(registry);

@@ -249,6 +249,14 @@ struct PartitionReduceTypes {
 /// The type of `value`, null for an absent one.
 static Type typeOf(Value value) { return value ? value.getType() : Type(); }
 
+/// Whether a forward saving `save` returns o_pre (save(o_pre) or
+/// save(o_pre_residual), with an output norm: without one o is o_pre) and
+/// o_pre's residual (save(o_pre_residual)).
+static std::pair<bool, bool> forwardSaves(SaveMode save, bool outputNorm) {
+  bool residual = save == SaveMode::OPreResidual;
+  return {(save == SaveMode::OPre || residual) && outputNorm, residual};
+}
+
 static std::string formatShape(ArrayRef<int64_t> shape) {
   std::string text = "[";
   llvm::raw_string_ostream os(text);
@@ -441,36 +449,55 @@ static LogicalResult verifyNormAttrs(Operation *op, double eps, double scale) {
   int64_t OP::getNumSourceValues() {                                           \
     if (!getPacked())                                                          \
       return getSources().size();                                              \
-    return cast<RankedTensorType>(getSources().front().getType())              \
-        .getDimSize(0);                                                        \
+    return cast<ShapedType>(getSources().front().getType()).getDimSize(0);     \
   }                                                                            \
   int64_t OP::getWidth() {                                                     \
-    return cast<RankedTensorType>(getSources().front().getType())              \
-        .getShape()                                                            \
-        .back();                                                               \
+    return cast<ShapedType>(getSources().front().getType()).getShape().back(); \
   }                                                                            \
   int64_t OP::getRank() {                                                      \
-    return cast<RankedTensorType>(getQuery().getType()).getShape().back();     \
+    return cast<ShapedType>(getQuery().getType()).getShape().back();           \
   }                                                                            \
   int64_t OP::getNumQueries() {                                                \
     return isMultiQuery()                                                      \
-               ? cast<RankedTensorType>(getQuery().getType()).getDimSize(0)    \
+               ? cast<ShapedType>(getQuery().getType()).getDimSize(0)          \
                : 1;                                                            \
   }                                                                            \
   bool OP::isMultiQuery() {                                                    \
-    return cast<RankedTensorType>(getQuery().getType()).getRank() == 2;        \
-  }                                                                            \
-  RankedTensorType OP::getSourceType() {                                       \
-    auto type = cast<RankedTensorType>(getSources().front().getType());        \
-    if (!getPacked())                                                          \
-      return type;                                                             \
-    return RankedTensorType::get(type.getShape().drop_front(),                 \
-                                 type.getElementType());                       \
+    return cast<ShapedType>(getQuery().getType()).getRank() == 2;              \
   }
 
 ATTNRES_SOURCE_ACCESSORS(ForwardOp)
 ATTNRES_SOURCE_ACCESSORS(BackwardOp)
+ATTNRES_SOURCE_ACCESSORS(ForwardIntoOp)
+ATTNRES_SOURCE_ACCESSORS(BackwardIntoOp)
 #undef ATTNRES_SOURCE_ACCESSORS
+
+/// One source's shape, [T..., D]: a packed operand's without its leading L.
+static ArrayRef<int64_t> oneSourceShape(Value first, bool packed) {
+  ArrayRef<int64_t> shape = cast<ShapedType>(first.getType()).getShape();
+  return packed ? shape.drop_front() : shape;
+}
+
+RankedTensorType ForwardOp::getSourceType() {
+  auto type = cast<RankedTensorType>(getSources().front().getType());
+  return type.clone(oneSourceShape(getSources().front(), getPacked()));
+}
+RankedTensorType BackwardOp::getSourceType() {
+  auto type = cast<RankedTensorType>(getSources().front().getType());
+  return type.clone(oneSourceShape(getSources().front(), getPacked()));
+}
+MemRefType ForwardIntoOp::getSourceType() {
+  auto type = cast<MemRefType>(getSources().front().getType());
+  return MemRefType::get(oneSourceShape(getSources().front(), getPacked()),
+                         type.getElementType(), MemRefLayoutAttrInterface(),
+                         type.getMemorySpace());
+}
+MemRefType BackwardIntoOp::getSourceType() {
+  auto type = cast<MemRefType>(getSources().front().getType());
+  return MemRefType::get(oneSourceShape(getSources().front(), getPacked()),
+                         type.getElementType(), MemRefLayoutAttrInterface(),
+                         type.getMemorySpace());
+}
 
 //===----------------------------------------------------------------------===//
 // ForwardOp
@@ -495,14 +522,13 @@ verifySourcesAndAttrs(OpT op, const SourceOperandTypes &operands) {
 }
 
 /// A forward's rules, for its operands and what it produces.
-static LogicalResult verifyForward(ForwardOp op,
-                                   const SourceOperandTypes &operands,
+template <typename OpT>
+static LogicalResult verifyForward(OpT op, const SourceOperandTypes &operands,
                                    const ForwardResultTypes &results) {
   FailureOr<SourceSignature> sig = verifySourcesAndAttrs(op, operands);
   if (failed(sig))
     return failure();
   SaveMode save = op.getSave();
-  bool hasOutputNorm = static_cast<bool>(operands.outputNormWeight);
 
   StringRef outputLayout = sig->multiQuery ? "[M, T..., D]" : "[T..., D]";
   StringRef lseLayout = sig->multiQuery ? "[M, T...]" : "[T...]";
@@ -524,8 +550,8 @@ static LogicalResult verifyForward(ForwardOp op,
                               lseLayout)))
     return failure();
 
-  bool withResidual = save == SaveMode::OPreResidual;
-  bool savesOPre = (save == SaveMode::OPre || withResidual) && hasOutputNorm;
+  auto [savesOPre, withResidual] =
+      forwardSaves(save, static_cast<bool>(operands.outputNormWeight));
   if (savesOPre && !results.oPre)
     return op.emitOpError() << "with save(" << stringifySaveMode(save)
                             << ") and an output norm, the forward must return "
@@ -579,8 +605,8 @@ static LogicalResult verifyParameterGradient(Operation *op, Type parameter,
 }
 
 /// A backward's rules, for its operands and what it produces.
-static LogicalResult verifyBackward(BackwardOp op,
-                                    const SourceOperandTypes &sources,
+template <typename OpT>
+static LogicalResult verifyBackward(OpT op, const SourceOperandTypes &sources,
                                     const BackwardOperandTypes &operands,
                                     const BackwardResultTypes &results) {
   FailureOr<SourceSignature> sig = verifySourcesAndAttrs(op, sources);
@@ -678,7 +704,8 @@ int64_t PartitionReduceOp::getNumPartitions() {
 }
 
 /// A partition_reduce's rules, for its operands and what it produces.
-static LogicalResult verifyPartitionReduce(PartitionReduceOp op,
+template <typename OpT>
+static LogicalResult verifyPartitionReduce(OpT op,
                                            const PartitionReduceTypes &types) {
   auto partials = cast<ShapedType>(types.partials);
   StringRef kind = stringifyReduceKind(op.getKind());
@@ -800,6 +827,190 @@ LogicalResult PartitionReduceOp::verify() {
       {getPartials().getType(), typeOf(getPartialLse()), typeOf(getSink()),
        typeOf(getOutputNormWeight()), getOutput().getType(), typeOf(getLse()),
        typeOf(getOPre()), typeOf(getOPreResidual())});
+}
+
+//===----------------------------------------------------------------------===//
+// The ops on buffers
+//===----------------------------------------------------------------------===//
+
+/// `outs[index]`, null past its end.
+static Value outAt(ValueRange outs, size_t index) {
+  return index < outs.size() ? outs[index] : Value();
+}
+
+/// The kernels address a buffer's rows from its first element: every
+/// buffer must be dense from its start.
+static LogicalResult verifyDenseBuffers(Operation *op) {
+  for (auto [index, operand] : llvm::enumerate(op->getOperands())) {
+    auto type = cast<MemRefType>(operand.getType());
+    if (!type.getLayout().isIdentity())
+      return op->emitOpError()
+             << "takes buffers dense from their start (an identity "
+                "layout); operand #"
+             << index << " is " << type;
+  }
+  return success();
+}
+
+static LogicalResult verifyOutCount(Operation *op, ValueRange outs,
+                                    size_t expected, const Twine &what) {
+  if (outs.size() == expected)
+    return success();
+  return op->emitOpError() << "writes " << expected << " buffers (" << what
+                           << "), but outs has " << outs.size();
+}
+
+/// Reads every operand but `outs`, writes `outs`.
+static void bufferEffects(
+    Operation *op, OperandRange outs,
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  // outs are the last operands.
+  unsigned firstOut = op->getNumOperands() - outs.size();
+  for (OpOperand &operand : op->getOpOperands())
+    effects.emplace_back(
+        operand.getOperandNumber() < firstOut
+            ? static_cast<MemoryEffects::Effect *>(MemoryEffects::Read::get())
+            : MemoryEffects::Write::get(),
+        &operand, SideEffects::DefaultResource::get());
+}
+
+Value ForwardIntoOp::getOutputBuffer() { return outAt(getOuts(), 0); }
+Value ForwardIntoOp::getLseBuffer() { return outAt(getOuts(), 1); }
+Value ForwardIntoOp::getOPreBuffer() {
+  auto [oPre, residual] =
+      forwardSaves(getSave(), static_cast<bool>(getOutputNormWeight()));
+  return oPre ? outAt(getOuts(), 2) : Value();
+}
+Value ForwardIntoOp::getOPreResidualBuffer() {
+  auto [oPre, residual] =
+      forwardSaves(getSave(), static_cast<bool>(getOutputNormWeight()));
+  return residual ? outAt(getOuts(), oPre ? 3 : 2) : Value();
+}
+
+LogicalResult ForwardIntoOp::verify() {
+  if (failed(verifyDenseBuffers(*this)))
+    return failure();
+  auto [oPre, residual] =
+      forwardSaves(getSave(), static_cast<bool>(getOutputNormWeight()));
+  if (failed(verifyOutCount(*this, getOuts(), 2 + oPre + residual,
+                            Twine("o, lse") + (oPre ? ", o_pre" : "") +
+                                (residual ? ", the o_pre residual" : ""))))
+    return failure();
+  return verifyForward(*this, sourceOperandTypes(*this),
+                       {typeOf(getOutputBuffer()), typeOf(getLseBuffer()),
+                        typeOf(getOPreBuffer()),
+                        typeOf(getOPreResidualBuffer())});
+}
+
+void ForwardIntoOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  bufferEffects(*this, getOuts(), effects);
+}
+
+/// The source gradients among a backward's outs: one per source operand.
+static size_t gradSourceCount(BackwardIntoOp op) {
+  return op.getSources().size();
+}
+
+ValueRange BackwardIntoOp::getGradSourceBuffers() {
+  size_t count = gradSourceCount(*this);
+  if (getOuts().size() < count)
+    return {};
+  return getOuts().take_front(count);
+}
+Value BackwardIntoOp::getGradQueryBuffer() {
+  return outAt(getOuts(), gradSourceCount(*this));
+}
+Value BackwardIntoOp::getGradKeyNormWeightBuffer() {
+  if (!getKeyNormWeight())
+    return {};
+  return outAt(getOuts(), gradSourceCount(*this) + 1);
+}
+Value BackwardIntoOp::getGradOutputNormWeightBuffer() {
+  if (!getOutputNormWeight())
+    return {};
+  return outAt(getOuts(),
+               gradSourceCount(*this) + 1 + (getKeyNormWeight() ? 1 : 0));
+}
+
+LogicalResult BackwardIntoOp::verify() {
+  if (failed(verifyDenseBuffers(*this)))
+    return failure();
+  bool keyNorm = static_cast<bool>(getKeyNormWeight());
+  bool outputNorm = static_cast<bool>(getOutputNormWeight());
+  if (failed(verifyOutCount(
+          *this, getOuts(), gradSourceCount(*this) + 1 + keyNorm + outputNorm,
+          Twine("a gradient per source operand, the query's") +
+              (keyNorm ? ", the key_norm weight's" : "") +
+              (outputNorm ? ", the output_norm weight's" : ""))))
+    return failure();
+  return verifyBackward(
+      *this, sourceOperandTypes(*this),
+      {getGradOutput().getType(), getLse().getType(), typeOf(getSavedOutput()),
+       typeOf(getSavedResidual()), typeOf(getGradLse())},
+      {getGradSourceBuffers().getTypes(), typeOf(getGradQueryBuffer()),
+       typeOf(getGradKeyNormWeightBuffer()),
+       typeOf(getGradOutputNormWeightBuffer())});
+}
+
+void BackwardIntoOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  bufferEffects(*this, getOuts(), effects);
+}
+
+int64_t PartitionReduceIntoOp::getNumPartitions() {
+  return cast<MemRefType>(getPartials().getType()).getDimSize(0);
+}
+
+/// Past the output and the merged lse, a softmax merge's outs hold o_pre (a
+/// float buffer) and its residual (an integer one), each optional.
+static bool isResidualBuffer(Value buffer) {
+  return isa<IntegerType>(cast<MemRefType>(buffer.getType()).getElementType());
+}
+
+Value PartitionReduceIntoOp::getOutputBuffer() { return outAt(getOuts(), 0); }
+Value PartitionReduceIntoOp::getLseBuffer() {
+  return getKind() == ReduceKind::Softmax ? outAt(getOuts(), 1) : Value();
+}
+Value PartitionReduceIntoOp::getOPreBuffer() {
+  Value third =
+      getKind() == ReduceKind::Softmax ? outAt(getOuts(), 2) : Value();
+  return third && (getOuts().size() == 4 || !isResidualBuffer(third)) ? third
+                                                                      : Value();
+}
+Value PartitionReduceIntoOp::getOPreResidualBuffer() {
+  if (getKind() != ReduceKind::Softmax || getOuts().size() < 3)
+    return {};
+  Value last = getOuts().back();
+  return getOuts().size() == 4 || isResidualBuffer(last) ? last : Value();
+}
+
+LogicalResult PartitionReduceIntoOp::verify() {
+  if (failed(verifyDenseBuffers(*this)))
+    return failure();
+  if (getKind() == ReduceKind::Sum) {
+    if (failed(verifyOutCount(*this, getOuts(), 1, "the sum")))
+      return failure();
+  } else if (getOuts().size() < 2 || getOuts().size() > 4) {
+    return emitOpError() << "writes the merged output, the merged lse and "
+                            "optionally o_pre and its residual (2 to 4 "
+                            "buffers), but outs has "
+                         << getOuts().size();
+  }
+  return verifyPartitionReduce(
+      *this, {getPartials().getType(), typeOf(getPartialLse()),
+              typeOf(getSink()), typeOf(getOutputNormWeight()),
+              typeOf(getOutputBuffer()), typeOf(getLseBuffer()),
+              typeOf(getOPreBuffer()), typeOf(getOPreResidualBuffer())});
+}
+
+void PartitionReduceIntoOp::getEffects(
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  bufferEffects(*this, getOuts(), effects);
 }
 
 #define GET_OP_CLASSES

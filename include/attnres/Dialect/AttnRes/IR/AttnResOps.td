@@ -38,7 +38,7 @@ defvar AttnRes_SourceFormat = [{
     (`output_norm` `(` $output_norm_weight^ `:` type($output_norm_weight) `)`)?
 }];
 
-defvar AttnRes_SourceAccessors = [{
+defvar AttnRes_SourceShapeAccessors = [{
     /// The number of sources L (operands, or the leading dimension when packed).
     int64_t getNumSourceValues();
     /// The width D of every source.
@@ -50,6 +50,9 @@ defvar AttnRes_SourceAccessors = [{
     /// True when the query is [M, R] and every per-token result gains a
     /// leading M dimension.
     bool isMultiQuery();
+}];
+
+defvar AttnRes_SourceAccessors = AttnRes_SourceShapeAccessors # [{
     /// The type of one source, [T..., D], packed or not.
     ::mlir::RankedTensorType getSourceType();
 }];
@@ -316,6 +319,168 @@ def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
   }];
   let hasVerifier = 1;
   let hasCanonicalizer = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// The ops on buffers
+//===----------------------------------------------------------------------===//
+
+// What one-shot bufferization makes of the three ops (their
+// BufferizableOpInterface): the same operands as buffers, the same
+// attributes, and instead of results the buffers they are written into,
+// `outs`, in the order of the results. The rules are those of the ops on
+// tensors, and every buffer is dense from its start (an identity layout):
+// the kernels address rows from a buffer's first element.
+
+defvar AttnRes_SourceBuffers = (ins
+    Variadic<AnyMemRef>:$sources,
+    UnitAttr:$packed,
+    AnyMemRef:$query,
+    Optional<AnyMemRef>:$key_norm_weight,
+    Optional<AnyMemRef>:$output_norm_weight);
+
+defvar AttnRes_BufferTraits = [AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<MemoryEffectsOpInterface>];
+
+def AttnRes_ForwardIntoOp : AttnRes_Op<"forward_into", AttnRes_BufferTraits> {
+  let summary = "attnres.forward on buffers";
+  let description = [{
+    `attnres.forward` reading buffers and writing its results into `outs`:
+    `o`, `lse`, then `o_pre` and its residual where the forward saves them
+    (the results of the op on tensors, in order). It reads every operand but
+    `outs` and writes `outs`.
+
+    ```mlir
+    func.func @forward(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
+                       %o: memref<?x64xbf16>, %lse: memref<?xf32>) {
+      attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+          query(%q : memref<64xbf16>) save(lse)
+          outs(%o, %lse : memref<?x64xbf16>, memref<?xf32>)
+      return
+    }
+    ```
+  }];
+
+  let arguments = !con(AttnRes_SourceBuffers, AttnRes_NormAttrs, (ins
+      DefaultValuedAttr<AttnRes_SaveMode, "::mlir::attnres::SaveMode::OPre">:$save,
+      Variadic<AnyMemRef>:$outs));
+
+  let assemblyFormat = AttnRes_SourceFormat # [{
+    (`save` `(` $save^ `)`)?
+    `outs` `(` $outs `:` type($outs) `)`
+    attr-dict
+  }];
+
+  let extraClassDeclaration = AttnRes_SourceShapeAccessors # [{
+    /// The buffer of one source, [T..., D], packed or not.
+    ::mlir::MemRefType getSourceType();
+    /// The buffers of the op's results on tensors (absent ones null).
+    ::mlir::Value getOutputBuffer();
+    ::mlir::Value getLseBuffer();
+    ::mlir::Value getOPreBuffer();
+    ::mlir::Value getOPreResidualBuffer();
+  }];
+  let hasVerifier = 1;
+}
+
+def AttnRes_BackwardIntoOp : AttnRes_Op<"backward_into", AttnRes_BufferTraits> {
+  let summary = "attnres.backward on buffers";
+  let description = [{
+    `attnres.backward` reading buffers and writing its gradients into
+    `outs`: one per source operand, the query's, then the key-norm and
+    output-norm weights' where the op has those weights (the results of the
+    op on tensors, in order).
+
+    ```mlir
+    func.func @backward(%v: memref<2x?x64xbf16>, %q: memref<64xf32>,
+                        %do: memref<?x64xbf16>, %lse: memref<?xf32>,
+                        %dv: memref<2x?x64xbf16>, %dq: memref<64xf32>) {
+      attnres.backward_into packed(%v : memref<2x?x64xbf16>)
+          query(%q : memref<64xf32>) grad(%do : memref<?x64xbf16>)
+          lse(%lse : memref<?xf32>)
+          outs(%dv, %dq : memref<2x?x64xbf16>, memref<64xf32>)
+      return
+    }
+    ```
+  }];
+
+  let arguments = !con(AttnRes_SourceBuffers, (ins
+      AnyMemRef:$grad_output,
+      AnyMemRef:$lse,
+      Optional<AnyMemRef>:$saved_output,
+      Optional<AnyMemRef>:$saved_residual,
+      Optional<AnyMemRef>:$grad_lse), AttnRes_NormAttrs, (ins
+      Variadic<AnyMemRef>:$outs));
+
+  let assemblyFormat = AttnRes_SourceFormat # [{
+    `grad` `(` $grad_output `:` type($grad_output) `)`
+    `lse` `(` $lse `:` type($lse) `)`
+    (`saved` `(` $saved_output^ `:` type($saved_output) `)`)?
+    (`residual` `(` $saved_residual^ `:` type($saved_residual) `)`)?
+    (`grad_lse` `(` $grad_lse^ `:` type($grad_lse) `)`)?
+    `outs` `(` $outs `:` type($outs) `)`
+    attr-dict
+  }];
+
+  let extraClassDeclaration = AttnRes_SourceShapeAccessors # [{
+    /// The buffer of one source, [T..., D], packed or not.
+    ::mlir::MemRefType getSourceType();
+    /// The buffers of the op's results on tensors (absent ones null; empty
+    /// for an op that does not verify).
+    ::mlir::ValueRange getGradSourceBuffers();
+    ::mlir::Value getGradQueryBuffer();
+    ::mlir::Value getGradKeyNormWeightBuffer();
+    ::mlir::Value getGradOutputNormWeightBuffer();
+  }];
+  let hasVerifier = 1;
+}
+
+def AttnRes_PartitionReduceIntoOp : AttnRes_Op<"partition_reduce_into",
+    AttnRes_BufferTraits> {
+  let summary = "attnres.partition_reduce on buffers";
+  let description = [{
+    `attnres.partition_reduce` reading buffers and writing its results into
+    `outs`: the output, then for the softmax kind the merged `lse` and,
+    where the op on tensors returns them, `o_pre` (a float buffer) and the
+    residual (`i8`).
+
+    ```mlir
+    func.func @finalize(%partials: memref<7x16xf32>, %dq: memref<16xf32>) {
+      attnres.partition_reduce_into sum %partials : memref<7x16xf32>
+          outs(%dq : memref<16xf32>)
+      return
+    }
+    ```
+  }];
+
+  let arguments = (ins
+      AttnRes_ReduceKind:$kind,
+      AnyMemRef:$partials,
+      Optional<AnyMemRef>:$partial_lse,
+      Optional<AnyMemRef>:$sink,
+      Optional<AnyMemRef>:$output_norm_weight,
+      DefaultValuedAttr<F64Attr, "1.0e-6">:$eps,
+      Variadic<AnyMemRef>:$outs);
+
+  let assemblyFormat = [{
+    $kind $partials `:` type($partials)
+    (`lse` `(` $partial_lse^ `:` type($partial_lse) `)`)?
+    (`sink` `(` $sink^ `:` type($sink) `)`)?
+    (`output_norm` `(` $output_norm_weight^ `:` type($output_norm_weight) `)`)?
+    `outs` `(` $outs `:` type($outs) `)`
+    attr-dict
+  }];
+
+  let extraClassDeclaration = [{
+    /// The number of partitions P (the leading dimension of the partials).
+    int64_t getNumPartitions();
+    /// The buffers of the op's results on tensors (absent ones null).
+    ::mlir::Value getOutputBuffer();
+    ::mlir::Value getLseBuffer();
+    ::mlir::Value getOPreBuffer();
+    ::mlir::Value getOPreResidualBuffer();
+  }];
+  let hasVerifier = 1;
 }
 
 #endif // ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_TD

@@ -1,0 +1,132 @@
+//===- BufferizableOpInterfaceImpl.cpp - bufferize the attnres ops --------===//
+//
+// An attnres op on tensors reads every operand and returns new values, so
+// on buffers it reads its operands' buffers in place and writes into new
+// ones: the op on buffers takes the same operands and attributes, and the
+// allocated buffers as `outs`, in the order of the results.
+//
+//===----------------------------------------------------------------------===//
+
+#include "attnres/Dialect/AttnRes/Transforms/BufferizableOpInterfaceImpl.h"
+
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
+
+#include "mlir/Dialect/Arith/Utils/Utils.h"
+#include "mlir/Dialect/Bufferization/IR/BufferizableOpInterface.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+
+using namespace mlir;
+using namespace mlir::attnres;
+using namespace mlir::bufferization;
+
+namespace {
+
+template <typename OpT, typename IntoOpT>
+struct AttnResOpInterface : public BufferizableOpInterface::ExternalModel<
+                                AttnResOpInterface<OpT, IntoOpT>, OpT> {
+  bool bufferizesToAllocation(Operation *, Value) const { return true; }
+
+  bool bufferizesToMemoryRead(Operation *, OpOperand &,
+                              const AnalysisState &) const {
+    return true;
+  }
+
+  bool bufferizesToMemoryWrite(Operation *, OpOperand &,
+                               const AnalysisState &) const {
+    return false;
+  }
+
+  AliasingValueList getAliasingValues(Operation *, OpOperand &,
+                                      const AnalysisState &) const {
+    return {};
+  }
+
+  LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
+                          const BufferizationOptions &options,
+                          BufferizationState &state) const {
+    Location loc = op->getLoc();
+    SmallVector<Value> operands;
+    for (Value operand : op->getOperands()) {
+      FailureOr<Value> buffer = getBuffer(rewriter, operand, options, state);
+      if (failed(buffer))
+        return failure();
+      // The op on buffers addresses rows from a buffer's first element: a
+      // strided view is cast where its layout is the identity's, else copied.
+      auto type = cast<MemRefType>(buffer->getType());
+      if (!type.getLayout().isIdentity()) {
+        buffer = castOrReallocMemRefValue(
+            rewriter, *buffer,
+            MemRefType::get(type.getShape(), type.getElementType(),
+                            MemRefLayoutAttrInterface(), type.getMemorySpace()),
+            options);
+        if (failed(buffer))
+          return failure();
+      }
+      operands.push_back(*buffer);
+    }
+
+    ReifiedRankedShapedTypeDims shapes;
+    if (failed(reifyResultShapes(rewriter, op, shapes)))
+      return op->emitError("cannot size the buffers of the op's results");
+    SmallVector<Value> outs;
+    for (auto [result, shape] : llvm::zip_equal(op->getResults(), shapes)) {
+      auto tensorType = cast<TensorType>(result.getType());
+      std::optional<Attribute> memorySpace =
+          options.defaultMemorySpaceFn(tensorType);
+      if (!memorySpace)
+        return op->emitError("no memory space for the buffer of result #")
+               << cast<OpResult>(result).getResultNumber();
+      auto type = cast<MemRefType>(
+          getMemRefTypeWithStaticIdentityLayout(tensorType, *memorySpace));
+      SmallVector<Value> dynamicSizes;
+      for (auto [dim, size] : llvm::enumerate(shape))
+        if (type.isDynamicDim(dim))
+          dynamicSizes.push_back(
+              getValueOrCreateConstantIndexOp(rewriter, loc, size));
+      FailureOr<Value> buffer =
+          options.createAlloc(rewriter, loc, type, dynamicSizes);
+      if (failed(buffer))
+        return failure();
+      outs.push_back(*buffer);
+    }
+
+    // The same operands and attributes (discardable ones too, such as the
+    // kernels convert-attnres-to-gpu names), and `outs` as the last operand
+    // segment.
+    OperationState into(loc, IntoOpT::getOperationName());
+    into.addOperands(operands);
+    into.addOperands(outs);
+    for (NamedAttribute attribute : op->getAttrs()) {
+      if (attribute.getName() == "resultSegmentSizes")
+        continue;
+      if (attribute.getName() == "operandSegmentSizes") {
+        SmallVector<int32_t> sizes(
+            cast<DenseI32ArrayAttr>(attribute.getValue()).asArrayRef());
+        sizes.push_back(static_cast<int32_t>(outs.size()));
+        into.addAttribute(attribute.getName(),
+                          rewriter.getDenseI32ArrayAttr(sizes));
+        continue;
+      }
+      into.addAttribute(attribute.getName(), attribute.getValue());
+    }
+    rewriter.create(into);
+    replaceOpWithBufferizedValues(rewriter, op, outs);
+    return success();
+  }
+};
+
+} // namespace
+
+void mlir::attnres::registerBufferizableOpInterfaceExternalModels(
+    DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *context, AttnResDialect *) {
+    ForwardOp::attachInterface<AttnResOpInterface<ForwardOp, ForwardIntoOp>>(
+        *context);
+    BackwardOp::attachInterface<AttnResOpInterface<BackwardOp, BackwardIntoOp>>(
+        *context);
+    PartitionReduceOp::attachInterface<
+        AttnResOpInterface<PartitionReduceOp, PartitionReduceIntoOp>>(*context);
+  });
+}

@@ -1,0 +1,129 @@
+// RUN: attnres-opt %s --split-input-file --verify-diagnostics
+// The ops on buffers: their own rules (dense buffers, the outs a result
+// each), and the rules of the ops on tensors, which they share.
+
+func.func @strided_source(%v: memref<4x?x64xbf16, strided<[?, 64, 1]>>,
+                          %q: memref<64xbf16>, %o: memref<?x64xbf16>,
+                          %lse: memref<?xf32>) {
+  // expected-error @+1 {{takes buffers dense from their start (an identity layout); operand #0 is 'memref<4x?x64xbf16, strided<[?, 64, 1]>>'}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16, strided<[?, 64, 1]>>)
+      query(%q : memref<64xbf16>) save(lse)
+      outs(%o, %lse : memref<?x64xbf16>, memref<?xf32>)
+  return
+}
+
+// -----
+
+func.func @output_at_an_offset(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
+                               %o: memref<?x64xbf16, strided<[64, 1], offset: 64>>,
+                               %lse: memref<?xf32>) {
+  // expected-error @+1 {{operand #2 is 'memref<?x64xbf16, strided<[64, 1], offset: 64>>'}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+      query(%q : memref<64xbf16>) save(lse)
+      outs(%o, %lse : memref<?x64xbf16, strided<[64, 1], offset: 64>>, memref<?xf32>)
+  return
+}
+
+// -----
+
+func.func @forward_without_lse(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
+                               %o: memref<?x64xbf16>) {
+  // expected-error @+1 {{writes 2 buffers (o, lse), but outs has 1}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+      query(%q : memref<64xbf16>) save(lse) outs(%o : memref<?x64xbf16>)
+  return
+}
+
+// -----
+
+func.func @forward_without_o_pre(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
+                                 %h: memref<64xf32>, %o: memref<?x64xbf16>,
+                                 %lse: memref<?xf32>) {
+  // expected-error @+1 {{writes 3 buffers (o, lse, o_pre), but outs has 2}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+      query(%q : memref<64xbf16>) output_norm(%h : memref<64xf32>)
+      outs(%o, %lse : memref<?x64xbf16>, memref<?xf32>)
+  return
+}
+
+// -----
+
+func.func @forward_without_residual(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
+                                    %o: memref<?x64xbf16>, %lse: memref<?xf32>) {
+  // expected-error @+1 {{writes 3 buffers (o, lse, the o_pre residual), but outs has 2}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+      query(%q : memref<64xbf16>) save(o_pre_residual)
+      outs(%o, %lse : memref<?x64xbf16>, memref<?xf32>)
+  return
+}
+
+// -----
+
+// The tensor op's rules: here lse's element type.
+func.func @forward_lse_not_f32(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
+                               %o: memref<?x64xbf16>, %lse: memref<?xbf16>) {
+  // expected-error @+1 {{lse must have element type 'f32', got 'memref<?xbf16>'}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+      query(%q : memref<64xbf16>) save(lse)
+      outs(%o, %lse : memref<?x64xbf16>, memref<?xbf16>)
+  return
+}
+
+// -----
+
+func.func @backward_without_key_norm_gradient(
+    %v: memref<2x?x64xbf16>, %q: memref<16xf32>, %g: memref<16xf32>,
+    %do: memref<?x64xbf16>, %lse: memref<?xf32>, %dv: memref<2x?x64xbf16>,
+    %dq: memref<16xf32>) {
+  // expected-error @+1 {{writes 3 buffers (a gradient per source operand, the query's, the key_norm weight's), but outs has 2}}
+  attnres.backward_into packed(%v : memref<2x?x64xbf16>)
+      query(%q : memref<16xf32>) key_norm(%g : memref<16xf32>)
+      grad(%do : memref<?x64xbf16>) lse(%lse : memref<?xf32>)
+      outs(%dv, %dq : memref<2x?x64xbf16>, memref<16xf32>)
+  return
+}
+
+// -----
+
+func.func @backward_gradient_of_another_shape(
+    %v: memref<2x?x64xbf16>, %q: memref<16xf32>, %do: memref<?x64xbf16>,
+    %lse: memref<?xf32>, %dv: memref<2x?x32xbf16>, %dq: memref<16xf32>) {
+  // expected-error @+1 {{source gradient #0 must have the type of source #0 'memref<2x?x64xbf16>', got 'memref<2x?x32xbf16>'}}
+  attnres.backward_into packed(%v : memref<2x?x64xbf16>)
+      query(%q : memref<16xf32>) grad(%do : memref<?x64xbf16>)
+      lse(%lse : memref<?xf32>)
+      outs(%dv, %dq : memref<2x?x32xbf16>, memref<16xf32>)
+  return
+}
+
+// -----
+
+func.func @sum_of_two(%p: memref<7x16xf32>, %a: memref<16xf32>,
+                      %b: memref<16xf32>) {
+  // expected-error @+1 {{writes 1 buffers (the sum), but outs has 2}}
+  attnres.partition_reduce_into sum %p : memref<7x16xf32>
+      outs(%a, %b : memref<16xf32>, memref<16xf32>)
+  return
+}
+
+// -----
+
+func.func @merge_without_lse(%p: memref<4x?x64xf32>, %lp: memref<4x?xf32>,
+                             %o: memref<?x64xbf16>) {
+  // expected-error @+1 {{writes the merged output, the merged lse and optionally o_pre and its residual (2 to 4 buffers), but outs has 1}}
+  attnres.partition_reduce_into softmax %p : memref<4x?x64xf32>
+      lse(%lp : memref<4x?xf32>) outs(%o : memref<?x64xbf16>)
+  return
+}
+
+// -----
+
+func.func @merge_o_pre_without_norm(%p: memref<4x?x64xf32>, %lp: memref<4x?xf32>,
+                                    %o: memref<?x64xbf16>, %lse: memref<?xf32>,
+                                    %o_pre: memref<?x64xbf16>) {
+  // expected-error @+1 {{o_pre is a result only with an output_norm(...) operand (without one the output is o_pre)}}
+  attnres.partition_reduce_into softmax %p : memref<4x?x64xf32>
+      lse(%lp : memref<4x?xf32>)
+      outs(%o, %lse, %o_pre : memref<?x64xbf16>, memref<?xf32>, memref<?x64xbf16>)
+  return
+}
