@@ -12,7 +12,6 @@
 #include "attnres/Pipelines/Pipelines.h"
 
 #include "mlir/Conversion/Passes.h"
-#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
@@ -205,19 +204,16 @@ buildLowerToGPUPipeline(OpPassManager &pm,
     buildBinary(pm);
     return;
   }
-  pm.addPass(attnres::createAttnResLaunchKernels());
-  // The host functions: tensors become buffers (function arguments and
-  // results too, with identity layouts, so a caller passes plain
-  // descriptors), the GPU operations are chained on a stream, and after the
-  // kernels are serialized the host code is lowered to the LLVM dialect the
-  // way upstream's gpu-lower-to-nvvm-pipeline lowers it. Nothing here is
+  // The host functions: tensors become device buffers (function arguments
+  // and results too, with identity layouts, so a caller passes plain
+  // descriptors), the attnres ops on buffers launches of their kernels, the
+  // GPU operations are chained on a stream, and after the kernels are
+  // serialized the host code is lowered to the LLVM dialect the way
+  // upstream's gpu-lower-to-nvvm-pipeline lowers it. Nothing here is
   // vendor-specific: gpu-to-llvm calls the mgpu* functions either vendor's
   // runtime wrappers implement.
-  bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  pm.addPass(attnres::createAttnResBufferizeHost());
+  pm.addPass(attnres::createAttnResLaunchKernels());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
   buildBinary(pm);
   pm.addPass(createSCFToControlFlowPass());

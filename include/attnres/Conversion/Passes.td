@@ -216,47 +216,65 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
   ];
 }
 
-def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
-  let summary = "Replace each attnres op by host code that launches its kernels";
+def AttnResBufferizeHost : Pass<"attnres-bufferize-host", "::mlir::ModuleOp"> {
+  let summary = "Bufferize the kept host functions into device memory";
   let description = [{
-    The host side of `keep-host=1`, after `convert-attnres-to-gpu`: that
-    pass keeps the functions and puts on each attnres op an
-    `attnres.launch` attribute naming its kernels by role (the op's
-    manifest entry: `forward`, `forward_partial`, `merge`, ... with the
-    shapes and tiles the launches need) and the counts the IR fixed
-    (`forward_partitions`, `backward_blocks`, `backward_partitions`;
-    absent: chosen at run time). This pass reads each kernel's description
-    back from its `attnres.kernel` attribute (what the bundle manifest is
-    written from: arguments, grid rule, block) and replaces the op by its
-    operands as buffers (`bufferization.to_buffer`), device allocations
-    (`gpu.alloc`) of its results and workspaces, the device tables of its
-    source rows, checks of the caller's buffers against the alignment each
-    kernel needs (a misaligned one skips the launches with a message), and
-    `gpu.launch_func` of its kernels on grids computed in IR from the token
-    count, with the partition and block counts of the runtime's launch
-    rules (`attnres/Bundle/LaunchRules.h`) where the IR fixed none. The
-    results become `bufferization.to_tensor` of the device buffers, for
-    one-shot bufferization to finish.
+    The second stage of `keep-host=1`, after `convert-attnres-to-gpu`:
+    upstream one-shot bufferization of the module's functions, arguments
+    and results included (plain memrefs, identity layouts, so that a caller
+    passes plain descriptors), with every buffer it allocates in device
+    memory (`gpu.alloc`; copies `gpu.memcpy`). Each attnres op becomes its
+    op on buffers (`attnres.forward_into`, ...) with its attributes, the
+    kernels it names among them, reading its operands' buffers in place and
+    writing into a new buffer a result. The kept functions hold only attnres
+    ops, `tensor.dim` and reshapes (`convert-attnres-to-gpu` checks it), so
+    those are the only buffers.
+  }];
+  let dependentDialects = [
+    "::mlir::bufferization::BufferizationDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::memref::MemRefDialect",
+  ];
+}
 
-    Hand-written input is checked as the conversion's is: an attnres op
-    without the attribute or outside the top level of a function of the
-    module, a description that does not have the form the conversion
-    writes (fields, the manifest schema's ranges, its own kernel's name and
-    argument count), a kernel of another role than the op names it for,
-    facts that are not the op's (sources, width, rank, queries,
-    partitions) or outside the schema's ranges, counts and tiles that are
-    not whole numbers of blocks, and symbols of the module that clash with
-    the runtime's functions or the host code's strings are errors.
+def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
+  let summary = "Replace each attnres op on buffers by host code that launches its kernels";
+  let description = [{
+    The host side of `keep-host=1`, after `convert-attnres-to-gpu` and
+    `attnres-bufferize-host`: the conversion keeps the functions and puts
+    on each attnres op an `attnres.launch` attribute naming its kernels by
+    role (the op's manifest entry: `forward`, `forward_partial`, `merge`,
+    ... with the shapes and tiles the launches need) and the counts the IR
+    fixed (`forward_partitions`, `backward_blocks`, `backward_partitions`;
+    absent: chosen at run time), which bufferization keeps on the op on
+    buffers. This pass reads each kernel's description back from its
+    `attnres.kernel` attribute (what the bundle manifest is written from:
+    arguments, grid rule, block) and replaces each op on buffers by the
+    device tables of its source rows, its workspaces (`gpu.alloc`), checks
+    of its buffers against the alignment each kernel needs (a misaligned
+    one skips the launches with a message), and `gpu.launch_func` of its
+    kernels on grids computed in IR from the token count, with the
+    partition and block counts of the runtime's launch rules
+    (`attnres/Bundle/LaunchRules.h`) where the IR fixed none.
+
+    Hand-written input is checked as the conversion's is: an attnres op on
+    tensors (not bufferized), an op on buffers without the attribute or
+    outside the top level of a function of the module, a description that
+    does not have the form the conversion writes (fields, the manifest
+    schema's ranges, its own kernel's name and argument count), a kernel of
+    another role than the op names it for, facts that are not the op's
+    (sources, width, rank, queries, partitions) or outside the schema's
+    ranges, counts and tiles that are not whole numbers of blocks, and
+    symbols of the module that clash with the runtime's functions or the
+    host code's strings are errors.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
-    "::mlir::bufferization::BufferizationDialect",
     "::mlir::func::FuncDialect",
     "::mlir::gpu::GPUDialect",
     "::mlir::LLVM::LLVMDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect",
-    "::mlir::tensor::TensorDialect",
   ];
 }
 

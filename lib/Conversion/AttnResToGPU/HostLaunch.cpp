@@ -69,11 +69,6 @@ struct IRIntegers {
   }
 };
 
-MemRefType bufferTypeOf(Type tensor) {
-  auto type = cast<RankedTensorType>(tensor);
-  return MemRefType::get(type.getShape(), type.getElementType());
-}
-
 int64_t bytesOf(Type type) {
   return llvm::divideCeil(type.getIntOrFloatBitWidth(), 8);
 }
@@ -136,27 +131,6 @@ public:
   }
   Value toIndex(Value integer) {
     return arith::IndexCastOp::create(b, loc, b.getIndexType(), integer);
-  }
-
-  /// An operand as a buffer, read in place (null for an absent operand).
-  Value readBuffer(Value tensor) {
-    if (!tensor)
-      return {};
-    return bufferization::ToBufferOp::create(
-        b, loc, bufferTypeOf(tensor.getType()), tensor, /*readOnly=*/true);
-  }
-
-  /// A device buffer of the shape of `result` (null for an absent result),
-  /// its dynamic dimension i as dimension i + `offset` of `twin`.
-  Value allocateLike(Value result, Value twin, int64_t offset = 0) {
-    if (!result)
-      return {};
-    MemRefType type = bufferTypeOf(result.getType());
-    SmallVector<Value> dynamic;
-    for (int64_t dim = 0; dim < type.getRank(); ++dim)
-      if (type.isDynamicDim(dim))
-        dynamic.push_back(tensor::DimOp::create(b, loc, twin, dim + offset));
-    return allocate(type, dynamic);
   }
 
   Value allocate(MemRefType type, ValueRange dynamicSizes) {
@@ -320,22 +294,12 @@ public:
     return success();
   }
 
-  /// Frees the temporaries and replaces the op's results by tensors of
-  /// `buffers` (its results' device buffers, absent ones null).
-  void finish(ArrayRef<Value> buffers) {
+  /// Frees the temporaries; the op, whose buffers the launches wrote,
+  /// goes.
+  void finish() {
     for (Value temporary : temporaries)
       gpu::DeallocOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(),
                              temporary);
-    SmallVector<Value> present;
-    for (Value buffer : buffers)
-      if (buffer)
-        present.push_back(buffer);
-    SmallVector<Value> results;
-    for (auto [result, buffer] : llvm::zip_equal(op->getResults(), present))
-      results.push_back(bufferization::ToTensorOp::create(
-          b, loc, result.getType(), buffer, /*restrict=*/true,
-          /*writable=*/true));
-    op->replaceAllUsesWith(results);
     op->erase();
   }
 
@@ -377,22 +341,22 @@ private:
 /// dimensions T... of its first source ([T..., D], or [L, T..., D] packed).
 Value tokenCount(HostLauncher &host, OpBuilder &b, Location loc, Value source,
                  bool packed) {
-  auto type = cast<RankedTensorType>(source.getType());
+  auto type = cast<MemRefType>(source.getType());
   Value tokens = host.index(1);
   for (int64_t dim = packed ? 1 : 0; dim + 1 < type.getRank(); ++dim)
     tokens = arith::MulIOp::create(b, loc, tokens,
-                                   tensor::DimOp::create(b, loc, source, dim));
+                                   memref::DimOp::create(b, loc, source, dim));
   return tokens;
 }
 
-/// The token dimensions of `tensor` from `first` on, all but its last
+/// The token dimensions of `buffer` from `first` on, all but its last
 /// dimension (a source's, or a merge's partials').
-SmallVector<Value> tokenDims(OpBuilder &b, Location loc, Value tensor,
+SmallVector<Value> tokenDims(OpBuilder &b, Location loc, Value buffer,
                              int64_t first) {
   SmallVector<Value> dims;
-  auto type = cast<RankedTensorType>(tensor.getType());
+  auto type = cast<MemRefType>(buffer.getType());
   for (int64_t dim = first; dim + 1 < type.getRank(); ++dim)
-    dims.push_back(tensor::DimOp::create(b, loc, tensor, dim));
+    dims.push_back(memref::DimOp::create(b, loc, buffer, dim));
   return dims;
 }
 
@@ -440,14 +404,16 @@ LogicalResult bindTiles(Operation *op, HostLauncher &host, OpBuilder &b,
   return success();
 }
 
-/// The addresses of the L rows of the sources, each checked against
-/// `rowAlignment`: each listed source's buffer, or row l of the packed one
-/// at base + l * N * D * element size.
+/// The addresses of the L rows of the sources (or of their gradients),
+/// each checked against `rowAlignment` and named `what` and its index in a
+/// refusal: each listed buffer, or row l of the packed one at
+/// base + l * N * D * element size.
 SmallVector<Value> sourceRows(HostLauncher &host, OpBuilder &b, Location loc,
                               ArrayRef<Value> buffers, bool packed,
                               int64_t numSources, Value tokens64,
                               int64_t rowElementBytes, int64_t rowAlignment,
-                              StringRef kernel, bool check) {
+                              StringRef kernel,
+                              StringRef what = "the row of source ") {
   SmallVector<Value> rows;
   Value rowBytes;
   if (packed)
@@ -461,9 +427,7 @@ SmallVector<Value> sourceRows(HostLauncher &host, OpBuilder &b, Location loc,
           arith::MulIOp::create(b, loc, rowBytes, host.i64(l)));
     else
       address = host.addressOf(buffers[l]);
-    if (check)
-      host.requireAligned(address, rowAlignment,
-                          "the row of source " + Twine(l), kernel);
+    host.requireAligned(address, rowAlignment, what + Twine(l), kernel);
     rows.push_back(address);
   }
   return rows;
@@ -493,7 +457,7 @@ int64_t integerFact(DictionaryAttr facts, StringRef name) {
   return *integerValue(facts.get(name));
 }
 
-LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
+LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
                              const RecordedKernels &kernels,
                              const LaunchCounts &counts, unsigned &refusals) {
   const auto *whole = kernelOf(op, facts, "forward", kernels);
@@ -516,23 +480,17 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   Value tokens = tokenCount(host, b, loc, first, op.getPacked());
   Value tokens64 = host.toI64(tokens);
 
-  SmallVector<Value> sourceBuffers;
-  for (Value source : op.getSources())
-    sourceBuffers.push_back(host.readBuffer(source));
-  Value query = host.readBuffer(op.getQuery());
-  Value keyNorm = host.readBuffer(op.getKeyNormWeight());
-  Value outputNorm = host.readBuffer(op.getOutputNormWeight());
-
-  // Results are [M?, T..., D], [M?, T...] or [M?, T..., D/2]: dimension i
-  // is dimension i + lead - (M? present) of a source.
-  int64_t offset = lead - (op.isMultiQuery() ? 1 : 0);
-  Value o = host.allocateLike(op.getOutput(), first, offset);
-  Value lse = host.allocateLike(op.getLse(), first, offset);
-  Value oPre = host.allocateLike(op.getOPre(), first, offset);
-  Value residual = host.allocateLike(op.getOPreResidual(), first, offset);
+  SmallVector<Value> sourceBuffers(op.getSources());
+  Value query = op.getQuery();
+  Value keyNorm = op.getKeyNormWeight();
+  Value outputNorm = op.getOutputNormWeight();
+  Value o = op.getOutputBuffer();
+  Value lse = op.getLseBuffer();
+  Value oPre = op.getOPreBuffer();
+  Value residual = op.getOPreResidualBuffer();
 
   // Rows are read in vectors of the kernels' width.
-  RankedTensorType sourceType = op.getSourceType();
+  MemRefType sourceType = op.getSourceType();
   int64_t elementBytes = bytesOf(sourceType.getElementType());
   int64_t vectorWidth =
       std::max(whole->second.vectorWidth, partial->second.vectorWidth);
@@ -541,8 +499,7 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   int64_t L = op.getNumSourceValues(), D = op.getWidth();
   SmallVector<Value> rows = sourceRows(
       host, b, loc, sourceBuffers, op.getPacked(), L, tokens64,
-      D * elementBytes, vectorWidth * elementBytes, whole->second.name,
-      /*check=*/true);
+      D * elementBytes, vectorWidth * elementBytes, whole->second.name);
   Value table = host.table(rows);
 
   llvm::StringMap<Value> values;
@@ -577,7 +534,8 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
   values["num_tokens"] = tokens64;
   values["num_rows"] = mergedRows;
   values["rows_per_weight"] = tokens64;
-  llvm::StringSet<> callerBuffers = {"query", "key_norm", "output_norm"};
+  llvm::StringSet<> callerBuffers = {"query", "key_norm", "output_norm",   "o",
+                                     "lse",   "o_pre",    "o_pre_residual"};
   for (const auto *kernel : {whole, partial, merge, clustered})
     if (kernel)
       host.checkArguments(kernel->second, values, callerBuffers);
@@ -598,7 +556,7 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
                                        L, L * D * elementBytes, rules) == 1)) {
     if (failed(host.launch(whole->first, whole->second, values, walkSymbols)))
       return failure();
-    host.finish({o, lse, oPre, residual});
+    host.finish();
     return success();
   }
   // The blocks of one partition of the walk.
@@ -674,11 +632,11 @@ LogicalResult replaceForward(ForwardOp op, DictionaryAttr facts,
     gpu::DeallocOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(),
                            workspace);
   }
-  host.finish({o, lse, oPre, residual});
+  host.finish();
   return success();
 }
 
-LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
+LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
                               const RecordedKernels &kernels,
                               const LaunchCounts &counts, unsigned &refusals) {
   const auto *backward = kernelOf(op, facts, "backward", kernels);
@@ -695,51 +653,37 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   Value tokens = tokenCount(host, b, loc, first, op.getPacked());
   Value tokens64 = host.toI64(tokens);
 
-  SmallVector<Value> sourceBuffers;
-  for (Value source : op.getSources())
-    sourceBuffers.push_back(host.readBuffer(source));
+  SmallVector<Value> sourceBuffers(op.getSources());
   llvm::StringMap<Value> values;
   auto bind = [&](StringRef name, Value buffer) {
     if (buffer)
       values[name] = host.addressOf(buffer);
   };
-  bind("query", host.readBuffer(op.getQuery()));
-  bind("key_norm", host.readBuffer(op.getKeyNormWeight()));
-  bind("output_norm", host.readBuffer(op.getOutputNormWeight()));
-  bind("grad", host.readBuffer(op.getGradOutput()));
-  bind("lse", host.readBuffer(op.getLse()));
-  bind("saved", host.readBuffer(op.getSavedOutput()));
-  bind("saved_residual", host.readBuffer(op.getSavedResidual()));
-  bind("grad_lse", host.readBuffer(op.getGradLse()));
+  bind("query", op.getQuery());
+  bind("key_norm", op.getKeyNormWeight());
+  bind("output_norm", op.getOutputNormWeight());
+  bind("grad", op.getGradOutput());
+  bind("lse", op.getLse());
+  bind("saved", op.getSavedOutput());
+  bind("saved_residual", op.getSavedResidual());
+  bind("grad_lse", op.getGradLse());
+  SmallVector<Value> gradientBuffers(op.getGradSourceBuffers());
+  bind("dq", op.getGradQueryBuffer());
+  bind("dg", op.getGradKeyNormWeightBuffer());
+  bind("dh", op.getGradOutputNormWeightBuffer());
 
-  // Gradients have the shapes of their operands.
-  SmallVector<Value> results;
-  for (auto [gradient, source] :
-       llvm::zip_equal(op.getGradSources(), op.getSources()))
-    results.push_back(host.allocateLike(gradient, source));
-  SmallVector<Value> gradientBuffers = results;
-  Value dq = host.allocateLike(op.getGradQuery(), op.getQuery());
-  Value dg =
-      host.allocateLike(op.getGradKeyNormWeight(), op.getKeyNormWeight());
-  Value dh =
-      host.allocateLike(op.getGradOutputNormWeight(), op.getOutputNormWeight());
-  results.append({dq, dg, dh});
-  bind("dq", dq);
-  bind("dg", dg);
-  bind("dh", dh);
-
-  RankedTensorType sourceType = op.getSourceType();
+  MemRefType sourceType = op.getSourceType();
   int64_t elementBytes = bytesOf(sourceType.getElementType());
   int64_t rowElementBytes = sourceType.getShape().back() * elementBytes;
   int64_t L = op.getNumSourceValues();
   SmallVector<Value> rows =
       sourceRows(host, b, loc, sourceBuffers, op.getPacked(), L, tokens64,
-                 rowElementBytes, info.vectorWidth * elementBytes, info.name,
-                 /*check=*/true);
-  // The gradient rows are this code's own allocations: aligned.
+                 rowElementBytes, info.vectorWidth * elementBytes, info.name);
+  // The gradient rows are written as the source rows are read.
   SmallVector<Value> gradientRows =
       sourceRows(host, b, loc, gradientBuffers, op.getPacked(), L, tokens64,
-                 rowElementBytes, 1, info.name, /*check=*/false);
+                 rowElementBytes, info.vectorWidth * elementBytes, info.name,
+                 "the gradient row of source ");
   values["sources"] = host.addressOf(host.table(rows));
   values["grad_sources"] = host.addressOf(host.table(gradientRows));
 
@@ -766,7 +710,7 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   int64_t M = op.getNumQueries(), R = op.getRank(), D = op.getWidth();
   bool perQueryNorm =
       op.getOutputNormWeight() &&
-      cast<RankedTensorType>(op.getOutputNormWeight().getType()).getRank() == 2;
+      cast<MemRefType>(op.getOutputNormWeight().getType()).getRank() == 2;
   auto layout = ::attnres::launch::backwardWorkspace(
       a, partialRows, M * R,
       op.getOutputNormWeight() ? (perQueryNorm ? M : 1) * D : 0);
@@ -782,8 +726,8 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   values["num_partial_rows"] = partialRows;
 
   llvm::StringSet<> callerBuffers = {
-      "query", "key_norm", "output_norm",    "grad",
-      "lse",   "saved",    "saved_residual", "grad_lse"};
+      "query",          "key_norm", "output_norm", "grad", "lse", "saved",
+      "saved_residual", "grad_lse", "dq",          "dg",   "dh"};
   host.checkArguments(info, values, callerBuffers);
   host.checkArguments(finalize->second, values, callerBuffers);
   llvm::StringMap<Value> symbols = {{"N", tokens},
@@ -792,11 +736,12 @@ LogicalResult replaceBackward(BackwardOp op, DictionaryAttr facts,
   if (failed(host.launch(backward->first, info, values, symbols)) ||
       failed(host.launch(finalize->first, finalize->second, values, symbols)))
     return failure();
-  host.finish(results);
+  host.finish();
   return success();
 }
 
-LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
+LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
+                                     DictionaryAttr facts,
                                      const RecordedKernels &kernels,
                                      unsigned &refusals) {
   bool sum = op.getKind() == ReduceKind::Sum;
@@ -810,13 +755,13 @@ LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
 
   // The results are the partials' [T..., D] (or [S...]) without their
   // leading P; rows are the product of T... (elements of S... for a sum).
-  Value output = op.getOutput();
-  auto outputType = cast<RankedTensorType>(output.getType());
+  Value o = op.getOutputBuffer();
+  auto outputType = cast<MemRefType>(o.getType());
   int64_t rowDims = sum ? outputType.getRank() : outputType.getRank() - 1;
   Value rows = host.index(1);
   for (int64_t dim = 0; dim < rowDims; ++dim)
     rows = arith::MulIOp::create(
-        b, loc, rows, tensor::DimOp::create(b, loc, partials, dim + 1));
+        b, loc, rows, memref::DimOp::create(b, loc, partials, dim + 1));
   Value rows64 = host.toI64(rows);
 
   llvm::StringMap<Value> values;
@@ -824,36 +769,33 @@ LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
     if (buffer)
       values[name] = host.addressOf(buffer);
   };
-  Value o = host.allocateLike(output, partials, 1);
-  Value lse = host.allocateLike(op.getLse(), partials, 1);
-  Value oPre = host.allocateLike(op.getOPre(), partials, 1);
-  Value residual = host.allocateLike(op.getOPreResidual(), partials, 1);
   llvm::StringSet<> callerBuffers;
   if (sum) {
-    bind("partials", host.readBuffer(partials));
+    bind("partials", partials);
     bind("output", o);
     values["num_elements"] = rows64;
-    callerBuffers = {"partials"};
+    callerBuffers = {"partials", "output"};
   } else {
-    bind("partial_o", host.readBuffer(partials));
-    bind("partial_lse", host.readBuffer(op.getPartialLse()));
-    bind("sink", host.readBuffer(op.getSink()));
-    bind("output_norm", host.readBuffer(op.getOutputNormWeight()));
+    bind("partial_o", partials);
+    bind("partial_lse", op.getPartialLse());
+    bind("sink", op.getSink());
+    bind("output_norm", op.getOutputNormWeight());
     bind("o", o);
-    bind("lse", lse);
-    bind("o_pre", oPre);
-    bind("o_pre_residual", residual);
+    bind("lse", op.getLseBuffer());
+    bind("o_pre", op.getOPreBuffer());
+    bind("o_pre_residual", op.getOPreResidualBuffer());
     values["num_rows"] = rows64;
     values["num_partitions"] = host.i64(op.getNumPartitions());
     // A weight per row group ([K, D] weights over [K, T..., D] rows).
     Value weightRows = rows64;
     if (auto weight = op.getOutputNormWeight();
-        weight && cast<RankedTensorType>(weight.getType()).getRank() == 2)
+        weight && cast<MemRefType>(weight.getType()).getRank() == 2)
       weightRows = arith::DivUIOp::create(
           b, loc, rows64,
-          host.i64(cast<RankedTensorType>(weight.getType()).getShape()[0]));
+          host.i64(cast<MemRefType>(weight.getType()).getShape()[0]));
     values["rows_per_weight"] = weightRows;
-    callerBuffers = {"partial_o", "partial_lse", "sink", "output_norm"};
+    callerBuffers = {"partial_o", "partial_lse", "sink",  "output_norm",
+                     "o",         "lse",         "o_pre", "o_pre_residual"};
   }
   llvm::StringMap<Value> symbols = {{"N", rows}, {"rows", rows}};
   if (!sum &&
@@ -863,7 +805,7 @@ LogicalResult replacePartitionReduce(PartitionReduceOp op, DictionaryAttr facts,
   host.checkArguments(kernel->second, values, callerBuffers);
   if (failed(host.launch(kernel->first, kernel->second, values, symbols)))
     return failure();
-  host.finish({o, lse, oPre, residual});
+  host.finish();
   return success();
 }
 
@@ -921,11 +863,11 @@ LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
                                 const RecordedKernels &kernels,
                                 const LaunchCounts &counts,
                                 unsigned &refusals) {
-  if (auto forward = dyn_cast<ForwardOp>(op))
+  if (auto forward = dyn_cast<ForwardIntoOp>(op))
     return replaceForward(forward, facts, kernels, counts, refusals);
-  if (auto backward = dyn_cast<BackwardOp>(op))
+  if (auto backward = dyn_cast<BackwardIntoOp>(op))
     return replaceBackward(backward, facts, kernels, counts, refusals);
-  return replacePartitionReduce(cast<PartitionReduceOp>(op), facts, kernels,
+  return replacePartitionReduce(cast<PartitionReduceIntoOp>(op), facts, kernels,
                                 refusals);
 }
 
@@ -935,13 +877,8 @@ LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
 /// needs them, in the schema's ranges and, where the op states them, equal
 /// to the op's own; fixed counts and tiles whole numbers of blocks. The
 /// counts go to `counts`.
-LogicalResult validateLaunch(ModuleOp module, Operation *op,
-                             DictionaryAttr launch, LaunchCounts &counts) {
-  auto function = dyn_cast<func::FuncOp>(op->getParentOp());
-  if (!function || function->getParentOp() != module)
-    return op->emitError() << "attnres-launch-kernels: keep-host=1 launches "
-                              "attnres ops at the top level of a function of "
-                              "the module it runs on";
+LogicalResult validateLaunch(Operation *op, DictionaryAttr launch,
+                             LaunchCounts &counts) {
   auto fail = [&](const Twine &message) {
     return op->emitError() << "attnres-launch-kernels: " << message;
   };
@@ -973,17 +910,17 @@ LogicalResult validateLaunch(ModuleOp module, Operation *op,
         succeeded(require("rows_per_block")));
   };
   int64_t sources = 0; // L, of a forward or backward
-  if (auto forward = dyn_cast<ForwardOp>(op)) {
+  if (auto forward = dyn_cast<ForwardIntoOp>(op)) {
     sources = forward.getNumSourceValues();
     if (failed(sourceFacts(forward)))
       return failure();
-  } else if (auto backward = dyn_cast<BackwardOp>(op)) {
+  } else if (auto backward = dyn_cast<BackwardIntoOp>(op)) {
     sources = backward.getNumSourceValues();
     if (failed(sourceFacts(backward)) ||
         failed(require("partial_rows_per_block")))
       return failure();
   } else {
-    auto reduce = cast<PartitionReduceOp>(op);
+    auto reduce = cast<PartitionReduceIntoOp>(op);
     if (failed(require("num_partitions", reduce.getNumPartitions())) ||
         (reduce.getKind() == ReduceKind::Softmax &&
          failed(require("rows_per_block"))))
@@ -1012,6 +949,23 @@ LogicalResult validateLaunch(ModuleOp module, Operation *op,
     if (sources && partitions > sources)
       return fail(name + " = " + Twine(partitions) + " is more than the op's " +
                   Twine(sources) + " sources");
+  return success();
+}
+
+/// An attnres op of `module` that the pass launches: at the top level of a
+/// function of the module, and on buffers.
+LogicalResult checkPlacement(ModuleOp module, Operation *op) {
+  auto function = dyn_cast<func::FuncOp>(op->getParentOp());
+  if (!function || function->getParentOp() != module)
+    return op->emitError() << "attnres-launch-kernels: keep-host=1 launches "
+                              "attnres ops at the top level of a function of "
+                              "the module it runs on";
+  // The launches write buffers; the ops on tensors are bufferized first.
+  if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op))
+    return op->emitError()
+           << "attnres-launch-kernels launches the attnres ops on buffers "
+              "(attnres.forward_into, ...); bufferize this op first "
+              "(attnres-bufferize-host)";
   return success();
 }
 
@@ -1077,16 +1031,17 @@ struct LaunchKernelsPass
     });
     if (!described || failed(checkRuntimeSymbols(module)))
       return signalPassFailure();
-    bool hostOnly = true;
-    for (auto function : module.getOps<func::FuncOp>())
-      hostOnly &= succeeded(checkKeptFunction(function, getArgument()));
-    if (!hostOnly)
-      return signalPassFailure();
     SmallVector<std::pair<Operation *, LaunchCounts>> ops;
     bool annotated = true;
     module.walk([&](Operation *op) {
-      if (!annotated || !isa<ForwardOp, BackwardOp, PartitionReduceOp>(op))
+      if (!annotated ||
+          !isa<ForwardOp, BackwardOp, PartitionReduceOp, ForwardIntoOp,
+               BackwardIntoOp, PartitionReduceIntoOp>(op))
         return;
+      if (failed(checkPlacement(module, op))) {
+        annotated = false;
+        return;
+      }
       auto launch = op->getAttrOfType<DictionaryAttr>(kLaunchAttrName);
       if (!launch) {
         op->emitError() << "attnres-launch-kernels: the op names no kernels "
@@ -1098,7 +1053,7 @@ struct LaunchKernelsPass
         return;
       }
       LaunchCounts counts;
-      if (failed(validateLaunch(module, op, launch, counts))) {
+      if (failed(validateLaunch(op, launch, counts))) {
         annotated = false;
         return;
       }

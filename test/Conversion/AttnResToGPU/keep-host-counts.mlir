@@ -1,12 +1,12 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
 // RUN:   --attnres-split-reduction=blocks=5 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 backward-partitions=2" --attnres-launch-kernels \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 backward-partitions=2" --attnres-bufferize-host --attnres-launch-kernels \
 // RUN:   | FileCheck %s
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=1 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-launch-kernels \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-bufferize-host --attnres-launch-kernels \
 // RUN:   | FileCheck %s --check-prefix=ONE
 // RUN: not attnres-opt %s --split-input-file \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 backward-partitions=9" --attnres-launch-kernels 2>&1 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 backward-partitions=9" --attnres-bufferize-host --attnres-launch-kernels 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=TOO-MANY
 // RUN: not attnres-opt %s --convert-attnres-to-gpu="backward-partitions=2" 2>&1 \
 // RUN:   | FileCheck %s --check-prefix=BUNDLE

@@ -1,5 +1,5 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s
 
 // The split passes' output, written out by hand. Under keep-host a loop over
 // B blocks of tokens whose body is one backward on the tokens of block b

@@ -1,9 +1,9 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
 // RUN:   --attnres-split-reduction=blocks=7 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-launch-kernels | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
 // RUN:   --attnres-split-reduction=blocks=7 --canonicalize --cse \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-launch-kernels | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s
 // RUN: not attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 \
 // RUN:   --convert-attnres-to-gpu 2>&1 | FileCheck %s --check-prefix=BUNDLE
 
@@ -41,11 +41,11 @@ func.func @list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xbf
 // comes back reshaped. Two queries and a per-query output norm: three
 // partial gradients (query, output-norm weight), one finalize.
 // CHECK-LABEL: func.func @packed_tokens_2d(
-// CHECK: tensor.collapse_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] : tensor<3x4x5x32xbf16> into tensor<3x20x32xbf16>
+// CHECK: memref.collapse_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] : memref<3x4x5x32xbf16> into memref<3x20x32xbf16>
 // CHECK-NOT: scf.forall
 // CHECK: gpu.launch_func  @attnres_kernels::@packed_tokens_2d_0_backward blocks in ({{.*}}) threads in ({{.*}}) args({{.*}}, %c7_i64{{.*}} : i64, %{{.*}} : i64)
 // CHECK: gpu.launch_func  @attnres_kernels::@packed_tokens_2d_0_finalize
-// CHECK: tensor.expand_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] output_shape [3, 4, 5, 32] : tensor<3x20x32xbf16> into tensor<3x4x5x32xbf16>
+// CHECK: memref.expand_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] output_shape [3, 4, 5, 32] : memref<3x20x32xbf16> into memref<3x4x5x32xbf16>
 // CHECK: return
 func.func @packed_tokens_2d(%v: tensor<3x4x5x32xbf16>, %q: tensor<2x32xbf16>,
                             %h: tensor<2x32xbf16>, %do: tensor<2x4x5x32xbf16>,
@@ -112,7 +112,7 @@ func.func @listed(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %v2: tensor<?x
 // CHECK-NOT: tensor.concat
 // CHECK: gpu.launch_func  @attnres_kernels::@residual_0_forward_partial {{.*}} %c3_i64{{.*}} : i64)
 // CHECK: gpu.launch_func  @attnres_kernels::@residual_0_merge
-// CHECK: return {{.*}} : tensor<2x?x64xbf16>, tensor<2x?x32xi8>
+// CHECK: return {{.*}} : memref<2x?x64xbf16>, memref<2x?x32xi8>
 func.func @residual(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
                     %v2: tensor<?x64xbf16>, %q: tensor<2x64xbf16>,
                     %h: tensor<64xbf16>)

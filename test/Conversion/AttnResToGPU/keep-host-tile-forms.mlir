@@ -1,5 +1,5 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s
 
 // The loops of attnres-tile and transform.structured.tile_using_forall
 // written out by hand. Under keep-host a loop whose body is one forward or

@@ -1,16 +1,16 @@
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=40 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse | FileCheck %s --check-prefix=ONE
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse | FileCheck %s --check-prefix=ONE
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse | FileCheck %s --check-prefix=TWO
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse | FileCheck %s --check-prefix=TWO
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
-// RUN:   --attnres-tile=tile-sizes=1,40 --convert-attnres-to-gpu="keep-host=1 clusters=1" --attnres-launch-kernels \
+// RUN:   --attnres-tile=tile-sizes=1,40 --convert-attnres-to-gpu="keep-host=1 clusters=1" --attnres-bufferize-host --attnres-launch-kernels \
 // RUN:   --canonicalize --cse | FileCheck %s --check-prefix=SPLIT
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
 // RUN:   --transform-preload-library=transform-library-paths=%S/Inputs/tile-forwards-16.transform.mlir \
-// RUN:   --transform-interpreter --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse \
+// RUN:   --transform-interpreter --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=SCRIPT
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
-// RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --attnres-launch-kernels --canonicalize --cse \
+// RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=TWO
 
 // attnres-tile's loops reach the GPU: under keep-host a forward or merge
@@ -24,7 +24,7 @@
 // One token dimension tiled by 40: ceil(N / 40) blocks of one run.
 // ONE-LABEL: func.func @rows(
 // ONE-NOT: scf.forall
-// ONE: %[[N:.*]] = tensor.dim %arg0, %c1 : tensor<3x?x256xbf16>
+// ONE: %[[N:.*]] = memref.dim %arg0, %c1 : memref<3x?x256xbf16>
 // ONE: %[[N64:.*]] = arith.index_cast %[[N]] : index to i64
 // ONE: %[[TILES:.*]] = arith.ceildivui %[[N]], %c40 : index
 // ONE: %[[NONZERO:.*]] = arith.maxui %[[N]], %c1 : index
@@ -81,7 +81,7 @@ func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 // 40 * S (all of it).
 // TWO-LABEL: func.func @layer(
 // TWO-NOT: scf.forall
-// TWO: %[[S:.*]] = tensor.dim %arg0, %c1 : tensor<4x?x1024xbf16>
+// TWO: %[[S:.*]] = memref.dim %arg0, %c1 : memref<4x?x1024xbf16>
 // TWO: %[[S64:.*]] = arith.index_cast %[[S]] : index to i64
 // TWO: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
 // TWO: %[[NONZERO:.*]] = arith.maxui %[[S]], %c1 : index
@@ -93,7 +93,7 @@ func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 // ONE: tile_dims = 1 : i64, tile_tokens = 40 : i64
 // SPLIT-LABEL: func.func @layer(
 // SPLIT-NOT: scf.forall
-// SPLIT: %[[S:.*]] = tensor.dim %arg0, %c1 : tensor<4x?x1024xbf16>
+// SPLIT: %[[S:.*]] = memref.dim %arg0, %c1 : memref<4x?x1024xbf16>
 // SPLIT: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
 // SPLIT: %[[RUNS:.*]] = arith.divui
 // SPLIT: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
@@ -116,7 +116,7 @@ func.func @layer(%v: tensor<4x?x1024xbf16>, %w: tensor<4x?x1024xbf16>,
 // A merge of the user's own, tiled by 40 rows.
 // ONE-LABEL: func.func @merge(
 // ONE-NOT: scf.forall
-// ONE: %[[R:.*]] = tensor.dim %arg0, %c1 : tensor<3x?x64xf32>
+// ONE: %[[R:.*]] = memref.dim %arg0, %c1 : memref<3x?x64xf32>
 // ONE: %[[TILES:.*]] = arith.ceildivui %[[R]], %c40 : index
 // ONE: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %{{.*}} : index
 // ONE: gpu.launch_func  @attnres_kernels::@merge_0_merge blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c3_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
@@ -137,7 +137,7 @@ func.func @merge(%p: tensor<3x?x64xf32>, %l: tensor<3x?xf32>)
 // query (2 runs of N rows).
 // SPLIT-LABEL: func.func @queries(
 // SPLIT-NOT: scf.forall
-// SPLIT: %[[N:.*]] = tensor.dim %arg0, %c1 : tensor<4x?x128xbf16>
+// SPLIT: %[[N:.*]] = memref.dim %arg0, %c1 : memref<4x?x128xbf16>
 // SPLIT: %[[NONZERO:.*]] = arith.maxui %[[N]], %c1 : index
 // SPLIT: %[[TILES:.*]] = arith.ceildivui %[[N]], %c40 : index
 // SPLIT: %[[RUNS:.*]] = arith.divui %{{.*}}, %[[NONZERO]] : index

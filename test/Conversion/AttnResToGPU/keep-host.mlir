@@ -1,9 +1,9 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
-// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-launch-kernels | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s
 
-// With keep-host, the function stays: the packed sources and the weights are
-// read in place as buffers, o and lse are allocated on the device with the
-// token count as their dynamic size, the table of the four source rows
+// With keep-host, the function stays, on device buffers (attnres-bufferize-
+// host): the packed sources and the weights are read in place, o and lse are
+// allocated on the device with the token count as their dynamic size, the table of the four source rows
 // (base + l * N * D * 2 bytes) is filled on the host and copied to the
 // device, and the forward kernel is launched with the grid of its own rule,
 // ceil(N / 4) blocks of 128 threads (4 rows a block), only when there are
@@ -18,15 +18,13 @@
 // CHECK-DAG: llvm.mlir.global internal constant @attnres_refusal_6("'key_norm' must be aligned to 16 bytes for kernel packed_0_forward; the launch was skipped\00")
 // CHECK-DAG: func.func private @attnresGpuRefuseLaunch(!llvm.ptr)
 // CHECK-LABEL: func.func @packed(
-// CHECK-SAME: %[[V:.*]]: tensor<4x?x256xbf16>, %[[Q:.*]]: tensor<256xbf16>, %[[G:.*]]: tensor<256xbf16>)
-// CHECK: %[[N:.*]] = tensor.dim %[[V]], %c1
+// CHECK-SAME: %[[V:.*]]: memref<4x?x256xbf16>, %[[Q:.*]]: memref<256xbf16>, %[[G:.*]]: memref<256xbf16>) -> (memref<?x256xbf16>, memref<?xf32>)
+// CHECK: %[[N:.*]] = memref.dim %[[V]], %c1
+// CHECK: %[[O:.*]] = gpu.alloc  (%[[N]]) : memref<?x256xbf16>
+// CHECK: %[[LSE:.*]] = gpu.alloc  (%[[N]]) : memref<?xf32>
 // CHECK: %[[N64:.*]] = arith.index_cast %{{.*}} : index to i64
-// CHECK-DAG: %[[VB:.*]] = bufferization.to_buffer %[[V]] read_only : tensor<4x?x256xbf16> to memref<4x?x256xbf16>
-// CHECK-DAG: bufferization.to_buffer %[[Q]] read_only
-// CHECK-DAG: bufferization.to_buffer %[[G]] read_only
-// CHECK: %[[O:.*]] = gpu.alloc  (%{{.*}}) : memref<?x256xbf16>
-// CHECK: %[[LSE:.*]] = gpu.alloc  (%{{.*}}) : memref<?xf32>
 // CHECK: %[[ROW:.*]] = arith.muli %[[N64]], %c512_i64
+// CHECK: memref.extract_aligned_pointer_as_index %[[V]]
 // CHECK: arith.remui %{{.*}}, %c16_i64
 // CHECK: llvm.mlir.addressof @attnres_refusal_1
 // CHECK: scf.if
@@ -44,9 +42,7 @@
 // CHECK: scf.if %[[GO]] {
 // CHECK-NEXT: gpu.launch_func  @attnres_kernels::@packed_0_forward blocks in (%[[BLOCKS]], %{{.*}}, %{{.*}}) threads in (%c128, %{{.*}}, %{{.*}}) args(%{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[N64]] : i64)
 // CHECK: gpu.dealloc  %[[TABLE]]
-// CHECK: %[[OT:.*]] = bufferization.to_tensor %[[O]] restrict writable
-// CHECK: %[[LSET:.*]] = bufferization.to_tensor %[[LSE]] restrict writable
-// CHECK: return %[[OT]], %[[LSET]]
+// CHECK: return %[[O]], %[[LSE]]
 // CHECK: gpu.module @attnres_kernels
 // CHECK: gpu.func @packed_0_forward(
 func.func @packed(%v: tensor<4x?x256xbf16>, %q: tensor<256xbf16>,
@@ -63,19 +59,15 @@ func.func @packed(%v: tensor<4x?x256xbf16>, %q: tensor<256xbf16>,
 // the table, N the product of the token sizes, o_pre allocated and passed
 // where the op saves it next to a normalized o.
 // CHECK-LABEL: func.func @list(
-// CHECK-SAME: %[[A:.*]]: tensor<2x?x64xf32>, %[[B:.*]]: tensor<2x?x64xf32>
-// CHECK: %[[T1:.*]] = tensor.dim %[[A]], %c1
-// CHECK: arith.muli %{{.*}}, %[[T1]]
-// CHECK-DAG: %[[AB:.*]] = bufferization.to_buffer %[[A]] read_only
-// CHECK-DAG: %[[BB:.*]] = bufferization.to_buffer %[[B]] read_only
-// CHECK: %[[D1:.*]] = tensor.dim %[[A]], %c1
+// CHECK-SAME: %[[A:.*]]: memref<2x?x64xf32>, %[[B:.*]]: memref<2x?x64xf32>
+// CHECK: %[[D1:.*]] = memref.dim %[[A]], %c1
 // CHECK-NEXT: gpu.alloc  (%[[D1]]) : memref<2x?x64xf32>
-// CHECK: %[[D2:.*]] = tensor.dim %[[A]], %c1
-// CHECK-NEXT: gpu.alloc  (%[[D2]]) : memref<2x?xf32>
-// CHECK: %[[D3:.*]] = tensor.dim %[[A]], %c1
-// CHECK-NEXT: gpu.alloc  (%[[D3]]) : memref<2x?x64xf32>
-// CHECK: memref.extract_aligned_pointer_as_index %[[AB]]
-// CHECK: memref.extract_aligned_pointer_as_index %[[BB]]
+// CHECK-NEXT: gpu.alloc  (%[[D1]]) : memref<2x?xf32>
+// CHECK-NEXT: gpu.alloc  (%[[D1]]) : memref<2x?x64xf32>
+// CHECK: %[[T1:.*]] = memref.dim %[[A]], %c1
+// CHECK: arith.muli %{{.*}}, %[[T1]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[A]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[B]]
 // CHECK: gpu.launch_func  @attnres_kernels::@list_0_forward
 // CHECK: return
 func.func @list(%a: tensor<2x?x64xf32>, %b: tensor<2x?x64xf32>,
@@ -92,14 +84,11 @@ func.func @list(%a: tensor<2x?x64xf32>, %b: tensor<2x?x64xf32>,
 // Three queries with per-query output norms: o, lse and o_pre gain a
 // leading dimension of 3, the token count stays the dynamic size.
 // CHECK-LABEL: func.func @queries(
-// CHECK-SAME: %[[V:[^:]*]]: tensor<5x?x64xbf16>
-// CHECK: to_buffer
-// CHECK: %[[T1:.*]] = tensor.dim %[[V]], %c1
+// CHECK-SAME: %[[V:[^:]*]]: memref<5x?x64xbf16>
+// CHECK: %[[T1:.*]] = memref.dim %[[V]], %c1
 // CHECK-NEXT: gpu.alloc  (%[[T1]]) : memref<3x?x64xbf16>
-// CHECK: %[[T2:.*]] = tensor.dim %[[V]], %c1
-// CHECK-NEXT: gpu.alloc  (%[[T2]]) : memref<3x?xf32>
-// CHECK: %[[T3:.*]] = tensor.dim %[[V]], %c1
-// CHECK-NEXT: gpu.alloc  (%[[T3]]) : memref<3x?x64xbf16>
+// CHECK-NEXT: gpu.alloc  (%[[T1]]) : memref<3x?xf32>
+// CHECK-NEXT: gpu.alloc  (%[[T1]]) : memref<3x?x64xbf16>
 // CHECK: gpu.launch_func  @attnres_kernels::@queries_0_forward
 func.func @queries(%v: tensor<5x?x64xbf16>, %q: tensor<3x64xbf16>,
                    %h: tensor<3x64xbf16>) -> tensor<3x?x64xbf16> {
@@ -151,8 +140,7 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // -----
 
 // A backward: the gradients allocated with the shapes of their operands,
-// two tables (the source rows, checked; the gradient rows, this code's own
-// allocations), then the blocks B and partitions P of the runtime's rules
+// two tables (the source rows and the gradient rows, each checked), then the blocks B and partitions P of the runtime's rules
 // from the device's occupancy of the kernel (attnresGpuResidentBlocks):
 // B = max(1, min(resident, ceil(N / 16))) (16 rows a block),
 // P = clamp(min(resident / B, L / 4), 1, L), the workspace of P * B partial
@@ -163,14 +151,15 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // CHECK-DAG: llvm.mlir.global internal constant @attnres_kernel_name_backward_0_backward("backward_0_backward\00")
 // CHECK-DAG: func.func private @attnresGpuResidentBlocks(!llvm.ptr, i64) -> i64
 // CHECK-LABEL: func.func @backward(
-// CHECK-SAME: %[[V:[^:]*]]: tensor<8x?x64xbf16>
-// CHECK: %[[N:.*]] = arith.index_cast %{{.*}} : index to i64
-// CHECK: %[[DVN:.*]] = tensor.dim %[[V]], %c1
+// CHECK-SAME: %[[V:[^:]*]]: memref<8x?x64xbf16>
+// CHECK: %[[DVN:.*]] = memref.dim %[[V]], %c1
 // CHECK: %[[DV:.*]] = gpu.alloc  (%[[DVN]]) : memref<8x?x64xbf16>
 // CHECK: %[[DQ:.*]] = gpu.alloc  () : memref<64xbf16>
 // CHECK: %[[DG:.*]] = gpu.alloc  () : memref<64xbf16>
 // CHECK: %[[DH:.*]] = gpu.alloc  () : memref<64xbf16>
+// CHECK: %[[N:.*]] = arith.index_cast %{{.*}} : index to i64
 // CHECK: llvm.mlir.addressof @attnres_refusal_8
+// CHECK: llvm.mlir.addressof @attnres_refusal_16
 // CHECK: %[[ROWS:.*]] = gpu.alloc  () : memref<8xi64>
 // CHECK: %[[GRADS:.*]] = gpu.alloc  () : memref<8xi64>
 // CHECK: %[[RESIDENT:.*]] = call @attnresGpuResidentBlocks(%{{.*}}, %c128_i64
@@ -184,8 +173,8 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // CHECK: %[[PARTIAL:.*]] = arith.muli %[[PB]], %c1_i64
 // CHECK: %[[BYTES:.*]] = arith.index_cast %{{.*}} : i64 to index
 // CHECK: %[[WORK:.*]] = gpu.alloc  (%[[BYTES]]) : memref<?xi8>
-// CHECK: llvm.mlir.addressof @attnres_refusal_14
-// CHECK-NOT: @attnres_refusal_15
+// CHECK: llvm.mlir.addressof @attnres_refusal_25
+// CHECK-NOT: @attnres_refusal_26
 // CHECK: %[[BI:.*]] = arith.index_cast %[[B]] : i64 to index
 // CHECK: %[[PI:.*]] = arith.index_cast %[[P]] : i64 to index
 // CHECK: arith.muli %[[BI]], %c1
@@ -195,11 +184,7 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // CHECK-DAG: gpu.dealloc  %[[ROWS]]
 // CHECK-DAG: gpu.dealloc  %[[GRADS]]
 // CHECK-DAG: gpu.dealloc  %[[WORK]]
-// CHECK: %[[DVT:.*]] = bufferization.to_tensor %[[DV]] restrict writable
-// CHECK: %[[DQT:.*]] = bufferization.to_tensor %[[DQ]] restrict writable
-// CHECK: %[[DGT:.*]] = bufferization.to_tensor %[[DG]] restrict writable
-// CHECK: %[[DHT:.*]] = bufferization.to_tensor %[[DH]] restrict writable
-// CHECK: return %[[DVT]], %[[DQT]], %[[DGT]], %[[DHT]]
+// CHECK: return %[[DV]], %[[DQ]], %[[DG]], %[[DH]]
 func.func @backward(%v: tensor<8x?x64xbf16>, %q: tensor<64xbf16>,
                     %g: tensor<64xbf16>, %h: tensor<64xbf16>,
                     %do: tensor<?x64xbf16>, %lse: tensor<?xf32>,
@@ -220,15 +205,15 @@ func.func @backward(%v: tensor<8x?x64xbf16>, %q: tensor<64xbf16>,
 
 // A softmax partition_reduce: rows are the partials' dimensions after P
 // (here N), the merge kernel's grid ceil(N / 16), P = 4 a constant; the
-// partials, their lse, the sink and the weight checked.
+// partials, their lse, the sink, the weight and the results checked.
 // CHECK-LABEL: func.func @merge(
-// CHECK-SAME: %[[OP:[^:]*]]: tensor<4x?x64xf32>
-// CHECK: %[[N:.*]] = tensor.dim %[[OP]], %c1
-// CHECK: %[[ROWS:.*]] = arith.muli %c1{{.*}}, %[[N]] : index
-// CHECK: %[[ROWS64:.*]] = arith.index_cast %[[ROWS]] : index to i64
+// CHECK-SAME: %[[OP:[^:]*]]: memref<4x?x64xf32>
 // CHECK: gpu.alloc  (%{{.*}}) : memref<?x64xbf16>
 // CHECK: gpu.alloc  (%{{.*}}) : memref<?xf32>
-// CHECK: llvm.mlir.addressof @attnres_refusal_4
+// CHECK: %[[N:.*]] = memref.dim %[[OP]], %c1
+// CHECK: %[[ROWS:.*]] = arith.muli %c1{{.*}}, %[[N]] : index
+// CHECK: %[[ROWS64:.*]] = arith.index_cast %[[ROWS]] : index to i64
+// CHECK: llvm.mlir.addressof @attnres_refusal_6
 // CHECK: %[[GRID:.*]] = arith.ceildivui %{{.*}}, %c16
 // CHECK: gpu.launch_func  @attnres_kernels::@merge_0_merge blocks in (%[[GRID]], {{.*}}) threads in (%c128, {{.*}}) args({{.*}}, %[[ROWS64]] : i64, %c4_i64 : i64)
 func.func @merge(%op: tensor<4x?x64xf32>, %lp: tensor<4x?xf32>,
@@ -245,10 +230,10 @@ func.func @merge(%op: tensor<4x?x64xf32>, %lp: tensor<4x?xf32>,
 // A sum partition_reduce: every element of the result, N * 16, in blocks
 // of 256.
 // CHECK-LABEL: func.func @finalize(
-// CHECK: %[[D:.*]] = tensor.dim %{{.*}}, %c2
+// CHECK: gpu.alloc  (%{{.*}}) : memref<?x16xbf16>
+// CHECK: %[[D:.*]] = memref.dim %{{.*}}, %c2
 // CHECK: %[[ELEMENTS:.*]] = arith.muli %{{.*}}, %[[D]] : index
 // CHECK: %[[ELEMENTS64:.*]] = arith.index_cast %[[ELEMENTS]] : index to i64
-// CHECK: gpu.alloc  (%{{.*}}) : memref<?x16xbf16>
 // CHECK: %[[GRID:.*]] = arith.ceildivui %{{.*}}, %c256
 // CHECK: gpu.launch_func  @attnres_kernels::@finalize_0_sum blocks in (%[[GRID]], {{.*}}) threads in (%c256{{.*}}, {{.*}}) args(%{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %[[ELEMENTS64]] : i64)
 func.func @finalize(%partials: tensor<7x?x16xf32>) -> tensor<?x16xbf16> {

@@ -1,6 +1,8 @@
-// RUN: attnres-opt %s --split-input-file --verify-diagnostics --attnres-launch-kernels -o /dev/null
+// RUN: attnres-opt %s --split-input-file --verify-diagnostics --attnres-bufferize-host --attnres-launch-kernels -o /dev/null
 // RUN: attnres-opt %S/Inputs/sum.mlir --convert-attnres-to-gpu=keep-host=1 | FileCheck %s --check-prefix=NAMED
-// RUN: attnres-opt %S/Inputs/sum.mlir --convert-attnres-to-gpu=keep-host=1 --attnres-launch-kernels | FileCheck %s --check-prefix=LAUNCHED
+// RUN: attnres-opt %S/Inputs/sum.mlir --convert-attnres-to-gpu=keep-host=1 --attnres-bufferize-host | FileCheck %s --check-prefix=BUFFERS
+// RUN: attnres-opt %S/Inputs/sum.mlir --convert-attnres-to-gpu=keep-host=1 --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s --check-prefix=LAUNCHED
+// RUN: not attnres-opt %S/Inputs/sum.mlir --convert-attnres-to-gpu=keep-host=1 --attnres-launch-kernels 2>&1 | FileCheck %s --check-prefix=UNBUFFERED
 
 // convert-attnres-to-gpu with keep-host keeps the function and names on the
 // op its kernels (the op's manifest entry); no host code yet.
@@ -10,15 +12,33 @@
 // NAMED: gpu.func @sum_0_sum(
 // NAMED-SAME: attnres.kernel = {arguments = [{alignment = 4 : i64, kind = "buffer", name = "partials"
 
+// attnres-bufferize-host: the function on device buffers, the op on buffers
+// writing the one it allocates, the kernels it names kept.
+// BUFFERS-LABEL: func.func @sum(
+// BUFFERS-SAME: %[[P:.*]]: memref<3x?x8xf32>) -> memref<?x8xf32>
+// BUFFERS: %[[N:.*]] = memref.dim %[[P]], %c1
+// BUFFERS: %[[S:.*]] = gpu.alloc  (%[[N]]) : memref<?x8xf32>
+// BUFFERS: attnres.partition_reduce_into sum %[[P]] : memref<3x?x8xf32> outs(%[[S]] : memref<?x8xf32>) {attnres.launch = {{{.*}}sum = "sum_0_sum"}}
+// BUFFERS: return %[[S]] : memref<?x8xf32>
+
 // attnres-launch-kernels reads the kernel's description back from the module:
 // its arguments in order, its grid rule (ceil(N / 256) blocks of 256
-// threads) and the alignment its loads need.
+// threads) and the alignment its loads and stores need, which it checks of
+// both buffers.
 // LAUNCHED-LABEL: func.func @sum(
+// LAUNCHED-SAME: %[[P:.*]]: memref<3x?x8xf32>) -> memref<?x8xf32>
 // LAUNCHED-NOT: attnres.
+// LAUNCHED: %[[S:.*]] = gpu.alloc
+// LAUNCHED: memref.extract_aligned_pointer_as_index %[[P]]
+// LAUNCHED: memref.extract_aligned_pointer_as_index %[[S]]
+// LAUNCHED: arith.remui %{{.*}}, %c4_i64
 // LAUNCHED: arith.remui %{{.*}}, %c4_i64
 // LAUNCHED: %[[GRID:.*]] = arith.ceildivui %{{.*}}, %c256
 // LAUNCHED: gpu.launch_func  @attnres_kernels::@sum_0_sum blocks in (%[[GRID]], %c1{{.*}}, %c1{{.*}}) threads in (%c256{{.*}}, %c1{{.*}}, %c1{{.*}})  args(%{{.*}} : !llvm.ptr<1>, %{{.*}} : !llvm.ptr<1>, %{{.*}} : i64)
-// LAUNCHED: bufferization.to_tensor
+// LAUNCHED: return %[[S]] : memref<?x8xf32>
+
+// The launches write buffers: an op on tensors is bufferized first.
+// UNBUFFERED: error: attnres-launch-kernels launches the attnres ops on buffers (attnres.forward_into, ...); bufferize this op first (attnres-bufferize-host)
 
 // An op the conversion has not named kernels for.
 func.func @unnamed(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
@@ -216,11 +236,10 @@ gpu.module @attnres_kernels {
 
 // -----
 
-// The host code keeps every tensor in device memory: an op inside a region
-// (whose operands could be host slices) is refused, as by the conversion.
+// An op inside a region is refused, as by the conversion.
 func.func @nested(%p: tensor<3x?x8xf32>, %c: i1) -> tensor<?x8xf32> {
   %r = scf.if %c -> tensor<?x8xf32> {
-    // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function; this one is inside 'scf.if'}}
+    // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function of the module it runs on}}
     %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
     scf.yield %s : tensor<?x8xf32>
   } else {
