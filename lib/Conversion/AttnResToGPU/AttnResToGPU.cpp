@@ -171,6 +171,45 @@ FailureOr<KernelInfo> gpu_kernels::readKernelDescription(gpu::GPUFuncOp func) {
   return info;
 }
 
+LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
+                                             StringRef pass) {
+  auto isTensor = [](Type type) { return isa<TensorType>(type); };
+  WalkResult result = function.walk([&](Operation *op) {
+    if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)) {
+      if (op->getParentOp() == function)
+        return WalkResult::advance();
+      op->emitError() << pass
+                      << ": keep-host=1 launches "
+                         "attnres ops at the top level of a function; this "
+                         "one is inside '"
+                      << op->getParentOp()->getName()
+                      << "' (the loops of attnres-split-reduction and "
+                         "attnres-tile are launched as their kernels' "
+                         "blocks; no other region is)";
+      return WalkResult::interrupt();
+    }
+    if (isa<func::ReturnOp>(op) ||
+        (!llvm::any_of(op->getOperandTypes(), isTensor) &&
+         !llvm::any_of(op->getResultTypes(), isTensor)))
+      return WalkResult::advance();
+    // tensor.dim reads a size from the descriptor, not the data; the
+    // reshapes become views of the same buffer (attnres-split-reduction
+    // merges several token dimensions into one).
+    if (isa<tensor::DimOp, tensor::CollapseShapeOp, tensor::ExpandShapeOp>(op))
+      return WalkResult::advance();
+    op->emitError()
+        << pass
+        << ": keep-host=1 keeps every "
+           "tensor in device memory, which only attnres ops, "
+           "tensor.dim and reshapes may use; '"
+        << op->getName()
+        << "' is none of them (keep-host=0 compiles the attnres ops "
+           "alone)";
+    return WalkResult::interrupt();
+  });
+  return failure(result.wasInterrupted());
+}
+
 namespace {
 
 /// Sets each pointer argument's alignment from the kernel's own accesses: the
@@ -270,6 +309,8 @@ struct ConvertAttnResToGPUPass
     ModuleOp module = getOperation();
     OpBuilder b(module.getContext());
     Location loc = module.getLoc();
+    if (failed(refuseOpsOnBuffers(module, getArgument())))
+      return signalPassFailure();
     // Keyed by ops of this run (a pass instance may run again).
     tileTokens.clear();
     mergeTileTokens.clear();

@@ -1,15 +1,16 @@
 //===- HostLaunch.cpp - attnres ops as launches of their kernels ----------===//
 //
 // attnres-launch-kernels: after convert-attnres-to-gpu (keep-host), which
-// keeps the functions and names on each op its kernels, each op becomes
-// the host code that runs it: its operands as buffers, device
-// allocations for its results and workspace, the tables of source rows, and
-// gpu.launch_func of its kernels, whose grids and arguments come from the
-// descriptions the kernels were recorded with (what the bundle manifest is
-// written from) and whose block and partition counts come from the launch
-// rules of attnres/Bundle/LaunchRules.h, computed here in IR from the token
-// count at run time: each rule exists once. Upstream's bufferization and
-// gpu-to-llvm lower the result like any host code.
+// keeps the functions and names on each op its kernels, and
+// attnres-bufferize-host, which puts them on device buffers, each op on
+// buffers becomes the host code that runs it: its workspaces, the tables
+// of source rows, alignment checks of its buffers, and gpu.launch_func of
+// its kernels, whose grids and arguments come from the descriptions the
+// kernels were recorded with (what the bundle manifest is written from) and
+// whose block and partition counts come from the launch rules of
+// attnres/Bundle/LaunchRules.h, computed here in IR from the token count at
+// run time: each rule exists once. Upstream's gpu-to-llvm lowers the result
+// like any host code.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,13 +21,11 @@
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
-#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/ADT/StringSet.h"
 
 namespace mlir::attnres {
@@ -810,45 +809,6 @@ LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
 }
 
 } // namespace
-
-LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
-                                             StringRef pass) {
-  auto isTensor = [](Type type) { return isa<TensorType>(type); };
-  WalkResult result = function.walk([&](Operation *op) {
-    if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)) {
-      if (op->getParentOp() == function)
-        return WalkResult::advance();
-      op->emitError() << pass
-                      << ": keep-host=1 launches "
-                         "attnres ops at the top level of a function; this "
-                         "one is inside '"
-                      << op->getParentOp()->getName()
-                      << "' (the loops of attnres-split-reduction and "
-                         "attnres-tile are launched as their kernels' "
-                         "blocks; no other region is)";
-      return WalkResult::interrupt();
-    }
-    if (isa<func::ReturnOp>(op) ||
-        (!llvm::any_of(op->getOperandTypes(), isTensor) &&
-         !llvm::any_of(op->getResultTypes(), isTensor)))
-      return WalkResult::advance();
-    // tensor.dim reads a size from the descriptor, not the data; the
-    // reshapes become views of the same buffer (attnres-split-reduction
-    // merges several token dimensions into one).
-    if (isa<tensor::DimOp, tensor::CollapseShapeOp, tensor::ExpandShapeOp>(op))
-      return WalkResult::advance();
-    op->emitError()
-        << pass
-        << ": keep-host=1 keeps every "
-           "tensor in device memory, which only attnres ops, "
-           "tensor.dim and reshapes may use; '"
-        << op->getName()
-        << "' is none of them (keep-host=0 compiles the attnres ops "
-           "alone)";
-    return WalkResult::interrupt();
-  });
-  return failure(result.wasInterrupted());
-}
 
 namespace {
 

@@ -181,8 +181,8 @@ struct LaunchCounts {
 /// host, a loop of launches writing into host buffers), so it is an error
 /// (naming `pass`), as is an attnres op inside a region (an scf.if, say),
 /// whose operands would be such slices. Checked by convert-attnres-to-gpu
-/// once the split passes' loops are absorbed, and again by
-/// attnres-launch-kernels on what it is given.
+/// once the split passes' loops are absorbed; attnres-bufferize-host then
+/// puts every such tensor in device memory.
 LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 
 /// Replaces each group of attnres-split-sources (P forwards over

@@ -848,6 +848,8 @@ struct PartitionReduceLowering : OpRewritePattern<PartitionReduceOp> {
 struct ConvertAttnResToLinalgPass
     : attnres::impl::ConvertAttnResToLinalgBase<ConvertAttnResToLinalgPass> {
   void runOnOperation() override {
+    if (failed(refuseOpsOnBuffers(getOperation(), getArgument())))
+      return signalPassFailure();
     RewritePatternSet patterns(&getContext());
     populateAttnResToLinalgPatterns(patterns);
     ConversionTarget target(getContext());

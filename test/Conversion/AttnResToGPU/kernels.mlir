@@ -1,4 +1,6 @@
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu | FileCheck %s
+// RUN: not attnres-opt %S/Inputs/sum-on-buffers.mlir --convert-attnres-to-gpu 2>&1 | FileCheck %s --check-prefix=BUFFERS
+// BUFFERS: error: convert-attnres-to-gpu lowers the attnres ops on tensors; 'attnres.partition_reduce_into' is an op on buffers, what bufferization makes of one: lower the module before bufferizing it
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=64 | FileCheck %s --check-prefix=AMD
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu=subgroup-size=48 2>&1 | FileCheck %s --check-prefix=BAD
 // BAD: convert-attnres-to-gpu: subgroup-size must be a power of two

@@ -1,4 +1,6 @@
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-linalg --canonicalize --cse | FileCheck %s
+// RUN: not attnres-opt %S/../AttnResToGPU/Inputs/sum-on-buffers.mlir --convert-attnres-to-linalg 2>&1 | FileCheck %s --check-prefix=BUFFERS
+// BUFFERS: error: convert-attnres-to-linalg lowers the attnres ops on tensors; 'attnres.partition_reduce_into' is an op on buffers, what bufferization makes of one: lower the module before bufferizing it
 
 // The softmax merge: the maximum starts from the sink; an empty partition
 // (lse = -inf) has weight 0 and its partial output is never multiplied in;

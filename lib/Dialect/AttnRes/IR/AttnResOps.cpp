@@ -24,6 +24,20 @@ bool mlir::attnres::isSupportedValueType(Type type) {
   return type.isBF16() || type.isF16() || type.isF32();
 }
 
+LogicalResult mlir::attnres::refuseOpsOnBuffers(Operation *root,
+                                                StringRef pass) {
+  WalkResult result = root->walk([&](Operation *op) {
+    if (!isa<ForwardIntoOp, BackwardIntoOp, PartitionReduceIntoOp>(op))
+      return WalkResult::advance();
+    op->emitError() << pass << " lowers the attnres ops on tensors; '"
+                    << op->getName()
+                    << "' is an op on buffers, what bufferization makes of "
+                       "one: lower the module before bufferizing it";
+    return WalkResult::interrupt();
+  });
+  return failure(result.wasInterrupted());
+}
+
 //===----------------------------------------------------------------------===//
 // Custom syntax
 //===----------------------------------------------------------------------===//

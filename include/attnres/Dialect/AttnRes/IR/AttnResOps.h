@@ -32,6 +32,11 @@ constexpr int64_t kMaxWidth = 65536;
 /// True for the element types a value tensor may have: bf16, f16, f32.
 bool isSupportedValueType(Type type);
 
+/// An error naming `pass` at the first attnres op on buffers under `root`
+/// (attnres.forward_into, ...): `pass` lowers the ops on tensors, which
+/// bufferization turns into those.
+LogicalResult refuseOpsOnBuffers(Operation *root, StringRef pass);
+
 } // namespace mlir::attnres
 
 #endif // ATTNRES_DIALECT_ATTNRES_IR_ATTNRESOPS_H
