@@ -81,7 +81,8 @@ void mlir::attnres::registerPipelines() {
       "attnres-split-sources, attnres-split-reduction, attnres-tile, "
       "attnres-map-to-blocks, convert-attnres-to-gpu, nvvm-attach-target, "
       "convert-gpu-to-nvvm, gpu-module-to-binary (with keep-host=1, "
-      "attnres-launch-kernels and the host code lowered too).",
+      "attnres-bufferize-host, attnres-launch-kernels and the host code "
+      "lowered too).",
       buildLowerToNVVMPipeline);
   registerGPUPipeline<ROCDLPipelineOptions>(
       "attnres-lower-to-rocdl-pipeline",
@@ -89,6 +90,7 @@ void mlir::attnres::registerPipelines() {
       "attnres-split-sources, attnres-split-reduction, attnres-tile, "
       "attnres-map-to-blocks, convert-attnres-to-gpu, rocdl-attach-target, "
       "convert-gpu-to-rocdl, gpu-module-to-binary (with keep-host=1, "
-      "attnres-launch-kernels and the host code lowered too).",
+      "attnres-bufferize-host, attnres-launch-kernels and the host code "
+      "lowered too).",
       buildLowerToROCDLPipeline);
 }

@@ -4,9 +4,11 @@
 // and verified; a module that verifies goes through the transforms
 // (split-sources, split-reduction, tile), the CPU pipeline, the NVVM and
 // ROCDL pipelines up to their ISA text (no assembler: PTX and AMDGPU
-// assembly), the NVVM pipeline with keep-host, and attnres-launch-kernels
-// alone (kernel descriptions and attnres.launch attributes are input
-// too). Diagnostics are the expected answer to bad input; a crash, an
+// assembly), the NVVM pipeline with keep-host, its host stages alone
+// (attnres-bufferize-host and attnres-launch-kernels: kernel descriptions,
+// attnres.launch attributes and the ops on buffers are input too), and
+// upstream one-shot bufferization, which the ops' BufferizableOpInterface
+// joins. Diagnostics are the expected answer to bad input; a crash, an
 // abort or a sanitizer report is a bug.
 //
 //===----------------------------------------------------------------------===//
@@ -70,6 +72,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // whatever kernels and attnres.launch attributes the input states.
   runPipeline(*module, "builtin.module(attnres-lower-to-nvvm-pipeline{"
                        "format=isa keep-host=1})");
+  runPipeline(*module, "builtin.module(attnres-bufferize-host,"
+                       "attnres-launch-kernels)");
   runPipeline(*module, "builtin.module(attnres-launch-kernels)");
+  runPipeline(*module, "builtin.module(one-shot-bufferize{"
+                       "bufferize-function-boundaries})");
   return 0;
 }
