@@ -86,9 +86,10 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     (docs/Performance.md).
 
     With `keep-host=1` the functions stay, each attnres op annotated with
-    its kernels and launch counts (an `attnres.launch` attribute) for
-    `attnres-launch-kernels`, which replaces it by the host code that
-    launches them. The split passes' decompositions run as the kernels that
+    its kernels and launch counts (an `attnres.launch` attribute), which
+    `attnres-bufferize-host` keeps on the op on buffers and
+    `attnres-launch-kernels` replaces by the host code that launches
+    them. The split passes' decompositions run as the kernels that
     implement them, on the grid the IR states: a
     backward that `attnres-split-reduction` split into an `scf.forall` over
     B blocks of tokens (its partial gradients summed by `partition_reduce
@@ -194,8 +195,8 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "Keep the functions, each attnres op (the split passes' loops "
            "absorbed into it) annotated with its kernels and the launch "
            "counts the IR fixed (its attnres.launch attribute), for "
-           "attnres-launch-kernels to replace by the host code that "
-           "launches them">,
+           "attnres-bufferize-host and attnres-launch-kernels to replace "
+           "by the host code that launches them">,
     Option<"backwardPartitions", "backward-partitions", "int64_t",
            /*default=*/"0",
            "With keep-host: partitions P of the sources of every backward; "

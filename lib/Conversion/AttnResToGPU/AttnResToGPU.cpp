@@ -210,6 +210,15 @@ LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
   return failure(result.wasInterrupted());
 }
 
+Value gpu_kernels::allocateOnDevice(OpBuilder &b, Location loc, MemRefType type,
+                                    ValueRange dynamicSizes) {
+  return gpu::AllocOp::create(b, loc, type, /*asyncToken=*/Type(),
+                              /*asyncDependencies=*/ValueRange(), dynamicSizes,
+                              /*symbolOperands=*/ValueRange(),
+                              /*hostShared=*/false)
+      .getMemref();
+}
+
 namespace {
 
 /// Sets each pointer argument's alignment from the kernel's own accesses: the

@@ -109,7 +109,8 @@ func::FuncOp runtimeFunction(Operation *op, const RuntimeFunction &function) {
   return declaration;
 }
 
-/// The host code of one op: buffers, allocations, checks and launches.
+/// The host code of one op on buffers: tables, workspaces, checks and
+/// launches.
 /// Every alignment check comes before the first launch, which each check
 /// guards.
 class HostLauncher {
@@ -133,11 +134,7 @@ public:
   }
 
   Value allocate(MemRefType type, ValueRange dynamicSizes) {
-    return gpu::AllocOp::create(b, loc, type, /*asyncToken=*/Type(),
-                                /*asyncDependencies=*/ValueRange(),
-                                dynamicSizes, /*symbolOperands=*/ValueRange(),
-                                /*hostShared=*/false)
-        .getMemref();
+    return allocateOnDevice(b, loc, type, dynamicSizes);
   }
 
   /// A device buffer freed after the launches (tables, workspaces).
@@ -181,13 +178,15 @@ public:
     allAligned = arith::AndIOp::create(b, loc, allAligned, aligned);
   }
 
-  /// Checks the caller's buffers among `values` against the alignment of
-  /// the kernel argument each is bound to.
+  /// Checks the op's buffers among `values` against the alignment of the
+  /// kernel argument each is bound to: every buffer argument but those
+  /// this code makes (`madeHere`: tables, workspaces), so that a buffer a
+  /// kernel gains is checked unless it is one of those.
   void checkArguments(const KernelInfo &info,
                       const llvm::StringMap<Value> &values,
-                      const llvm::StringSet<> &callerBuffers) {
+                      const llvm::StringSet<> &madeHere) {
     for (const auto &argument : info.arguments) {
-      if (argument.kind == "i64" || !callerBuffers.contains(argument.name))
+      if (argument.kind == "i64" || madeHere.contains(argument.name))
         continue;
       // Once a buffer, at the first kernel's alignment unless a later one
       // needs more.
@@ -533,11 +532,10 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
   values["num_tokens"] = tokens64;
   values["num_rows"] = mergedRows;
   values["rows_per_weight"] = tokens64;
-  llvm::StringSet<> callerBuffers = {"query", "key_norm", "output_norm",   "o",
-                                     "lse",   "o_pre",    "o_pre_residual"};
+  llvm::StringSet<> madeHere = {"sources", "partial_o", "partial_lse"};
   for (const auto *kernel : {whole, partial, merge, clustered})
     if (kernel)
-      host.checkArguments(kernel->second, values, callerBuffers);
+      host.checkArguments(kernel->second, values, madeHere);
 
   // The split over sources, as the bundle runtime chooses it: P partitions
   // by LaunchRules.h's rule from the device's occupancy of the partial
@@ -724,11 +722,10 @@ LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
   values["num_partitions"] = partitions;
   values["num_partial_rows"] = partialRows;
 
-  llvm::StringSet<> callerBuffers = {
-      "query",          "key_norm", "output_norm", "grad", "lse", "saved",
-      "saved_residual", "grad_lse", "dq",          "dg",   "dh"};
-  host.checkArguments(info, values, callerBuffers);
-  host.checkArguments(finalize->second, values, callerBuffers);
+  llvm::StringSet<> madeHere = {"sources", "grad_sources", "partial_da",
+                                "partial_dh"};
+  host.checkArguments(info, values, madeHere);
+  host.checkArguments(finalize->second, values, madeHere);
   llvm::StringMap<Value> symbols = {{"N", tokens},
                                     {"B", host.toIndex(blocks)},
                                     {"P", host.toIndex(partitions)}};
@@ -768,12 +765,10 @@ LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
     if (buffer)
       values[name] = host.addressOf(buffer);
   };
-  llvm::StringSet<> callerBuffers;
   if (sum) {
     bind("partials", partials);
     bind("output", o);
     values["num_elements"] = rows64;
-    callerBuffers = {"partials", "output"};
   } else {
     bind("partial_o", partials);
     bind("partial_lse", op.getPartialLse());
@@ -793,15 +788,14 @@ LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
           b, loc, rows64,
           host.i64(cast<MemRefType>(weight.getType()).getShape()[0]));
     values["rows_per_weight"] = weightRows;
-    callerBuffers = {"partial_o", "partial_lse", "sink",  "output_norm",
-                     "o",         "lse",         "o_pre", "o_pre_residual"};
   }
   llvm::StringMap<Value> symbols = {{"N", rows}, {"rows", rows}};
   if (!sum &&
       failed(bindTiles(op, host, b, loc, facts, "",
                        tokenDims(b, loc, partials, 1), rows, values, symbols)))
     return failure();
-  host.checkArguments(kernel->second, values, callerBuffers);
+  // Every buffer is the op's own operand or result.
+  host.checkArguments(kernel->second, values, /*madeHere=*/{});
   if (failed(host.launch(kernel->first, kernel->second, values, symbols)))
     return failure();
   host.finish();
@@ -832,8 +826,8 @@ LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,
 }
 
 /// Checks what attnres-launch-kernels takes from an op's attnres.launch
-/// attribute (hand-written IR is input too): the op at the top level of a
-/// function of the module; the sizes it computes with present where it
+/// attribute (hand-written IR is input too): the sizes it computes with
+/// present where it
 /// needs them, in the schema's ranges and, where the op states them, equal
 /// to the op's own; fixed counts and tiles whole numbers of blocks. The
 /// counts go to `counts`.
@@ -916,12 +910,17 @@ LogicalResult validateLaunch(Operation *op, DictionaryAttr launch,
 /// function of the module, and on buffers.
 LogicalResult checkPlacement(ModuleOp module, Operation *op) {
   auto function = dyn_cast<func::FuncOp>(op->getParentOp());
-  if (!function || function->getParentOp() != module)
-    return op->emitError() << "attnres-launch-kernels: keep-host=1 launches "
-                              "attnres ops at the top level of a function of "
-                              "the module it runs on";
+  if (!function || function->getParentOp() != module) {
+    InFlightDiagnostic diagnostic =
+        op->emitError() << "attnres-launch-kernels: keep-host=1 launches "
+                           "attnres ops at the top level of a function of "
+                           "the module it runs on; this one is ";
+    if (function)
+      return diagnostic << "in a function of a nested module";
+    return diagnostic << "inside '" << op->getParentOp()->getName() << "'";
+  }
   // The launches write buffers; the ops on tensors are bufferized first.
-  if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op))
+  if (!isOpOnBuffers(op))
     return op->emitError()
            << "attnres-launch-kernels launches the attnres ops on buffers "
               "(attnres.forward_into, ...); bufferize this op first "
@@ -994,9 +993,8 @@ struct LaunchKernelsPass
     SmallVector<std::pair<Operation *, LaunchCounts>> ops;
     bool annotated = true;
     module.walk([&](Operation *op) {
-      if (!annotated ||
-          !isa<ForwardOp, BackwardOp, PartitionReduceOp, ForwardIntoOp,
-               BackwardIntoOp, PartitionReduceIntoOp>(op))
+      if (!annotated || !(isOpOnBuffers(op) ||
+                          isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)))
         return;
       if (failed(checkPlacement(module, op))) {
         annotated = false;

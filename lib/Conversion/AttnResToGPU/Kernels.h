@@ -185,6 +185,10 @@ struct LaunchCounts {
 /// puts every such tensor in device memory.
 LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 
+/// A device buffer of `type` (gpu.alloc): the kept functions' buffers.
+Value allocateOnDevice(OpBuilder &b, Location loc, MemRefType type,
+                       ValueRange dynamicSizes);
+
 /// Replaces each group of attnres-split-sources (P forwards over
 /// consecutive partitions of the sources, their FP32 outputs and lses stacked
 /// and merged by a softmax partition_reduce) by the forward over all

@@ -149,6 +149,7 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // Each caller buffer is checked once, at the larger of the two kernels'
 // alignments.
 // CHECK-DAG: llvm.mlir.global internal constant @attnres_kernel_name_backward_0_backward("backward_0_backward\00")
+// CHECK-DAG: llvm.mlir.global internal constant @attnres_refusal_9("the gradient row of source 0 must be aligned to 16 bytes for kernel backward_0_backward; the launch was skipped\00")
 // CHECK-DAG: func.func private @attnresGpuResidentBlocks(!llvm.ptr, i64) -> i64
 // CHECK-LABEL: func.func @backward(
 // CHECK-SAME: %[[V:[^:]*]]: memref<8x?x64xbf16>

@@ -236,17 +236,14 @@ gpu.module @attnres_kernels {
 
 // -----
 
-// An op inside a region is refused, as by the conversion.
-func.func @nested(%p: tensor<3x?x8xf32>, %c: i1) -> tensor<?x8xf32> {
-  %r = scf.if %c -> tensor<?x8xf32> {
-    // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function of the module it runs on}}
-    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
-    scf.yield %s : tensor<?x8xf32>
-  } else {
-    %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
-    scf.yield %s : tensor<?x8xf32>
+// An op on buffers inside a region (attnres-bufferize-host refuses one on
+// tensors) is refused, as by the conversion.
+func.func @nested(%p: memref<3x?x8xf32>, %s: memref<?x8xf32>, %c: i1) {
+  scf.if %c {
+    // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function of the module it runs on; this one is inside 'scf.if'}}
+    attnres.partition_reduce_into sum %p : memref<3x?x8xf32> outs(%s : memref<?x8xf32>) {attnres.launch = {num_partitions = 3 : i64, sum = "k"}}
   }
-  return %r : tensor<?x8xf32>
+  return
 }
 
 // -----
@@ -256,7 +253,7 @@ func.func @nested(%p: tensor<3x?x8xf32>, %c: i1) -> tensor<?x8xf32> {
 module {
   module @inner {
     func.func @inner(%p: tensor<3x?x8xf32>) -> tensor<?x8xf32> {
-      // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function of the module it runs on}}
+      // expected-error @+1 {{attnres-launch-kernels: keep-host=1 launches attnres ops at the top level of a function of the module it runs on; this one is in a function of a nested module}}
       %s = attnres.partition_reduce sum %p : tensor<3x?x8xf32> {attnres.launch = {num_partitions = 3 : i64, sum = "k"}} -> tensor<?x8xf32>
       return %s : tensor<?x8xf32>
     }

@@ -87,3 +87,25 @@ func.func @sum(%p: tensor<7x16xf32>) -> tensor<16xbf16> {
   %s = attnres.partition_reduce sum %p : tensor<7x16xf32> -> tensor<16xbf16>
   return %s : tensor<16xbf16>
 }
+
+// -----
+
+// A result carried out of a branch keeps the dense buffer the op writes:
+// no cast, no copy.
+// CHECK-LABEL: func.func @branch(
+// CHECK-NOT: memref.copy
+// CHECK-NOT: memref.cast
+// CHECK: scf.if %{{.*}} -> (memref<16xf32>) {
+// CHECK: %[[S:.*]] = memref.alloc() {{.*}} : memref<16xf32>
+// CHECK: attnres.partition_reduce_into sum %{{.*}} : memref<7x16xf32> outs(%[[S]] : memref<16xf32>)
+// CHECK: scf.yield %[[S]] : memref<16xf32>
+func.func @branch(%c: i1, %p: tensor<7x16xf32>, %s: tensor<16xf32>)
+    -> tensor<16xf32> {
+  %r = scf.if %c -> tensor<16xf32> {
+    %x = attnres.partition_reduce sum %p : tensor<7x16xf32> -> tensor<16xf32>
+    scf.yield %x : tensor<16xf32>
+  } else {
+    scf.yield %s : tensor<16xf32>
+  }
+  return %r : tensor<16xf32>
+}

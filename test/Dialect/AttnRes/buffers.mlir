@@ -1,7 +1,9 @@
 // RUN: attnres-opt %s --split-input-file | attnres-opt --split-input-file | FileCheck %s
 // RUN: attnres-opt %s --split-input-file --mlir-print-op-generic | attnres-opt --split-input-file | FileCheck %s
+// RUN: attnres-opt %s --split-input-file --canonicalize --cse | FileCheck %s
 // The ops on buffers (what one-shot bufferization makes of the ops on
-// tensors) print and parse back, in both forms.
+// tensors) print and parse back, in both forms; they write their outs, so
+// canonicalization keeps them though they have no results.
 
 // CHECK-LABEL: func.func @forward_saving_lse
 // CHECK: attnres.forward_into packed(%{{.*}} : memref<4x?x64xbf16>) query(%{{.*}} : memref<64xbf16>) save(lse) outs(%{{.*}}, %{{.*}} : memref<?x64xbf16>, memref<?xf32>)
@@ -30,6 +32,37 @@ func.func @forward_saving_residual(
       outs(%o, %lse, %o_pre, %r : memref<2x?x64xbf16>, memref<2x?xf32>,
            memref<2x?x64xbf16>, memref<2x?x32xi8>)
       {eps = 1.0e-05 : f64, scale = 0.5 : f64}
+  return
+}
+
+// -----
+
+// save(o_pre_residual) without an output norm: o is o_pre, the residual is
+// the third buffer.
+// CHECK-LABEL: func.func @forward_residual_without_norm
+// CHECK: save(o_pre_residual) outs(%{{.*}}, %{{.*}}, %{{.*}} : memref<?x64xbf16>, memref<?xf32>, memref<?x32xi8>)
+func.func @forward_residual_without_norm(
+    %v: memref<4x?x64xbf16>, %q: memref<64xbf16>, %o: memref<?x64xbf16>,
+    %lse: memref<?xf32>, %r: memref<?x32xi8>) {
+  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+      query(%q : memref<64xbf16>) save(o_pre_residual)
+      outs(%o, %lse, %r : memref<?x64xbf16>, memref<?xf32>, memref<?x32xi8>)
+  return
+}
+
+// -----
+
+// An output norm and no key norm: its gradient follows the query's.
+// CHECK-LABEL: func.func @backward_output_norm
+// CHECK: attnres.backward_into packed(%{{.*}} : memref<2x?x64xbf16>) query(%{{.*}} : memref<64xf32>) output_norm(%{{.*}} : memref<64xf32>) {{.*}} outs(%{{.*}}, %{{.*}}, %{{.*}} : memref<2x?x64xbf16>, memref<64xf32>, memref<64xf32>)
+func.func @backward_output_norm(%v: memref<2x?x64xbf16>, %q: memref<64xf32>,
+                                %h: memref<64xf32>, %do: memref<?x64xbf16>,
+                                %lse: memref<?xf32>, %dv: memref<2x?x64xbf16>,
+                                %dq: memref<64xf32>, %dh: memref<64xf32>) {
+  attnres.backward_into packed(%v : memref<2x?x64xbf16>)
+      query(%q : memref<64xf32>) output_norm(%h : memref<64xf32>)
+      grad(%do : memref<?x64xbf16>) lse(%lse : memref<?xf32>)
+      outs(%dv, %dq, %dh : memref<2x?x64xbf16>, memref<64xf32>, memref<64xf32>)
   return
 }
 

@@ -1,6 +1,7 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics
-// The ops on buffers: their own rules (dense buffers, the outs a result
-// each), and the rules of the ops on tensors, which they share.
+// The ops on buffers: their own rules (dense buffers, no buffer written
+// that the op also reads or writes elsewhere, the outs a result each), and
+// the rules of the ops on tensors, which they share.
 
 func.func @strided_source(%v: memref<4x?x64xbf16, strided<[?, 64, 1]>>,
                           %q: memref<64xbf16>, %o: memref<?x64xbf16>,
@@ -17,7 +18,7 @@ func.func @strided_source(%v: memref<4x?x64xbf16, strided<[?, 64, 1]>>,
 func.func @output_at_an_offset(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
                                %o: memref<?x64xbf16, strided<[64, 1], offset: 64>>,
                                %lse: memref<?xf32>) {
-  // expected-error @+1 {{operand #2 is 'memref<?x64xbf16, strided<[64, 1], offset: 64>>'}}
+  // expected-error @+1 {{outs #0 is 'memref<?x64xbf16, strided<[64, 1], offset: 64>>'}}
   attnres.forward_into packed(%v : memref<4x?x64xbf16>)
       query(%q : memref<64xbf16>) save(lse)
       outs(%o, %lse : memref<?x64xbf16, strided<[64, 1], offset: 64>>, memref<?xf32>)
@@ -100,7 +101,7 @@ func.func @backward_gradient_of_another_shape(
 
 func.func @sum_of_two(%p: memref<7x16xf32>, %a: memref<16xf32>,
                       %b: memref<16xf32>) {
-  // expected-error @+1 {{writes 1 buffers (the sum), but outs has 2}}
+  // expected-error @+1 {{writes 1 buffer (the sum), but outs has 2}}
   attnres.partition_reduce_into sum %p : memref<7x16xf32>
       outs(%a, %b : memref<16xf32>, memref<16xf32>)
   return
@@ -121,9 +122,71 @@ func.func @merge_without_lse(%p: memref<4x?x64xf32>, %lp: memref<4x?xf32>,
 func.func @merge_o_pre_without_norm(%p: memref<4x?x64xf32>, %lp: memref<4x?xf32>,
                                     %o: memref<?x64xbf16>, %lse: memref<?xf32>,
                                     %o_pre: memref<?x64xbf16>) {
-  // expected-error @+1 {{o_pre is a result only with an output_norm(...) operand (without one the output is o_pre)}}
+  // expected-error @+1 {{o_pre is a buffer in outs only with an output_norm(...) operand (without one the output is o_pre)}}
   attnres.partition_reduce_into softmax %p : memref<4x?x64xf32>
       lse(%lp : memref<4x?xf32>)
       outs(%o, %lse, %o_pre : memref<?x64xbf16>, memref<?xf32>, memref<?x64xbf16>)
+  return
+}
+
+// -----
+
+// A gradient written over the sources it is computed from.
+func.func @backward_into_its_sources(
+    %v: memref<2x?x64xbf16>, %q: memref<16xf32>, %do: memref<?x64xbf16>,
+    %lse: memref<?xf32>, %dq: memref<16xf32>) {
+  // expected-error @+1 {{writes outs #0, which is also its operand #0: a buffer it writes must be no other buffer of the op}}
+  attnres.backward_into packed(%v : memref<2x?x64xbf16>)
+      query(%q : memref<16xf32>) grad(%do : memref<?x64xbf16>)
+      lse(%lse : memref<?xf32>)
+      outs(%v, %dq : memref<2x?x64xbf16>, memref<16xf32>)
+  return
+}
+
+// -----
+
+// o_pre written into o's buffer.
+func.func @forward_o_pre_into_o(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
+                                %h: memref<64xf32>, %o: memref<?x64xbf16>,
+                                %lse: memref<?xf32>) {
+  // expected-error @+1 {{writes outs #0, which is also its outs #2: a buffer it writes must be no other buffer of the op}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+      query(%q : memref<64xbf16>) output_norm(%h : memref<64xf32>)
+      outs(%o, %lse, %o : memref<?x64xbf16>, memref<?xf32>, memref<?x64xbf16>)
+  return
+}
+
+// -----
+
+func.func @backward_strided_gradient(
+    %v: memref<2x?x64xbf16>, %q: memref<16xf32>, %do: memref<?x64xbf16>,
+    %lse: memref<?xf32>, %dv: memref<2x?x64xbf16, strided<[?, 64, 1]>>,
+    %dq: memref<16xf32>) {
+  // expected-error @+1 {{takes buffers dense from their start (an identity layout); outs #0 is 'memref<2x?x64xbf16, strided<[?, 64, 1]>>'}}
+  attnres.backward_into packed(%v : memref<2x?x64xbf16>)
+      query(%q : memref<16xf32>) grad(%do : memref<?x64xbf16>)
+      lse(%lse : memref<?xf32>)
+      outs(%dv, %dq : memref<2x?x64xbf16, strided<[?, 64, 1]>>, memref<16xf32>)
+  return
+}
+
+// -----
+
+func.func @sum_of_nothing(%p: memref<7x16xf32>) {
+  // expected-error @+1 {{writes 1 buffer (the sum), but outs has 0}}
+  "attnres.partition_reduce_into"(%p) <{kind = 1 : i32, operandSegmentSizes = array<i32: 1, 0, 0, 0, 0>}> : (memref<7x16xf32>) -> ()
+  return
+}
+
+// -----
+
+// With an output norm, a third buffer of i8 is a residual without its o_pre.
+func.func @merge_residual_without_o_pre(
+    %p: memref<4x?x64xf32>, %lp: memref<4x?xf32>, %h: memref<64xf32>,
+    %o: memref<?x64xbf16>, %lse: memref<?xf32>, %r: memref<?x32xi8>) {
+  // expected-error @+1 {{with an output norm, the o_pre residual needs the o_pre buffer in outs it belongs to}}
+  attnres.partition_reduce_into softmax %p : memref<4x?x64xf32>
+      lse(%lp : memref<4x?xf32>) output_norm(%h : memref<64xf32>)
+      outs(%o, %lse, %r : memref<?x64xbf16>, memref<?xf32>, memref<?x32xi8>)
   return
 }

@@ -24,10 +24,14 @@ bool mlir::attnres::isSupportedValueType(Type type) {
   return type.isBF16() || type.isF16() || type.isF32();
 }
 
+bool mlir::attnres::isOpOnBuffers(Operation *op) {
+  return isa<ForwardIntoOp, BackwardIntoOp, PartitionReduceIntoOp>(op);
+}
+
 LogicalResult mlir::attnres::refuseOpsOnBuffers(Operation *root,
                                                 StringRef pass) {
   WalkResult result = root->walk([&](Operation *op) {
-    if (!isa<ForwardIntoOp, BackwardIntoOp, PartitionReduceIntoOp>(op))
+    if (!isOpOnBuffers(op))
       return WalkResult::advance();
     op->emitError() << pass << " lowers the attnres ops on tensors; '"
                     << op->getName()
@@ -257,6 +261,8 @@ struct BackwardResultTypes {
 struct PartitionReduceTypes {
   Type partials, partialLse, sink, outputNormWeight;
   Type output, lse, oPre, oPreResidual;
+  /// What the op calls what it produces, in the messages.
+  StringRef produced = "result";
 };
 } // namespace
 
@@ -486,32 +492,26 @@ ATTNRES_SOURCE_ACCESSORS(ForwardIntoOp)
 ATTNRES_SOURCE_ACCESSORS(BackwardIntoOp)
 #undef ATTNRES_SOURCE_ACCESSORS
 
-/// One source's shape, [T..., D]: a packed operand's without its leading L.
-static ArrayRef<int64_t> oneSourceShape(Value first, bool packed) {
+/// One source's type, [T..., D]: a packed operand's without its leading L;
+/// for an op on buffers, a dense buffer in the operand's memory space.
+template <typename OpT> static auto oneSourceType(OpT op) {
+  Value first = op.getSources().front();
   ArrayRef<int64_t> shape = cast<ShapedType>(first.getType()).getShape();
-  return packed ? shape.drop_front() : shape;
+  if (op.getPacked())
+    shape = shape.drop_front();
+  if constexpr (std::is_same_v<decltype(op.getSourceType()), MemRefType>) {
+    auto type = cast<MemRefType>(first.getType());
+    return MemRefType::get(shape, type.getElementType(),
+                           MemRefLayoutAttrInterface(), type.getMemorySpace());
+  } else {
+    return cast<RankedTensorType>(first.getType()).clone(shape);
+  }
 }
 
-RankedTensorType ForwardOp::getSourceType() {
-  auto type = cast<RankedTensorType>(getSources().front().getType());
-  return type.clone(oneSourceShape(getSources().front(), getPacked()));
-}
-RankedTensorType BackwardOp::getSourceType() {
-  auto type = cast<RankedTensorType>(getSources().front().getType());
-  return type.clone(oneSourceShape(getSources().front(), getPacked()));
-}
-MemRefType ForwardIntoOp::getSourceType() {
-  auto type = cast<MemRefType>(getSources().front().getType());
-  return MemRefType::get(oneSourceShape(getSources().front(), getPacked()),
-                         type.getElementType(), MemRefLayoutAttrInterface(),
-                         type.getMemorySpace());
-}
-MemRefType BackwardIntoOp::getSourceType() {
-  auto type = cast<MemRefType>(getSources().front().getType());
-  return MemRefType::get(oneSourceShape(getSources().front(), getPacked()),
-                         type.getElementType(), MemRefLayoutAttrInterface(),
-                         type.getMemorySpace());
-}
+RankedTensorType ForwardOp::getSourceType() { return oneSourceType(*this); }
+RankedTensorType BackwardOp::getSourceType() { return oneSourceType(*this); }
+MemRefType ForwardIntoOp::getSourceType() { return oneSourceType(*this); }
+MemRefType BackwardIntoOp::getSourceType() { return oneSourceType(*this); }
 
 //===----------------------------------------------------------------------===//
 // ForwardOp
@@ -798,12 +798,15 @@ static LogicalResult verifyPartitionReduce(OpT op,
 
   Type weight = types.outputNormWeight;
   if (types.oPre && !weight)
-    return op.emitOpError("o_pre is a result only with an output_norm(...) "
-                          "operand (without one the output is o_pre)");
+    return op.emitOpError()
+           << "o_pre is a " << types.produced
+           << " only with an output_norm(...) operand (without one the "
+              "output is o_pre)";
   if (Type residual = types.oPreResidual) {
     if (weight && !types.oPre)
-      return op.emitOpError("with an output norm, the o_pre residual needs the "
-                            "o_pre result it belongs to");
+      return op.emitOpError()
+             << "with an output norm, the o_pre residual needs the o_pre "
+             << types.produced << " it belongs to";
     if (failed(verifyResidual(op, residual, types.output, "the o_pre residual",
                               "[T..., D/2]")))
       return failure();
@@ -852,17 +855,32 @@ static Value outAt(ValueRange outs, size_t index) {
   return index < outs.size() ? outs[index] : Value();
 }
 
-/// The kernels address a buffer's rows from its first element: every
-/// buffer must be dense from its start.
-static LogicalResult verifyDenseBuffers(Operation *op) {
+/// The rules of the buffers themselves. The kernels address a buffer's
+/// rows from its first element: every buffer must be dense from its start.
+/// And they read the operands while they write `outs`: a buffer written
+/// must be no other buffer of the op (the tensors an op returns are new
+/// values).
+static LogicalResult verifyBuffers(Operation *op, OperandRange outs) {
+  unsigned firstOut = op->getNumOperands() - outs.size();
+  auto name = [&](unsigned index) {
+    return index < firstOut ? "operand #" + std::to_string(index)
+                            : "outs #" + std::to_string(index - firstOut);
+  };
   for (auto [index, operand] : llvm::enumerate(op->getOperands())) {
     auto type = cast<MemRefType>(operand.getType());
     if (!type.getLayout().isIdentity())
       return op->emitOpError()
              << "takes buffers dense from their start (an identity "
-                "layout); operand #"
-             << index << " is " << type;
+                "layout); "
+             << name(index) << " is " << type;
   }
+  for (auto [index, out] : llvm::enumerate(outs))
+    for (auto [other, operand] : llvm::enumerate(op->getOperands()))
+      if (other != firstOut + index && operand == out)
+        return op->emitOpError()
+               << "writes outs #" << index << ", which is also its "
+               << name(other)
+               << ": a buffer it writes must be no other buffer of the op";
   return success();
 }
 
@@ -870,7 +888,8 @@ static LogicalResult verifyOutCount(Operation *op, ValueRange outs,
                                     size_t expected, const Twine &what) {
   if (outs.size() == expected)
     return success();
-  return op->emitOpError() << "writes " << expected << " buffers (" << what
+  return op->emitOpError() << "writes " << expected << " buffer"
+                           << (expected == 1 ? "" : "s") << " (" << what
                            << "), but outs has " << outs.size();
 }
 
@@ -903,7 +922,7 @@ Value ForwardIntoOp::getOPreResidualBuffer() {
 }
 
 LogicalResult ForwardIntoOp::verify() {
-  if (failed(verifyDenseBuffers(*this)))
+  if (failed(verifyBuffers(*this, getOuts())))
     return failure();
   auto [oPre, residual] =
       forwardSaves(getSave(), static_cast<bool>(getOutputNormWeight()));
@@ -950,7 +969,7 @@ Value BackwardIntoOp::getGradOutputNormWeightBuffer() {
 }
 
 LogicalResult BackwardIntoOp::verify() {
-  if (failed(verifyDenseBuffers(*this)))
+  if (failed(verifyBuffers(*this, getOuts())))
     return failure();
   bool keyNorm = static_cast<bool>(getKeyNormWeight());
   bool outputNorm = static_cast<bool>(getOutputNormWeight());
@@ -1003,7 +1022,7 @@ Value PartitionReduceIntoOp::getOPreResidualBuffer() {
 }
 
 LogicalResult PartitionReduceIntoOp::verify() {
-  if (failed(verifyDenseBuffers(*this)))
+  if (failed(verifyBuffers(*this, getOuts())))
     return failure();
   if (getKind() == ReduceKind::Sum) {
     if (failed(verifyOutCount(*this, getOuts(), 1, "the sum")))
@@ -1015,10 +1034,11 @@ LogicalResult PartitionReduceIntoOp::verify() {
                          << getOuts().size();
   }
   return verifyPartitionReduce(
-      *this, {getPartials().getType(), typeOf(getPartialLse()),
-              typeOf(getSink()), typeOf(getOutputNormWeight()),
-              typeOf(getOutputBuffer()), typeOf(getLseBuffer()),
-              typeOf(getOPreBuffer()), typeOf(getOPreResidualBuffer())});
+      *this,
+      {getPartials().getType(), typeOf(getPartialLse()), typeOf(getSink()),
+       typeOf(getOutputNormWeight()), typeOf(getOutputBuffer()),
+       typeOf(getLseBuffer()), typeOf(getOPreBuffer()),
+       typeOf(getOPreResidualBuffer()), "buffer in outs"});
 }
 
 void PartitionReduceIntoOp::getEffects(

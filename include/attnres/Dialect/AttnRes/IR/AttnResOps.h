@@ -32,6 +32,9 @@ constexpr int64_t kMaxWidth = 65536;
 /// True for the element types a value tensor may have: bf16, f16, f32.
 bool isSupportedValueType(Type type);
 
+/// True for the attnres ops on buffers (attnres.forward_into, ...).
+bool isOpOnBuffers(Operation *op);
+
 /// An error naming `pass` at the first attnres op on buffers under `root`
 /// (attnres.forward_into, ...): `pass` lowers the ops on tensors, which
 /// bufferization turns into those.

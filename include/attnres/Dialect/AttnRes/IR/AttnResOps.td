@@ -329,8 +329,10 @@ def AttnRes_PartitionReduceOp : AttnRes_Op<"partition_reduce",
 // BufferizableOpInterface): the same operands as buffers, the same
 // attributes, and instead of results the buffers they are written into,
 // `outs`, in the order of the results. The rules are those of the ops on
-// tensors, and every buffer is dense from its start (an identity layout):
-// the kernels address rows from a buffer's first element.
+// tensors, every buffer is dense from its start (an identity layout: the
+// kernels address rows from a buffer's first element), and a buffer in
+// `outs` is no other buffer of the op (the kernels read the operands while
+// they write).
 
 defvar AttnRes_SourceBuffers = (ins
     Variadic<AnyMemRef>:$sources,
