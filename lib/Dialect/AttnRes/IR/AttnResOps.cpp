@@ -936,12 +936,6 @@ LogicalResult ForwardIntoOp::verify() {
                         typeOf(getOPreResidualBuffer())});
 }
 
-void ForwardIntoOp::getEffects(
-    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-        &effects) {
-  bufferEffects(*this, getOuts(), effects);
-}
-
 /// The source gradients among a backward's outs: one per source operand.
 static size_t gradSourceCount(BackwardIntoOp op) {
   return op.getSources().size();
@@ -986,12 +980,6 @@ LogicalResult BackwardIntoOp::verify() {
       {getGradSourceBuffers().getTypes(), typeOf(getGradQueryBuffer()),
        typeOf(getGradKeyNormWeightBuffer()),
        typeOf(getGradOutputNormWeightBuffer())});
-}
-
-void BackwardIntoOp::getEffects(
-    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-        &effects) {
-  bufferEffects(*this, getOuts(), effects);
 }
 
 int64_t PartitionReduceIntoOp::getNumPartitions() {
@@ -1039,12 +1027,6 @@ LogicalResult PartitionReduceIntoOp::verify() {
        typeOf(getOutputNormWeight()), typeOf(getOutputBuffer()),
        typeOf(getLseBuffer()), typeOf(getOPreBuffer()),
        typeOf(getOPreResidualBuffer()), "buffer in outs"});
-}
-
-void PartitionReduceIntoOp::getEffects(
-    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-        &effects) {
-  bufferEffects(*this, getOuts(), effects);
 }
 
 #define GET_OP_CLASSES

@@ -344,6 +344,15 @@ defvar AttnRes_SourceBuffers = (ins
 defvar AttnRes_BufferTraits = [AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<MemoryEffectsOpInterface>];
 
+// Each reads every operand but `outs` and writes `outs`.
+defvar AttnRes_BufferEffects = [{
+  void $cppClass::getEffects(
+      ::llvm::SmallVectorImpl<::mlir::SideEffects::EffectInstance<
+          ::mlir::MemoryEffects::Effect>> &effects) {
+    bufferEffects(*this, getOuts(), effects);
+  }
+}];
+
 def AttnRes_ForwardIntoOp : AttnRes_Op<"forward_into", AttnRes_BufferTraits> {
   let summary = "attnres.forward on buffers";
   let description = [{
@@ -382,6 +391,7 @@ def AttnRes_ForwardIntoOp : AttnRes_Op<"forward_into", AttnRes_BufferTraits> {
     ::mlir::Value getOPreBuffer();
     ::mlir::Value getOPreResidualBuffer();
   }];
+  let extraClassDefinition = AttnRes_BufferEffects;
   let hasVerifier = 1;
 }
 
@@ -434,6 +444,7 @@ def AttnRes_BackwardIntoOp : AttnRes_Op<"backward_into", AttnRes_BufferTraits> {
     ::mlir::Value getGradKeyNormWeightBuffer();
     ::mlir::Value getGradOutputNormWeightBuffer();
   }];
+  let extraClassDefinition = AttnRes_BufferEffects;
   let hasVerifier = 1;
 }
 
@@ -482,6 +493,7 @@ def AttnRes_PartitionReduceIntoOp : AttnRes_Op<"partition_reduce_into",
     ::mlir::Value getOPreBuffer();
     ::mlir::Value getOPreResidualBuffer();
   }];
+  let extraClassDefinition = AttnRes_BufferEffects;
   let hasVerifier = 1;
 }
 
