@@ -925,6 +925,16 @@ LogicalResult checkPlacement(ModuleOp module, Operation *op) {
            << "attnres-launch-kernels launches the attnres ops on buffers "
               "(attnres.forward_into, ...); bufferize this op first "
               "(attnres-bufferize-host)";
+  // Its kernels take a buffer's address and the op's sizes: the rows of
+  // every buffer must lie one after the other from its first element.
+  for (auto [index, operand] : llvm::enumerate(op->getOperands()))
+    if (auto type = dyn_cast<MemRefType>(operand.getType());
+        type && !type.getLayout().isIdentity())
+      return op->emitError()
+             << "attnres-launch-kernels launches the kernels of whole "
+                "buffers, dense from their start (an identity layout); "
+                "operand #"
+             << index << " is " << type;
   return success();
 }
 

@@ -248,6 +248,16 @@ func.func @nested(%p: memref<3x?x8xf32>, %s: memref<?x8xf32>, %c: i1) {
 
 // -----
 
+// An op on views (a tile of a buffer): its kernels address whole buffers
+// from their first element.
+func.func @view(%p: memref<3x?x8xf32, strided<[?, 8, 1], offset: ?>>, %s: memref<?x8xf32>) {
+  // expected-error @+1 {{attnres-launch-kernels launches the kernels of whole buffers, dense from their start (an identity layout); operand #0 is 'memref<3x?x8xf32, strided<[?, 8, 1], offset: ?>>'}}
+  attnres.partition_reduce_into sum %p : memref<3x?x8xf32, strided<[?, 8, 1], offset: ?>> outs(%s : memref<?x8xf32>) {attnres.launch = {num_partitions = 3 : i64, sum = "k"}}
+  return
+}
+
+// -----
+
 // So is a function of a nested module: the pass launches the functions of
 // the module it runs on.
 module {

@@ -17,6 +17,23 @@ func.func @forward_saving_lse(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
 
 // -----
 
+// A tile of a buffer is a view: its rows are contiguous, at an offset, with
+// the whole buffer's leading strides (the sources' and the rows').
+// CHECK-LABEL: func.func @forward_on_a_tile
+// CHECK: attnres.forward_into packed(%{{.*}} : memref<4x?x64xbf16, strided<[?, 64, 1], offset: ?>>) query(%{{.*}} : memref<64xbf16>) save(lse) outs(%{{.*}}, %{{.*}} : memref<?x64xbf16, strided<[64, 1], offset: ?>>, memref<?xf32, strided<[1], offset: ?>>)
+func.func @forward_on_a_tile(
+    %v: memref<4x?x64xbf16, strided<[?, 64, 1], offset: ?>>,
+    %q: memref<64xbf16>, %o: memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+    %lse: memref<?xf32, strided<[1], offset: ?>>) {
+  attnres.forward_into packed(%v : memref<4x?x64xbf16, strided<[?, 64, 1], offset: ?>>)
+      query(%q : memref<64xbf16>) save(lse)
+      outs(%o, %lse : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                      memref<?xf32, strided<[1], offset: ?>>)
+  return
+}
+
+// -----
+
 // Four outs: o, lse, o_pre and its residual, with a list of sources, both
 // norms and attributes.
 // CHECK-LABEL: func.func @forward_saving_residual

@@ -1,13 +1,13 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics
-// The ops on buffers: their own rules (dense buffers, no buffer written
+// The ops on buffers: their own rules (contiguous rows, no buffer written
 // that the op also reads or writes elsewhere, the outs a result each), and
 // the rules of the ops on tensors, which they share.
 
-func.func @strided_source(%v: memref<4x?x64xbf16, strided<[?, 64, 1]>>,
-                          %q: memref<64xbf16>, %o: memref<?x64xbf16>,
-                          %lse: memref<?xf32>) {
-  // expected-error @+1 {{takes buffers dense from their start (an identity layout); operand #0 is 'memref<4x?x64xbf16, strided<[?, 64, 1]>>'}}
-  attnres.forward_into packed(%v : memref<4x?x64xbf16, strided<[?, 64, 1]>>)
+func.func @source_rows_apart(%v: memref<4x?x64xbf16, strided<[?, 128, 2]>>,
+                             %q: memref<64xbf16>, %o: memref<?x64xbf16>,
+                             %lse: memref<?xf32>) {
+  // expected-error @+1 {{takes buffers whose rows are contiguous (a strided layout with stride 1 in the last dimension); operand #0 is 'memref<4x?x64xbf16, strided<[?, 128, 2]>>'}}
+  attnres.forward_into packed(%v : memref<4x?x64xbf16, strided<[?, 128, 2]>>)
       query(%q : memref<64xbf16>) save(lse)
       outs(%o, %lse : memref<?x64xbf16>, memref<?xf32>)
   return
@@ -15,13 +15,16 @@ func.func @strided_source(%v: memref<4x?x64xbf16, strided<[?, 64, 1]>>,
 
 // -----
 
-func.func @output_at_an_offset(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
-                               %o: memref<?x64xbf16, strided<[64, 1], offset: 64>>,
-                               %lse: memref<?xf32>) {
-  // expected-error @+1 {{outs #0 is 'memref<?x64xbf16, strided<[64, 1], offset: 64>>'}}
-  attnres.forward_into packed(%v : memref<4x?x64xbf16>)
+// A layout that is no strided layout (a modulo of the index) is refused
+// with the same rule.
+func.func @source_not_strided(
+    %v: memref<4x8x64xbf16, affine_map<(l, n, d) -> (l, n mod 4, d)>>,
+    %q: memref<64xbf16>, %o: memref<8x64xbf16>, %lse: memref<8xf32>) {
+  // expected-error @+1 {{takes buffers whose rows are contiguous (a strided layout with stride 1 in the last dimension); operand #0 is 'memref<4x8x64xbf16, affine_map<(d0, d1, d2) -> (d0, d1 mod 4, d2)>>'}}
+  attnres.forward_into
+      packed(%v : memref<4x8x64xbf16, affine_map<(l, n, d) -> (l, n mod 4, d)>>)
       query(%q : memref<64xbf16>) save(lse)
-      outs(%o, %lse : memref<?x64xbf16, strided<[64, 1], offset: 64>>, memref<?xf32>)
+      outs(%o, %lse : memref<8x64xbf16>, memref<8xf32>)
   return
 }
 
@@ -160,13 +163,13 @@ func.func @forward_o_pre_into_o(%v: memref<4x?x64xbf16>, %q: memref<64xbf16>,
 
 func.func @backward_strided_gradient(
     %v: memref<2x?x64xbf16>, %q: memref<16xf32>, %do: memref<?x64xbf16>,
-    %lse: memref<?xf32>, %dv: memref<2x?x64xbf16, strided<[?, 64, 1]>>,
+    %lse: memref<?xf32>, %dv: memref<2x?x64xbf16, strided<[?, 64, 3]>>,
     %dq: memref<16xf32>) {
-  // expected-error @+1 {{takes buffers dense from their start (an identity layout); outs #0 is 'memref<2x?x64xbf16, strided<[?, 64, 1]>>'}}
+  // expected-error @+1 {{takes buffers whose rows are contiguous (a strided layout with stride 1 in the last dimension); outs #0 is 'memref<2x?x64xbf16, strided<[?, 64, 3]>>'}}
   attnres.backward_into packed(%v : memref<2x?x64xbf16>)
       query(%q : memref<16xf32>) grad(%do : memref<?x64xbf16>)
       lse(%lse : memref<?xf32>)
-      outs(%dv, %dq : memref<2x?x64xbf16, strided<[?, 64, 1]>>, memref<16xf32>)
+      outs(%dv, %dq : memref<2x?x64xbf16, strided<[?, 64, 3]>>, memref<16xf32>)
   return
 }
 

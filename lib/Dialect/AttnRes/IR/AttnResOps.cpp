@@ -860,18 +860,29 @@ static Value outAt(ValueRange outs, size_t index) {
 /// And they read the operands while they write `outs`: a buffer written
 /// must be no other buffer of the op (the tensors an op returns are new
 /// values).
+bool mlir::attnres::hasContiguousRows(MemRefType type) {
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  return succeeded(type.getStridesAndOffset(strides, offset)) &&
+         (strides.empty() || strides.back() == 1);
+}
+
 static LogicalResult verifyBuffers(Operation *op, OperandRange outs) {
   unsigned firstOut = op->getNumOperands() - outs.size();
   auto name = [&](unsigned index) {
     return index < firstOut ? "operand #" + std::to_string(index)
                             : "outs #" + std::to_string(index - firstOut);
   };
+  // The kernels read and write whole rows with vector accesses: a row's
+  // elements must be adjacent. Where the rows lie (the other strides, the
+  // offset) is the lowering's to handle or refuse: a tile of a buffer is a
+  // view whose leading strides are the whole buffer's.
   for (auto [index, operand] : llvm::enumerate(op->getOperands())) {
     auto type = cast<MemRefType>(operand.getType());
-    if (!type.getLayout().isIdentity())
+    if (!hasContiguousRows(type))
       return op->emitOpError()
-             << "takes buffers dense from their start (an identity "
-                "layout); "
+             << "takes buffers whose rows are contiguous (a strided "
+                "layout with stride 1 in the last dimension); "
              << name(index) << " is " << type;
   }
   for (auto [index, out] : llvm::enumerate(outs))

@@ -1,9 +1,10 @@
 //===- BufferizableOpInterfaceImpl.cpp - bufferize the attnres ops --------===//
 //
 // An attnres op on tensors reads every operand and returns new values, so
-// on buffers it reads its operands' buffers in place and writes into new
-// ones: the op on buffers takes the same operands and attributes, and the
-// allocated buffers as `outs`, in the order of the results.
+// on buffers it reads its operands' buffers in place (views too, where
+// their rows are contiguous) and writes into new ones: the op on buffers
+// takes the same operands and attributes, and the allocated buffers as
+// `outs`, in the order of the results.
 //
 //===----------------------------------------------------------------------===//
 
@@ -52,10 +53,10 @@ struct AttnResOpInterface : public BufferizableOpInterface::ExternalModel<
       FailureOr<Value> buffer = getBuffer(rewriter, operand, options, state);
       if (failed(buffer))
         return failure();
-      // The op on buffers addresses rows from a buffer's first element: a
-      // strided view is cast where its layout is the identity's, else copied.
+      // The op on buffers takes views whose rows are contiguous (a tile of
+      // a buffer is one); any other view is copied into a dense buffer.
       auto type = cast<MemRefType>(buffer->getType());
-      if (!type.getLayout().isIdentity()) {
+      if (!hasContiguousRows(type)) {
         buffer = castOrReallocMemRefValue(
             rewriter, *buffer,
             MemRefType::get(type.getShape(), type.getElementType(),

@@ -35,6 +35,10 @@ bool isSupportedValueType(Type type);
 /// True for the attnres ops on buffers (attnres.forward_into, ...).
 bool isOpOnBuffers(Operation *op);
 
+/// The layouts the ops on buffers take: strided, with stride 1 in the last
+/// dimension (each row's elements adjacent), at any offset.
+bool hasContiguousRows(MemRefType type);
+
 /// An error naming `pass` at the first attnres op on buffers under `root`
 /// (attnres.forward_into, ...): `pass` lowers the ops on tensors, which
 /// bufferization turns into those.
