@@ -171,10 +171,65 @@ FailureOr<KernelInfo> gpu_kernels::readKernelDescription(gpu::GPUFuncOp func) {
   return info;
 }
 
+/// Whether `loop` is a tile loop of one forward that runs as a grid of
+/// blocks (attnres-lower-tiles-to-gpu), with the first op of its body that
+/// cannot run there: one attnres.forward, slices of tensors, sizes and
+/// index arithmetic.
+static Operation *firstOffTileLoop(scf::ForallOp loop) {
+  int forwards = 0;
+  for (Operation &op : loop.getBody()->without_terminator()) {
+    if (isa<ForwardOp>(op) && ++forwards == 1)
+      continue;
+    if (isa<tensor::ExtractSliceOp, tensor::DimOp>(op))
+      continue;
+    auto isIndexLike = [](Type type) { return type.isIntOrIndex(); };
+    if (isPure(&op) && op.getNumRegions() == 0 &&
+        llvm::all_of(op.getOperandTypes(), isIndexLike) &&
+        llvm::all_of(op.getResultTypes(), isIndexLike))
+      continue;
+    return &op;
+  }
+  return forwards == 1 ? nullptr : loop.getOperation();
+}
+
+bool gpu_kernels::isForwardTileLoop(scf::ForallOp loop) {
+  return isa<func::FuncOp>(loop->getParentOp()) && !firstOffTileLoop(loop);
+}
+
 LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
                                              StringRef pass) {
   auto isTensor = [](Type type) { return isa<TensorType>(type); };
+  // A forward's tile loop runs on the device as a whole (one block a
+  // tile), checked as such once its body has been walked past.
+  auto tileLoopOf = [&](Operation *op) -> scf::ForallOp {
+    auto loop = dyn_cast<scf::ForallOp>(op);
+    if (!loop || loop->getParentOp() != function ||
+        loop.getBody()->getOps<ForwardOp>().empty())
+      return {};
+    return loop;
+  };
   WalkResult result = function.walk([&](Operation *op) {
+    for (Operation *parent = op->getParentOp(); parent && parent != function;
+         parent = parent->getParentOp())
+      if (tileLoopOf(parent))
+        return WalkResult::advance();
+    if (scf::ForallOp loop = tileLoopOf(op)) {
+      if (Operation *off = firstOffTileLoop(loop)) {
+        off->emitError()
+            << pass
+            << ": keep-host=1 runs a tile loop of a forward as a grid of "
+               "blocks, whose body may hold one attnres.forward, slices of "
+               "tensors and index arithmetic; '"
+            << off->getName() << "' is none of them";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    }
+    // A tile loop's outputs, before its tiles are written into them.
+    if (isa<tensor::EmptyOp>(op) && !op->use_empty() &&
+        llvm::all_of(op->getUsers(),
+                     [](Operation *user) { return isa<scf::ForallOp>(user); }))
+      return WalkResult::advance();
     if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)) {
       if (op->getParentOp() == function)
         return WalkResult::advance();

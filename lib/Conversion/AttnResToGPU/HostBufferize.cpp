@@ -10,6 +10,7 @@
 #include "Kernels.h"
 
 #include "attnres/Conversion/Passes.h"
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 #include "attnres/Dialect/AttnRes/Transforms/BufferizableOpInterfaceImpl.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -29,6 +30,128 @@ using namespace mlir;
 using namespace mlir::attnres::gpu_kernels;
 
 namespace {
+
+/// The view a fresh buffer `out` of `op` is copied into and nothing else,
+/// where `op` may write into that view instead: the copy follows `op` in
+/// its block with only views and other copies of `op`'s outs between, and
+/// the view's buffer is none that `op` reads or writes otherwise.
+/// Bufferization gives an op on tensors a new buffer for each result, so a
+/// tile loop's op would write its tile there and copy it into the loop's
+/// output.
+Operation *copyIntoView(Operation *op, Value out) {
+  Operation *alloc = out.getDefiningOp();
+  if (!alloc || !(isa<memref::AllocOp>(alloc) ||
+                  (isa<gpu::AllocOp>(alloc) &&
+                   !cast<gpu::AllocOp>(alloc).getAsyncToken())))
+    return nullptr;
+  Operation *copy = nullptr;
+  for (Operation *user : out.getUsers()) {
+    if (user == op || isa<memref::DeallocOp, gpu::DeallocOp>(user))
+      continue;
+    auto source = [&]() -> Value {
+      if (auto memcpy = dyn_cast<gpu::MemcpyOp>(user))
+        return memcpy.getAsyncToken() ? Value() : memcpy.getSrc();
+      if (auto memrefCopy = dyn_cast<memref::CopyOp>(user))
+        return memrefCopy.getSource();
+      return Value();
+    }();
+    if (source != out || copy)
+      return nullptr;
+    copy = user;
+  }
+  if (!copy || copy->getBlock() != op->getBlock() ||
+      !op->isBeforeInBlock(copy) || llvm::count(op->getOperands(), out) != 1)
+    return nullptr;
+  ValueRange outs = op->getOperands().take_back(
+      op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
+          .asArrayRef()
+          .back());
+  for (Operation *between = op->getNextNode(); between != copy;
+       between = between->getNextNode()) {
+    if (isa<memref::SubViewOp>(between))
+      continue;
+    if ((isa<gpu::MemcpyOp>(between) &&
+         llvm::is_contained(outs, cast<gpu::MemcpyOp>(between).getSrc())) ||
+        (isa<memref::CopyOp>(between) &&
+         llvm::is_contained(outs, cast<memref::CopyOp>(between).getSource())))
+      continue;
+    return nullptr;
+  }
+  Value view = isa<gpu::MemcpyOp>(copy)
+                   ? cast<gpu::MemcpyOp>(copy).getDst()
+                   : cast<memref::CopyOp>(copy).getTarget();
+  if (!mlir::attnres::hasContiguousRows(cast<MemRefType>(view.getType())))
+    return nullptr;
+  // The view's buffer must exist before the op and be none of its others.
+  auto root = [](Value value) {
+    while (auto subview = value.getDefiningOp<memref::SubViewOp>())
+      value = subview.getSource();
+    return value;
+  };
+  Value viewed = root(view);
+  for (Value operand : op->getOperands())
+    if (operand != out && root(operand) == viewed)
+      return nullptr;
+  for (Value producer = view; producer != viewed;
+       producer = producer.getDefiningOp<memref::SubViewOp>().getSource()) {
+    Operation *subview = producer.getDefiningOp();
+    if (subview->getBlock() == op->getBlock() && op->isBeforeInBlock(subview))
+      for (Value operand : subview->getOperands())
+        if (Operation *definition = operand.getDefiningOp();
+            definition && definition->getBlock() == op->getBlock() &&
+            !definition->isBeforeInBlock(op) &&
+            !isa<memref::SubViewOp>(definition))
+          return nullptr;
+  }
+  if (Operation *definition = viewed.getDefiningOp();
+      definition && definition->getBlock() == op->getBlock() &&
+      !definition->isBeforeInBlock(op))
+    return nullptr;
+  return copy;
+}
+
+/// Lets each op on buffers write its results where bufferization copies
+/// them (copyIntoView): the view takes the new buffer's place in `outs`,
+/// and the buffer and the copy go.
+void writeOutsInPlace(ModuleOp module) {
+  SmallVector<Operation *> ops;
+  module.walk([&](Operation *op) {
+    if (mlir::attnres::isOpOnBuffers(op))
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    unsigned outCount =
+        op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
+            .asArrayRef()
+            .back();
+    unsigned firstOut = op->getNumOperands() - outCount;
+    for (unsigned index = firstOut; index < op->getNumOperands(); ++index) {
+      Value out = op->getOperand(index);
+      Operation *copy = copyIntoView(op, out);
+      if (!copy)
+        continue;
+      Value view = isa<gpu::MemcpyOp>(copy)
+                       ? cast<gpu::MemcpyOp>(copy).getDst()
+                       : cast<memref::CopyOp>(copy).getTarget();
+      // The view's subviews move up to the op (their operands precede it).
+      SmallVector<Operation *> chain;
+      for (Value value = view;
+           auto subview = value.getDefiningOp<memref::SubViewOp>();
+           value = subview.getSource())
+        if (subview->getBlock() == op->getBlock() &&
+            op->isBeforeInBlock(subview))
+          chain.push_back(subview);
+      for (Operation *subview : llvm::reverse(chain))
+        subview->moveBefore(op);
+      op->setOperand(index, view);
+      copy->erase();
+      Operation *alloc = out.getDefiningOp();
+      for (Operation *user : llvm::make_early_inc_range(out.getUsers()))
+        user->erase();
+      alloc->erase();
+    }
+  }
+}
 
 struct BufferizeHostPass
     : mlir::attnres::impl::AttnResBufferizeHostBase<BufferizeHostPass> {
@@ -69,7 +192,8 @@ struct BufferizeHostPass
     bufferization::BufferizationState state;
     if (failed(bufferization::runOneShotModuleBufferize(getOperation(), options,
                                                         state)))
-      signalPassFailure();
+      return signalPassFailure();
+    writeOutsInPlace(getOperation());
   }
 };
 

@@ -180,10 +180,17 @@ struct LaunchCounts {
 /// tensor would run on the host over device memory (a slice copied by the
 /// host, a loop of launches writing into host buffers), so it is an error
 /// (naming `pass`), as is an attnres op inside a region (an scf.if, say),
-/// whose operands would be such slices. Checked by convert-attnres-to-gpu
-/// once the split passes' loops are absorbed; attnres-bufferize-host then
-/// puts every such tensor in device memory.
+/// whose operands would be such slices. One region is let through: a tile
+/// loop of a forward (isForwardTileLoop), which runs on the device as a
+/// whole. Checked by convert-attnres-to-gpu once the split passes' loops
+/// are absorbed; attnres-bufferize-host then puts every such tensor in
+/// device memory.
 LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
+
+/// An scf.forall at the top level of a function whose body is one
+/// attnres.forward on slices of tensors, with sizes and index arithmetic:
+/// attnres-lower-tiles-to-gpu runs it as a grid of blocks.
+bool isForwardTileLoop(scf::ForallOp loop);
 
 /// A device buffer of `type` (gpu.alloc): the kept functions' buffers.
 Value allocateOnDevice(OpBuilder &b, Location loc, MemRefType type,

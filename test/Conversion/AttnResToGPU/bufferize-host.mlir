@@ -36,3 +36,75 @@ func.func @empty() -> tensor<8x64xf32> {
   %e = tensor.empty() : tensor<8x64xf32>
   return %e : tensor<8x64xf32>
 }
+
+// -----
+
+// A tile loop of a forward (attnres-tile's) stays a loop, on views of the
+// buffers: each tile's op reads its slice of the sources in place and
+// writes into its tile of the loop's outputs, with no buffer or copy of
+// its own.
+// CHECK-LABEL: func.func @tiles(
+// CHECK-SAME: %[[V:.*]]: memref<3x?x256xbf16>, %[[Q:.*]]: memref<256xbf16>) -> (memref<?x256xbf16>, memref<?xf32>)
+// CHECK: %[[O:.*]] = gpu.alloc  (%{{.*}}) : memref<?x256xbf16>
+// CHECK: %[[LSE:.*]] = gpu.alloc  (%{{.*}}) : memref<?xf32>
+// CHECK: scf.forall (%[[T:.*]]) = (0) to (%{{.*}}) step (40) {
+// CHECK-NOT: gpu.alloc
+// CHECK-NOT: gpu.memcpy
+// CHECK-DAG: %[[SLICE:.*]] = memref.subview %[[V]][0, %[[T]], 0] [3, %[[ROWS:.*]], 256] [1, 1, 1] : memref<3x?x256xbf16> to memref<3x?x256xbf16, strided<[?, 256, 1], offset: ?>>
+// CHECK-DAG: %[[OT:.*]] = memref.subview %[[O]][%[[T]], 0] [%[[ROWS]], 256] [1, 1] : memref<?x256xbf16> to memref<?x256xbf16, strided<[256, 1], offset: ?>>
+// CHECK-DAG: %[[LSET:.*]] = memref.subview %[[LSE]][%[[T]]] [%[[ROWS]]] [1] : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+// CHECK: attnres.forward_into packed(%[[SLICE]] : {{.*}}) query(%[[Q]] : memref<256xbf16>) save(lse) outs(%[[OT]], %[[LSET]] : memref<?x256xbf16, strided<[256, 1], offset: ?>>, memref<?xf32, strided<[1], offset: ?>>)
+// CHECK-NEXT: }
+// CHECK: return %[[O]], %[[LSE]]
+#tile = affine_map<(d0)[s0] -> (-d0 + s0, 40)>
+func.func @tiles(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
+    -> (tensor<?x256xbf16>, tensor<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<3x?x256xbf16>
+  %o0 = tensor.empty(%n) : tensor<?x256xbf16>
+  %lse0 = tensor.empty(%n) : tensor<?xf32>
+  %r:2 = scf.forall (%t) = (0) to (%n) step (40)
+      shared_outs(%o = %o0, %lse = %lse0) -> (tensor<?x256xbf16>, tensor<?xf32>) {
+    %rows = affine.min #tile(%t)[%n]
+    %slice = tensor.extract_slice %v[0, %t, 0] [3, %rows, 256] [1, 1, 1]
+        : tensor<3x?x256xbf16> to tensor<3x?x256xbf16>
+    %ot, %lset = attnres.forward packed(%slice : tensor<3x?x256xbf16>)
+        query(%q : tensor<256xbf16>) save(lse)
+        -> tensor<?x256xbf16>, tensor<?xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %ot into %o[%t, 0] [%rows, 256] [1, 1]
+          : tensor<?x256xbf16> into tensor<?x256xbf16>
+      tensor.parallel_insert_slice %lset into %lse[%t] [%rows] [1]
+          : tensor<?xf32> into tensor<?xf32>
+    }
+  }
+  return %r#0, %r#1 : tensor<?x256xbf16>, tensor<?xf32>
+}
+
+// -----
+
+// A tile loop's body runs on the device: nothing but the forward, slices
+// and index arithmetic.
+#tile = affine_map<(d0)[s0] -> (-d0 + s0, 40)>
+func.func @tile_with_float_math(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
+    -> tensor<?xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<3x?x256xbf16>
+  %lse0 = tensor.empty(%n) : tensor<?xf32>
+  %r = scf.forall (%t) = (0) to (%n) step (40)
+      shared_outs(%lse = %lse0) -> (tensor<?xf32>) {
+    %rows = affine.min #tile(%t)[%n]
+    %slice = tensor.extract_slice %v[0, %t, 0] [3, %rows, 256] [1, 1, 1]
+        : tensor<3x?x256xbf16> to tensor<3x?x256xbf16>
+    %ot, %lset = attnres.forward packed(%slice : tensor<3x?x256xbf16>)
+        query(%q : tensor<256xbf16>) save(lse)
+        -> tensor<?x256xbf16>, tensor<?xf32>
+    // expected-error @+1 {{attnres-bufferize-host: keep-host=1 runs a tile loop of a forward as a grid of blocks, whose body may hold one attnres.forward, slices of tensors and index arithmetic; 'tensor.empty' is none of them}}
+    %scaled = tensor.empty(%rows) : tensor<?xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %scaled into %lse[%t] [%rows] [1]
+          : tensor<?xf32> into tensor<?xf32>
+    }
+  }
+  return %r : tensor<?xf32>
+}
