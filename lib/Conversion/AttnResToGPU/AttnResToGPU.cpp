@@ -276,54 +276,6 @@ Value gpu_kernels::allocateOnDevice(OpBuilder &b, Location loc, MemRefType type,
 
 namespace {
 
-/// Sets each pointer argument's alignment from the kernel's own accesses: the
-/// largest alignment a load, store or asynchronous copy assumes of an
-/// address computed from the argument (through GEPs, selects and loop-carried
-/// values); 1 for an argument the kernel does not access. The manifest says
-/// it, the runtime checks it: one fact, read from the code that relies on it.
-void recordAlignments(gpu::GPUFuncOp func, KernelInfo &info) {
-  Block &entry = func.getBody().front();
-  SmallVector<int64_t> widest(entry.getNumArguments(), 1);
-  auto note = [&](Value address, int64_t alignment) {
-    SmallVector<Value> pending{address};
-    llvm::SmallPtrSet<Value, 8> seen;
-    while (!pending.empty()) {
-      Value value = pending.pop_back_val();
-      if (!seen.insert(value).second)
-        continue;
-      if (auto gep = value.getDefiningOp<LLVM::GEPOp>()) {
-        pending.push_back(gep.getBase());
-      } else if (auto select = value.getDefiningOp<arith::SelectOp>()) {
-        pending.append({select.getTrueValue(), select.getFalseValue()});
-      } else if (auto select = value.getDefiningOp<LLVM::SelectOp>()) {
-        pending.append({select.getTrueValue(), select.getFalseValue()});
-      } else if (auto argument = dyn_cast<BlockArgument>(value)) {
-        if (argument.getOwner() == &entry) {
-          int64_t &slot = widest[argument.getArgNumber()];
-          slot = std::max(slot, alignment);
-        } else if (auto loop = dyn_cast<scf::ForOp>(
-                       argument.getOwner()->getParentOp())) {
-          if (OpOperand *init = loop.getTiedLoopInit(argument))
-            pending.push_back(init->get());
-          if (OpOperand *yielded = loop.getTiedLoopYieldedValue(argument))
-            pending.push_back(yielded->get());
-        }
-      }
-    }
-  };
-  func.walk([&](Operation *op) {
-    if (auto load = dyn_cast<LLVM::LoadOp>(op))
-      note(load.getAddr(), load.getAlignment().value_or(1));
-    else if (auto store = dyn_cast<LLVM::StoreOp>(op))
-      note(store.getAddr(), store.getAlignment().value_or(1));
-    else if (auto copy = dyn_cast<NVVM::CpAsyncOp>(op))
-      note(copy.getSrc(), copy.getSize());
-  });
-  for (auto [index, argument] : llvm::enumerate(info.arguments))
-    if (argument.kind != "i64")
-      argument.alignment = widest[index];
-}
-
 template <typename OpT> AttnResSpec commonSpec(OpT op) {
   AttnResSpec spec;
   spec.numSources = op.getNumSourceValues();
@@ -603,7 +555,6 @@ struct ConvertAttnResToGPUPass
   StringAttr record(OpBuilder &b, KernelInfo info) {
     // The kernel builders leave the insertion point right after the kernel.
     auto func = cast<gpu::GPUFuncOp>(&*std::prev(b.getInsertionPoint()));
-    recordAlignments(func, info);
     func->setAttr("attnres.kernel", describe(b, info));
     if (info.workgroupBytes > kMaxWorkgroupBytes) {
       func.emitError() << "convert-attnres-to-gpu: kernel " << info.name

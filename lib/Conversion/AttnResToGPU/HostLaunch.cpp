@@ -455,6 +455,46 @@ int64_t integerFact(DictionaryAttr facts, StringRef name) {
   return *integerValue(facts.get(name));
 }
 
+/// What every forward kernel takes of `op`: its token count N, and its
+/// arguments by name: the device table of the sources' rows (each row
+/// checked against `vectorWidth` elements, in a refusal naming `kernel`),
+/// the buffers' addresses and N.
+struct ForwardArguments {
+  Value tokens, tokens64;
+  llvm::StringMap<Value> values;
+};
+
+ForwardArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
+                                  int64_t vectorWidth, StringRef kernel) {
+  OpBuilder &b = host.builder();
+  Location loc = op.getLoc();
+  ForwardArguments arguments;
+  arguments.tokens =
+      tokenCount(host, b, loc, op.getSources().front(), op.getPacked());
+  Value tokens64 = arguments.tokens64 = host.toI64(arguments.tokens);
+  // Rows are read in vectors of the kernels' width.
+  int64_t elementBytes = bytesOf(op.getSourceType().getElementType());
+  SmallVector<Value> rows = sourceRows(
+      host, b, loc, SmallVector<Value>(op.getSources()), op.getPacked(),
+      op.getNumSourceValues(), tokens64, op.getWidth() * elementBytes,
+      vectorWidth * elementBytes, kernel);
+  llvm::StringMap<Value> &values = arguments.values;
+  values["sources"] = host.addressOf(host.table(rows));
+  auto bind = [&](StringRef name, Value buffer) {
+    if (buffer)
+      values[name] = host.addressOf(buffer);
+  };
+  bind("query", op.getQuery());
+  bind("key_norm", op.getKeyNormWeight());
+  bind("output_norm", op.getOutputNormWeight());
+  bind("o", op.getOutputBuffer());
+  bind("lse", op.getLseBuffer());
+  bind("o_pre", op.getOPreBuffer());
+  bind("o_pre_residual", op.getOPreResidualBuffer());
+  values["num_tokens"] = tokens64;
+  return arguments;
+}
+
 LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
                              const RecordedKernels &kernels,
                              const LaunchCounts &counts, unsigned &refusals) {
@@ -475,44 +515,17 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
 
   Value first = op.getSources().front();
   int64_t lead = op.getPacked() ? 1 : 0;
-  Value tokens = tokenCount(host, b, loc, first, op.getPacked());
-  Value tokens64 = host.toI64(tokens);
-
-  SmallVector<Value> sourceBuffers(op.getSources());
-  Value query = op.getQuery();
-  Value keyNorm = op.getKeyNormWeight();
-  Value outputNorm = op.getOutputNormWeight();
-  Value o = op.getOutputBuffer();
-  Value lse = op.getLseBuffer();
-  Value oPre = op.getOPreBuffer();
-  Value residual = op.getOPreResidualBuffer();
-
-  // Rows are read in vectors of the kernels' width.
-  MemRefType sourceType = op.getSourceType();
-  int64_t elementBytes = bytesOf(sourceType.getElementType());
   int64_t vectorWidth =
       std::max(whole->second.vectorWidth, partial->second.vectorWidth);
   if (clustered)
     vectorWidth = std::max(vectorWidth, clustered->second.vectorWidth);
+  ForwardArguments arguments =
+      forwardArguments(host, op, vectorWidth, whole->second.name);
+  Value tokens = arguments.tokens, tokens64 = arguments.tokens64;
+  llvm::StringMap<Value> &values = arguments.values;
+  MemRefType sourceType = op.getSourceType();
+  int64_t elementBytes = bytesOf(sourceType.getElementType());
   int64_t L = op.getNumSourceValues(), D = op.getWidth();
-  SmallVector<Value> rows = sourceRows(
-      host, b, loc, sourceBuffers, op.getPacked(), L, tokens64,
-      D * elementBytes, vectorWidth * elementBytes, whole->second.name);
-  Value table = host.table(rows);
-
-  llvm::StringMap<Value> values;
-  auto bind = [&](StringRef name, Value buffer) {
-    if (buffer)
-      values[name] = host.addressOf(buffer);
-  };
-  values["sources"] = host.addressOf(table);
-  bind("query", query);
-  bind("key_norm", keyNorm);
-  bind("output_norm", outputNorm);
-  bind("o", o);
-  bind("lse", lse);
-  bind("o_pre", oPre);
-  bind("o_pre_residual", residual);
   Value mergedRows = a.mul(a.constant(op.getNumQueries()), tokens64);
   // The kernels' grid symbols: tokens, or the blocks of the tiles where
   // attnres-tile tiled the op (the walks) or its merge, whose rows are
@@ -529,7 +542,6 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
       failed(bindTiles(op, host, b, loc, facts, "merge_", mergeDims,
                        host.toIndex(mergedRows), mergeValues, mergeSymbols)))
     return failure();
-  values["num_tokens"] = tokens64;
   values["num_rows"] = mergedRows;
   values["rows_per_weight"] = tokens64;
   llvm::StringSet<> madeHere = {"sources", "partial_o", "partial_lse"};

@@ -203,23 +203,28 @@ void KernelEmitter::forEachRowStep(
     Value tileRows, Value dimRows,
     function_ref<void(Value row, Value inTile)> body) {
   Value groupRows = constI64(layout.rowsPerBlock);
-  if (!tileRows) {
+  Value first, count, steps;
+  if (blockRowCount) {
+    first = blockFirstRow;
+    count = blockRowCount;
+    steps = ceilDivI(count, groupRows);
+  } else if (!tileRows) {
     body(addI(mulI(blockX, groupRows), group), Value());
     return;
+  } else {
+    // Block x is tile x % tiles of run x / tiles (one grid dimension: a run
+    // count beyond the 65535 blocks of y or z must still launch).
+    Value tiles = ceilDivI(dimRows, tileRows);
+    Value run = divI(blockX, tiles);
+    Value tileStart =
+        mulI(arith::RemUIOp::create(b, loc, blockX, tiles), tileRows);
+    first = addI(mulI(run, dimRows), tileStart);
+    count = minI(tileRows, arith::SubIOp::create(b, loc, dimRows, tileStart));
+    steps = ceilDivI(tileRows, groupRows);
   }
-  // Block x is tile x % tiles of run x / tiles (one grid dimension: a run
-  // count beyond the 65535 blocks of y or z must still launch).
-  Value tiles = ceilDivI(dimRows, tileRows);
-  Value run = divI(blockX, tiles);
-  Value tileStart =
-      mulI(arith::RemUIOp::create(b, loc, blockX, tiles), tileRows);
-  Value first = addI(mulI(run, dimRows), tileStart);
-  Value count =
-      minI(tileRows, arith::SubIOp::create(b, loc, dimRows, tileStart));
   // Operands built one statement at a time: the order of a call's
   // arguments is the compiler's, and the IR must not depend on it.
   Value zero = constI64(0);
-  Value steps = ceilDivI(tileRows, groupRows);
   Value one = constI64(1);
   auto loop = scf::ForOp::create(b, loc, zero, steps, one, ValueRange{});
   OpBuilder::InsertionGuard guard(b);

@@ -151,6 +151,13 @@ public:
   /// (i1) says whether the row lies in the tile.
   void forEachRowStep(Value tileRows, Value dimRows,
                       function_ref<void(Value row, Value inTile)> body);
+  /// Makes the block's rows [first, first + count) (i64, the same in every
+  /// thread of the block), which forEachRowStep then walks like a tile's:
+  /// the rows a launch body of attnres-lower-tiles-to-gpu is given.
+  void setBlockRows(Value first, Value count) {
+    blockFirstRow = first;
+    blockRowCount = count;
+  }
 
   // Thread geometry, valid once `setUpThreads` has run.
   void setUpThreads(Value workgroupBuffer);
@@ -199,6 +206,7 @@ private:
   int64_t valueStride() const;
   int64_t readWidth() const;
   int64_t settledValues = 0, loopValues = 0;
+  Value blockFirstRow, blockRowCount;
   Value workgroup;
   Value laneInSubgroup, subgroupInRow;
 };

@@ -48,16 +48,66 @@ std::string mlir::attnres::gpu_kernels::typeName(Type type) {
   return text;
 }
 
+void mlir::attnres::gpu_kernels::recordAlignments(Operation *scope,
+                                                  ArrayRef<Value> arguments,
+                                                  KernelInfo &info) {
+  llvm::SmallDenseMap<Value, unsigned> argumentIndex;
+  for (auto [index, argument] : llvm::enumerate(arguments))
+    argumentIndex.try_emplace(argument, index);
+  SmallVector<int64_t> widest(arguments.size(), 1);
+  auto note = [&](Value address, int64_t alignment) {
+    SmallVector<Value> pending{address};
+    llvm::SmallPtrSet<Value, 8> seen;
+    while (!pending.empty()) {
+      Value value = pending.pop_back_val();
+      if (!seen.insert(value).second)
+        continue;
+      if (auto found = argumentIndex.find(value);
+          found != argumentIndex.end()) {
+        int64_t &slot = widest[found->second];
+        slot = std::max(slot, alignment);
+      } else if (auto gep = value.getDefiningOp<LLVM::GEPOp>()) {
+        pending.push_back(gep.getBase());
+      } else if (auto select = value.getDefiningOp<arith::SelectOp>()) {
+        pending.append({select.getTrueValue(), select.getFalseValue()});
+      } else if (auto select = value.getDefiningOp<LLVM::SelectOp>()) {
+        pending.append({select.getTrueValue(), select.getFalseValue()});
+      } else if (auto argument = dyn_cast<BlockArgument>(value)) {
+        if (auto loop =
+                dyn_cast<scf::ForOp>(argument.getOwner()->getParentOp())) {
+          if (OpOperand *init = loop.getTiedLoopInit(argument))
+            pending.push_back(init->get());
+          if (OpOperand *yielded = loop.getTiedLoopYieldedValue(argument))
+            pending.push_back(yielded->get());
+        }
+      }
+    }
+  };
+  scope->walk([&](Operation *op) {
+    if (auto load = dyn_cast<LLVM::LoadOp>(op))
+      note(load.getAddr(), load.getAlignment().value_or(1));
+    else if (auto store = dyn_cast<LLVM::StoreOp>(op))
+      note(store.getAddr(), store.getAlignment().value_or(1));
+    else if (auto copy = dyn_cast<NVVM::CpAsyncOp>(op))
+      note(copy.getSrc(), copy.getSize());
+  });
+  for (auto [index, argument] : llvm::enumerate(info.arguments))
+    if (argument.kind != "i64")
+      argument.alignment = widest[index];
+}
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 /// A kernel under construction: its arguments, declared by name, and its
-/// body.
+/// body: a gpu.func of its own, or the body of a gpu.launch (`into`) whose
+/// host values stand for the arguments.
 class KernelBuilder {
 public:
-  KernelBuilder(OpBuilder &b, Location loc, StringRef name, StringRef role)
-      : b(b), loc(loc) {
+  KernelBuilder(OpBuilder &b, Location loc, StringRef name, StringRef role,
+                const LaunchBody *into = nullptr)
+      : b(b), loc(loc), into(into) {
     info.name = name.str();
     info.role = role.str();
   }
@@ -81,15 +131,20 @@ public:
     return types.size() - 1;
   }
 
-  /// Creates the gpu.func with a workgroup buffer of `workgroupFloats`
-  /// floats and leaves `b` at the start of its body.
-  gpu::GPUFuncOp begin(int64_t blockThreads, int64_t workgroupFloats) {
+  /// Starts the body with a workgroup buffer of `workgroupFloats` floats
+  /// and leaves `b` in it: a new gpu.func, or the launch of `into`, sized
+  /// for the kernel.
+  void begin(int64_t blockThreads, int64_t workgroupFloats) {
     info.block = blockThreads;
     info.workgroupBytes = workgroupFloats * 4;
     auto workgroupType = MemRefType::get(
         {workgroupFloats}, b.getF32Type(), MemRefLayoutAttrInterface(),
         gpu::AddressSpaceAttr::get(b.getContext(),
                                    gpu::AddressSpace::Workgroup));
+    if (into) {
+      beginLaunch(blockThreads, workgroupType);
+      return;
+    }
     func =
         gpu::GPUFuncOp::create(b, loc, info.name, b.getFunctionType(types, {}),
                                TypeRange{workgroupType});
@@ -101,13 +156,19 @@ public:
     func.setKnownBlockSizeAttr(
         b.getDenseI32ArrayAttr({static_cast<int32_t>(blockThreads), 1, 1}));
     b.setInsertionPointToStart(&func.getBody().front());
-    return func;
+    llvm::append_range(arguments, func.getArguments());
+    workgroupBuffer = func.getWorkgroupAttributions().front();
   }
-  Value arg(unsigned index) { return func.getArgument(index); }
-  Value workgroup() { return func.getWorkgroupAttributions().front(); }
+  Value arg(unsigned index) { return arguments[index]; }
+  Value workgroup() { return workgroupBuffer; }
   KernelInfo finish() {
+    if (into) {
+      recordAlignments(into->launch, arguments, info);
+      return info;
+    }
     gpu::ReturnOp::create(b, loc);
     b.setInsertionPointAfter(func);
+    recordAlignments(func, arguments, info);
     return info;
   }
 
@@ -116,7 +177,41 @@ public:
   KernelInfo info;
 
 private:
+  /// The launch's block and workgroup memory are the kernel's; its
+  /// arguments are the host's values, addresses becoming global pointers.
+  /// The workgroup buffer is the launch's dynamic workgroup memory, which
+  /// both vendors' lowerings align to 16 bytes (the bytes the row sums and
+  /// staged rows are read with).
+  void beginLaunch(int64_t blockThreads, MemRefType workgroupType) {
+    gpu::LaunchOp launch = into->launch;
+    b.setInsertionPoint(launch);
+    launch.getBlockSizeXMutable().assign(
+        arith::ConstantIndexOp::create(b, loc, blockThreads));
+    launch.getDynamicSharedMemorySizeMutable().assign(
+        arith::ConstantIntOp::create(b, loc, b.getI32Type(),
+                                     info.workgroupBytes));
+    b.setInsertionPoint(into->at);
+    Value bytes = gpu::DynamicSharedMemoryOp::create(
+        b, loc,
+        MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
+                        MemRefLayoutAttrInterface(),
+                        workgroupType.getMemorySpace()));
+    workgroupBuffer = memref::ViewOp::create(
+        b, loc, workgroupType, bytes, arith::ConstantIndexOp::create(b, loc, 0),
+        ValueRange());
+    for (auto [argument, type] : llvm::zip_equal(info.arguments, types)) {
+      Value value = into->arguments.lookup(argument.name);
+      assert(value && "the host binds every argument of the kernel");
+      if (isa<LLVM::LLVMPointerType>(type))
+        value = LLVM::IntToPtrOp::create(b, loc, type, value);
+      arguments.push_back(value);
+    }
+  }
+
+  const LaunchBody *into;
   SmallVector<Type> types;
+  SmallVector<Value> arguments;
+  Value workgroupBuffer;
   gpu::GPUFuncOp func;
 };
 
@@ -1057,7 +1152,10 @@ int64_t mlir::attnres::gpu_kernels::forwardWorkgroupBytes(
 
 KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
-    RowLayout layout, SourceSchedule schedule, ForwardKind kind) {
+    RowLayout layout, SourceSchedule schedule, ForwardKind kind,
+    const LaunchBody *into) {
+  assert((!into || (kind == ForwardKind::Whole && !layout.tokenTiles)) &&
+         "a launch body takes a whole forward over the rows it is given");
   bool partial = kind == ForwardKind::Partial;
   bool clustered = kind == ForwardKind::ClusterMerged;
   // Partial and clustered walk the sources of partition blockIdx.y.
@@ -1065,7 +1163,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   KernelBuilder k(b, loc, name,
                   partial     ? "forward_partial"
                   : clustered ? "forward_cluster"
-                              : "forward");
+                              : "forward",
+                  into);
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
   assert(!clustered || (layout.rowsPerBlock == 1 && !layout.tokenTiles));
@@ -1099,6 +1198,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   ForwardWorkgroup plan = planForward(e, schedule, spec, kind);
   k.begin(layout.blockThreads(), plan.floats);
   e.setUpThreads(k.workgroup());
+  if (into)
+    e.setBlockRows(into->firstRow, into->rowCount);
   Value N = k.arg(tokens);
   // The key coordinates of each chunk; the walks need them only when the
   // key is not the whole row.

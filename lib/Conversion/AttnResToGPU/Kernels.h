@@ -99,14 +99,40 @@ enum class ForwardKind {
   ClusterMerged,
 };
 
+/// Where a kernel's code goes in place of a gpu.func of its own
+/// (attnres-lower-tiles-to-gpu): the body of `launch`, before `at`. The
+/// kernel's arguments are the host's values `arguments` (i64 addresses and
+/// integers, by the names of its description), which the launch captures;
+/// its block and workgroup memory become the launch's, and its block walks
+/// the rows [firstRow, firstRow + rowCount) (i64 values at `at`).
+struct LaunchBody {
+  gpu::LaunchOp launch;
+  Operation *at;
+  llvm::StringMap<Value> arguments;
+  Value firstRow, rowCount;
+};
+
+/// Sets the alignment of each address argument of `info` (bound to
+/// `arguments`, in order) from the accesses of the code under `scope`: the
+/// largest alignment a load, store or asynchronous copy assumes of an
+/// address computed from it (through GEPs, selects and loop-carried
+/// values); 1 for an argument the code does not access. The manifest says
+/// it, the runtime and the host code check it: one fact, read from the
+/// code that relies on it.
+void recordAlignments(Operation *scope, ArrayRef<Value> arguments,
+                      KernelInfo &info);
+
 /// The workgroup memory emitForwardKernel would declare.
 int64_t forwardWorkgroupBytes(OpBuilder &b, Location loc,
                               const AttnResSpec &spec, RowLayout layout,
                               SourceSchedule schedule, ForwardKind kind);
 
+/// A forward kernel; with `into`, its code goes into that launch body
+/// (a whole forward only).
 KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
                              const AttnResSpec &spec, RowLayout layout,
-                             SourceSchedule schedule, ForwardKind kind);
+                             SourceSchedule schedule, ForwardKind kind,
+                             const LaunchBody *into = nullptr);
 KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
                            const MergeSpec &spec, RowLayout layout);
 KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,
