@@ -288,11 +288,31 @@ template <typename OpT> AttnResSpec commonSpec(OpT op) {
   spec.outputNorm = elementOf(op.getOutputNormWeight());
   spec.perQueryOutputNorm =
       op.getOutputNormWeight() &&
-      cast<RankedTensorType>(op.getOutputNormWeight().getType()).getRank() == 2;
+      cast<ShapedType>(op.getOutputNormWeight().getType()).getRank() == 2;
   spec.eps = op.getEps().convertToDouble();
   spec.scale = op.getScale().convertToDouble();
   return spec;
 }
+
+} // namespace
+
+AttnResSpec gpu_kernels::forwardSpec(Operation *op) {
+  auto of = [](auto forward, Value output, Value oPre, Value residual) {
+    AttnResSpec spec = commonSpec(forward);
+    spec.output = getElementTypeOrSelf(output.getType());
+    spec.writeOPre = static_cast<bool>(oPre);
+    spec.writeResidual = static_cast<bool>(residual);
+    return spec;
+  };
+  if (auto forward = dyn_cast<ForwardIntoOp>(op))
+    return of(forward, forward.getOutputBuffer(), forward.getOPreBuffer(),
+              forward.getOPreResidualBuffer());
+  auto forward = cast<ForwardOp>(op);
+  return of(forward, forward.getOutput(), forward.getOPre(),
+            forward.getOPreResidual());
+}
+
+namespace {
 
 /// What the manifest records of an op, next to its kernels.
 NamedAttrList opFacts(Builder &b, StringRef kind, const AttnResSpec &spec) {
@@ -482,73 +502,27 @@ struct ConvertAttnResToGPUPass
                     b.getUnitAttr());
   }
 
-  /// The row layout of a kernel streaming `streamed` types. `lanes` is the
-  /// threads-per-row option; when it is 0, a forward or backward kernel
-  /// (whose threads hold `heldRows` rows of their own) gets defaultLanes,
-  /// other kernels RowLayout's own choice.
+  /// The choices the options make (KernelChoices.cpp).
+  KernelChoices choices() const {
+    KernelChoices choices;
+    choices.subgroupSize = subgroupSize;
+    choices.maxBlockThreads = maxBlockThreads;
+    choices.unrollSources = unrollSources;
+    choices.forwardThreadsPerRow = forwardThreadsPerRow;
+    choices.forwardSourceBatch = forwardSourceBatch;
+    choices.forwardPrefetch = forwardPrefetch;
+    choices.forwardStagedBatches = forwardStagedBatches;
+    return choices;
+  }
   FailureOr<RowLayout> layoutFor(Operation *op, int64_t width,
                                  ArrayRef<Type> streamed, int64_t lanes,
                                  int64_t heldRows = 0, bool forward = false) {
-    int64_t bytes = 16;
-    for (Type type : streamed)
-      if (type)
-        bytes = std::min(bytes, bytesOf(type));
-    if (lanes == 0 && heldRows > 0)
-      lanes = defaultLanes(width / RowLayout::vectorWidthFor(width, bytes),
-                           heldRows, forward);
-    FailureOr<RowLayout> layout =
-        RowLayout::choose(width, bytes, subgroupSize, maxBlockThreads, lanes);
-    if (failed(layout))
-      return op->emitError()
-             << "convert-attnres-to-gpu: threads-per-row = " << lanes
-             << " is not a power of two up to the subgroup ("
-             << static_cast<int64_t>(subgroupSize)
-             << ") or a multiple of it up to max-block-threads ("
-             << static_cast<int64_t>(maxBlockThreads) << ")";
-    return layout;
+    return choices().layoutFor(op, getArgument(), width, streamed, lanes,
+                               heldRows, forward);
   }
-
-  /// The lanes of a row of `vectors` vectors the forward and backward
-  /// kernels default to: four 16-byte vectors a lane, so that a batch of two
-  /// sources keeps eight loads in flight (docs/Performance.md has the
-  /// measurements); fewer where a thread holds more rows of its own (one
-  /// output row a query in the forward; the output gradient and da a query
-  /// in the backward, plus dh with an output norm). At least 64 lanes in the
-  /// forward.
-  int64_t defaultLanes(int64_t vectors, int64_t heldRows, bool forward) {
-    int64_t chunks = std::clamp<int64_t>(4 / heldRows, 1, 4);
-    int64_t lanes = std::max<int64_t>(llvm::divideCeil(vectors, chunks),
-                                      forward ? 64 : subgroupSize);
-    // Backward rows of 256 vectors or more (4 KiB: D = 2048 of bf16) take at
-    // least 128 lanes: at D = 2048, two vectors a lane on 128 lanes (128
-    // registers, four blocks of 128 threads a multiprocessor) beat four on
-    // 64 (217 registers, four blocks of 64), 0.82-0.84 against 0.80-0.82 of
-    // the floor at (8, 8192, 2048) in two runs; at D = 4096 four vectors on
-    // 128 lanes stay ahead of two on 256.
-    if (!forward && heldRows == 1 && vectors >= 256)
-      lanes = std::max<int64_t>(lanes, 128);
-    // Past 256 lanes a thread may use at most 128 registers: hold more of
-    // the row per lane instead.
-    if (!forward && heldRows > 1)
-      lanes = std::min<int64_t>(lanes, 256);
-    lanes = std::min<int64_t>(lanes, llvm::PowerOf2Ceil(vectors));
-    if (lanes > subgroupSize)
-      lanes = llvm::alignTo(lanes, subgroupSize);
-    else
-      lanes = llvm::PowerOf2Ceil(lanes);
-    return std::min<int64_t>(lanes, maxBlockThreads);
-  }
-
-  /// The batch of sources a thread loads before one row sum (two by
-  /// default: with four vectors a lane, eight loads in flight).
   SourceSchedule scheduleFor(int64_t batch, bool prefetch, int64_t numSources,
                              int64_t stagedBatches) {
-    SourceSchedule schedule;
-    schedule.batch = std::min<int64_t>(batch > 0 ? batch : 2, numSources);
-    schedule.prefetch = prefetch && stagedBatches == 0;
-    schedule.unrollLimit = unrollSources;
-    schedule.stagedBatches = stagedBatches;
-    return schedule;
+    return choices().scheduleFor(batch, prefetch, numSources, stagedBatches);
   }
 
   /// Records a kernel on its gpu.func and returns its name.
@@ -605,12 +579,6 @@ struct ConvertAttnResToGPUPass
                           OpBuilder(lastKernel).getI32IntegerAttr(blocks));
   }
 
-  /// The forward's staged batches: as asked, where rows are read in
-  /// vectors a copy can move (4 bytes or more).
-  int64_t forwardStaging(const RowLayout &layout, Type value) const {
-    return layout.vectorWidth * bytesOf(value) >= 4 ? forwardStagedBatches : 0;
-  }
-
   /// The backward's staged batches (none where rows are read in vectors of
   /// under 4 bytes, which a copy cannot move): as asked, else (async copies,
   /// one query) the most batches up to 3 whose ring fits next to the row sums
@@ -652,13 +620,9 @@ struct ConvertAttnResToGPUPass
 
   DictionaryAttr convertForward(OpBuilder &b, ForwardOp op,
                                 const std::string &prefix) {
-    AttnResSpec spec = commonSpec(op);
-    spec.output = op.getOutput().getType().getElementType();
-    spec.writeOPre = static_cast<bool>(op.getOPre());
-    spec.writeResidual = static_cast<bool>(op.getOPreResidual());
+    AttnResSpec spec = forwardSpec(op);
     FailureOr<RowLayout> layoutOr =
-        layoutFor(op, spec.width, {spec.value, spec.output},
-                  forwardThreadsPerRow, spec.numQueries, /*forward=*/true);
+        choices().forwardLayout(op, getArgument(), spec);
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
@@ -672,14 +636,12 @@ struct ConvertAttnResToGPUPass
       mergeTiles = mergeTileTokens.lookup(op);
     else if (tiles && op.isMultiQuery())
       mergeTiles.dims += 1;
+    SourceSchedule schedule = choices().forwardSchedule(spec, layout);
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
-    SourceSchedule schedule =
-        scheduleFor(forwardSourceBatch, forwardPrefetch > 0, spec.numSources,
-                    forwardStaging(layout, spec.value));
     SourceSchedule partialSchedule =
         scheduleFor(forwardSourceBatch, forwardPrefetch != 0, spec.numSources,
-                    forwardStaging(layout, spec.value));
+                    choices().forwardStaging(layout, spec.value));
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "forward", spec);
     facts.append("output_type", b.getStringAttr(typeName(spec.output)));

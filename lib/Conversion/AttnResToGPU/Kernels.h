@@ -50,6 +50,44 @@ struct AttnResSpec {
   Type gradQuery, gradKeyNorm, gradOutputNorm;
 };
 
+/// The spec of a forward's kernels (an attnres.forward or forward_into).
+AttnResSpec forwardSpec(Operation *forward);
+
+/// The choices the kernels are made with, from the target and the options
+/// of convert-attnres-to-gpu (attnres-lower-tiles-to-gpu takes the
+/// forward's): how many lanes share a row and how a row's sources are
+/// walked (KernelChoices.cpp).
+struct KernelChoices {
+  int64_t subgroupSize = 32, maxBlockThreads = 1024, unrollSources = 0;
+  int64_t forwardThreadsPerRow = 0, forwardSourceBatch = 0;
+  int64_t forwardPrefetch = -1, forwardStagedBatches = 0;
+
+  /// The row layout of a kernel streaming `streamed` types. `lanes` is the
+  /// threads-per-row option; when it is 0, a forward or backward kernel
+  /// (whose threads hold `heldRows` rows of their own) gets defaultLanes,
+  /// other kernels RowLayout's own choice. An error on `op`, naming `pass`,
+  /// where `lanes` cannot be laid out.
+  FailureOr<RowLayout> layoutFor(Operation *op, StringRef pass, int64_t width,
+                                 ArrayRef<Type> streamed, int64_t lanes,
+                                 int64_t heldRows = 0,
+                                 bool forward = false) const;
+  /// The lanes of a row of `vectors` vectors the forward and backward
+  /// kernels default to.
+  int64_t defaultLanes(int64_t vectors, int64_t heldRows, bool forward) const;
+  /// The walk over the sources: `batch` sources a row sum (0 chooses),
+  /// prefetched or not, or `stagedBatches` staged.
+  SourceSchedule scheduleFor(int64_t batch, bool prefetch, int64_t numSources,
+                             int64_t stagedBatches) const;
+  /// The forward's staged batches: as asked, where rows are read in
+  /// vectors a copy can move (4 bytes or more).
+  int64_t forwardStaging(const RowLayout &layout, Type value) const;
+  /// The layout of a forward's kernels, and the walk of the unsplit one.
+  FailureOr<RowLayout> forwardLayout(Operation *op, StringRef pass,
+                                     const AttnResSpec &spec) const;
+  SourceSchedule forwardSchedule(const AttnResSpec &spec,
+                                 const RowLayout &layout) const;
+};
+
 /// The softmax merge of P partial rows of width D.
 struct MergeSpec {
   int64_t width = 1;

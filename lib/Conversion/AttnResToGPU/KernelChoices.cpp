@@ -1,0 +1,104 @@
+//===- KernelChoices.cpp - how the attnres kernels are laid out -----------===//
+//
+// The lanes of a row and the walk over the sources, from the target's
+// subgroup and the options: the choices convert-attnres-to-gpu makes its
+// kernels with, and attnres-lower-tiles-to-gpu the thread code of a tile.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::attnres::gpu_kernels;
+
+static int64_t bytesOf(Type type) { return type.getIntOrFloatBitWidth() / 8; }
+
+FailureOr<RowLayout> KernelChoices::layoutFor(Operation *op, StringRef pass,
+                                              int64_t width,
+                                              ArrayRef<Type> streamed,
+                                              int64_t lanes, int64_t heldRows,
+                                              bool forward) const {
+  int64_t bytes = 16;
+  for (Type type : streamed)
+    if (type)
+      bytes = std::min(bytes, bytesOf(type));
+  if (lanes == 0 && heldRows > 0)
+    lanes = defaultLanes(width / RowLayout::vectorWidthFor(width, bytes),
+                         heldRows, forward);
+  FailureOr<RowLayout> layout =
+      RowLayout::choose(width, bytes, subgroupSize, maxBlockThreads, lanes);
+  if (failed(layout))
+    return op->emitError() << pass << ": threads-per-row = " << lanes
+                           << " is not a power of two up to the subgroup ("
+                           << subgroupSize
+                           << ") or a multiple of it up to max-block-threads ("
+                           << maxBlockThreads << ")";
+  return layout;
+}
+
+/// Four 16-byte vectors a lane, so that a batch of two sources keeps eight
+/// loads in flight (docs/Performance.md has the measurements); fewer where
+/// a thread holds more rows of its own (one output row a query in the
+/// forward; the output gradient and da a query in the backward, plus dh
+/// with an output norm). At least 64 lanes in the forward.
+int64_t KernelChoices::defaultLanes(int64_t vectors, int64_t heldRows,
+                                    bool forward) const {
+  int64_t chunks = std::clamp<int64_t>(4 / heldRows, 1, 4);
+  int64_t lanes = std::max<int64_t>(llvm::divideCeil(vectors, chunks),
+                                    forward ? 64 : subgroupSize);
+  // Backward rows of 256 vectors or more (4 KiB: D = 2048 of bf16) take at
+  // least 128 lanes: at D = 2048, two vectors a lane on 128 lanes (128
+  // registers, four blocks of 128 threads a multiprocessor) beat four on
+  // 64 (217 registers, four blocks of 64), 0.82-0.84 against 0.80-0.82 of
+  // the floor at (8, 8192, 2048) in two runs; at D = 4096 four vectors on
+  // 128 lanes stay ahead of two on 256.
+  if (!forward && heldRows == 1 && vectors >= 256)
+    lanes = std::max<int64_t>(lanes, 128);
+  // Past 256 lanes a thread may use at most 128 registers: hold more of
+  // the row per lane instead.
+  if (!forward && heldRows > 1)
+    lanes = std::min<int64_t>(lanes, 256);
+  lanes = std::min<int64_t>(lanes, llvm::PowerOf2Ceil(vectors));
+  if (lanes > subgroupSize)
+    lanes = llvm::alignTo(lanes, subgroupSize);
+  else
+    lanes = llvm::PowerOf2Ceil(lanes);
+  return std::min<int64_t>(lanes, maxBlockThreads);
+}
+
+/// Two sources a batch by default: with four vectors a lane, eight loads
+/// in flight.
+SourceSchedule KernelChoices::scheduleFor(int64_t batch, bool prefetch,
+                                          int64_t numSources,
+                                          int64_t stagedBatches) const {
+  SourceSchedule schedule;
+  schedule.batch = std::min<int64_t>(batch > 0 ? batch : 2, numSources);
+  schedule.prefetch = prefetch && stagedBatches == 0;
+  schedule.unrollLimit = unrollSources;
+  schedule.stagedBatches = stagedBatches;
+  return schedule;
+}
+
+int64_t KernelChoices::forwardStaging(const RowLayout &layout,
+                                      Type value) const {
+  return layout.vectorWidth * bytesOf(value) >= 4 ? forwardStagedBatches : 0;
+}
+
+FailureOr<RowLayout>
+KernelChoices::forwardLayout(Operation *op, StringRef pass,
+                             const AttnResSpec &spec) const {
+  return layoutFor(op, pass, spec.width, {spec.value, spec.output},
+                   forwardThreadsPerRow, spec.numQueries, /*forward=*/true);
+}
+
+/// The unsplit forward does not prefetch unless asked: its many rows keep
+/// the device busy (the split over sources, for few rows, does).
+SourceSchedule KernelChoices::forwardSchedule(const AttnResSpec &spec,
+                                              const RowLayout &layout) const {
+  return scheduleFor(forwardSourceBatch, forwardPrefetch > 0, spec.numSources,
+                     forwardStaging(layout, spec.value));
+}
