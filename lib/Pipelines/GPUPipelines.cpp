@@ -64,6 +64,8 @@ static void buildGPUModuleToBinary(OpPassManager &pm,
                                    StringRef format, StringRef toolkit) {
   pm.addPass(std::move(attachTarget));
   OpPassManager &device = pm.nest<gpu::GPUModuleOp>();
+  // The index arithmetic of an outlined tile loop's iteration.
+  device.addPass(createLowerAffinePass());
   // The vendor conversion lowers the vector ops too, with the GPU address
   // spaces mapped (vector loads from workgroup memory); convert-vector-to-llvm
   // on its own would not know them.
@@ -214,6 +216,12 @@ buildLowerToGPUPipeline(OpPassManager &pm,
   // runtime wrappers implement.
   pm.addPass(attnres::createAttnResBufferizeHost());
   pm.addPass(attnres::createAttnResLaunchKernels());
+  // A forward's tile loop: a gpu.launch whose body is the tile's thread
+  // code, made a kernel by upstream's outlining.
+  attnres::AttnResLowerTilesToGPUOptions tiles;
+  tiles.subgroupSize = kernels.subgroupSize;
+  pm.addPass(attnres::createAttnResLowerTilesToGPU(tiles));
+  pm.addPass(createGpuKernelOutliningPass());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());
   buildBinary(pm);
   pm.addPass(createSCFToControlFlowPass());

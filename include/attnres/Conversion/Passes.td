@@ -229,7 +229,11 @@ def AttnResBufferizeHost : Pass<"attnres-bufferize-host", "::mlir::ModuleOp"> {
     kernels it names among them, reading its operands' buffers in place and
     writing into a new buffer a result. The kept functions hold only attnres
     ops, `tensor.dim` and reshapes (`convert-attnres-to-gpu` checks it), so
-    those are the only buffers.
+    those are the only buffers; and the tile loops of forwards, which stay
+    loops: each tile's op reads its slices of the operands in place, as
+    views, and writes into its tiles of the loop's outputs (the views
+    bufferization would copy a new buffer into), for
+    `attnres-lower-tiles-to-gpu`.
   }];
   let dependentDialects = [
     "::mlir::bufferization::BufferizationDialect",
@@ -276,6 +280,70 @@ def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
     "::mlir::LLVM::LLVMDialect",
     "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect",
+  ];
+}
+
+def AttnResLowerTilesToGPU
+    : Pass<"attnres-lower-tiles-to-gpu", "::mlir::ModuleOp"> {
+  let summary = "Run each tile loop of a forward as a gpu.launch, one block a tile, with the tile's thread code";
+  let description = [{
+    The tile loops of `keep-host=1`, after `attnres-bufferize-host`: a
+    top-level `scf.forall` whose body is one `attnres.forward_into` on
+    views of the function's buffers (a tile of `attnres-tile` or of a
+    transform script, bufferized in place) becomes a `gpu.launch` through
+    upstream's loop mappings (`scf.forall` to `scf.parallel`, its
+    dimensions collapsed into one, `convert-parallel-loops-to-gpu` on
+    `#gpu.loop_dim_map<processor = block_x>`): one block an iteration.
+    The tile's op inside the launch is then lowered to the thread code of
+    the forward kernel over the tile's rows, its lanes and row sums as the
+    kernel's (`docs/GPU.md`), reading the operands through the host's
+    table of source rows and their addresses, which the launch captures.
+    The host code before the launch builds the table and checks every
+    buffer against the alignment of the thread code's accesses (a
+    misaligned one skips the launch with a message, as
+    `attnres-launch-kernels` does); a grid of no blocks launches nothing.
+    Upstream `gpu-kernel-outlining` then makes the launch a `gpu.func` and a
+    `gpu.launch_func`.
+
+    A tile must be consecutive rows of its buffers: each operand is the
+    whole buffer or a `memref.subview` of one taken with unit strides, all
+    at the same token offsets and sizes, whole in its other dimensions;
+    the tiled token dimensions but the last of size 1 and the dimensions
+    after it whole. Another form is an error naming what differs.
+  }];
+  let options = [
+    Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
+           "Lanes of a subgroup (32 on NVIDIA, 64 on AMD)">,
+    Option<"maxBlockThreads", "max-block-threads", "int64_t",
+           /*default=*/"1024", "Largest block">,
+    Option<"forwardThreadsPerRow", "forward-threads-per-row", "int64_t",
+           /*default=*/"0",
+           "Lanes that share a row: a power of two up to a subgroup, or a "
+           "multiple of the subgroup; 0 chooses (as convert-attnres-to-gpu)">,
+    Option<"forwardSourceBatch", "forward-source-batch", "int64_t",
+           /*default=*/"0",
+           "Sources whose rows are loaded before one row sum; 0 chooses">,
+    Option<"forwardPrefetch", "forward-prefetch", "int64_t",
+           /*default=*/"-1",
+           "Load the next batch of source rows while the current one is "
+           "reduced: 1 or 0; -1 chooses (off)">,
+    Option<"forwardStagedBatches", "forward-staged-batches", "int64_t",
+           /*default=*/"0",
+           "Batches of source rows copied ahead into workgroup memory with "
+           "asynchronous copies (NVIDIA sm_80 and later); 0: loaded into "
+           "registers">,
+    Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
+           "Unroll the walk over the sources at compile time up to this many "
+           "sources">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect",
+    "::mlir::func::FuncDialect",
+    "::mlir::gpu::GPUDialect",
+    "::mlir::LLVM::LLVMDialect",
+    "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect",
   ];
 }
 

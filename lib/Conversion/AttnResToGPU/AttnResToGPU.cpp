@@ -192,8 +192,29 @@ static Operation *firstOffTileLoop(scf::ForallOp loop) {
   return forwards == 1 ? nullptr : loop.getOperation();
 }
 
+/// Whether `loop` has the form of a tile loop around a forward: at the top
+/// level of a function, its outputs each written by one result of a
+/// forward of its body (a tile of it) and nothing else.
+static bool writesTilesOfAForward(scf::ForallOp loop) {
+  if (!isa<func::FuncOp>(loop->getParentOp()) || loop.getNumResults() == 0)
+    return false;
+  auto forwards = loop.getBody()->getOps<ForwardOp>();
+  if (forwards.empty())
+    return false;
+  ForwardOp forward = *forwards.begin();
+  auto inserts = loop.getTerminator().getYieldingOps();
+  if (static_cast<size_t>(llvm::range_size(inserts)) !=
+      forward->getNumResults())
+    return false;
+  return llvm::all_of(inserts, [&](Operation &op) {
+    auto insert = dyn_cast<tensor::ParallelInsertSliceOp>(op);
+    return insert && insert.getSource().getDefiningOp() == forward &&
+           insert.getSource().hasOneUse();
+  });
+}
+
 bool gpu_kernels::isForwardTileLoop(scf::ForallOp loop) {
-  return isa<func::FuncOp>(loop->getParentOp()) && !firstOffTileLoop(loop);
+  return writesTilesOfAForward(loop) && !firstOffTileLoop(loop);
 }
 
 LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
@@ -204,7 +225,7 @@ LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
   auto tileLoopOf = [&](Operation *op) -> scf::ForallOp {
     auto loop = dyn_cast<scf::ForallOp>(op);
     if (!loop || loop->getParentOp() != function ||
-        loop.getBody()->getOps<ForwardOp>().empty())
+        !writesTilesOfAForward(loop))
       return {};
     return loop;
   };
@@ -438,6 +459,10 @@ struct ConvertAttnResToGPUPass
       functions.push_back(function);
       int index = 0;
       function.walk([&](Operation *op) {
+        // The forwards of the tile loops that remain run as grids of their
+        // own (attnres-lower-tiles-to-gpu).
+        if (keepHost && isa<scf::ForallOp>(op->getParentOp()))
+          return;
         std::string prefix = (function.getSymName() + "_" + Twine(index)).str();
         std::optional<DictionaryAttr> facts;
         if (auto forward = dyn_cast<ForwardOp>(op))
@@ -464,11 +489,19 @@ struct ConvertAttnResToGPUPass
     if (!ok || kernelTooLarge)
       return signalPassFailure();
     if (ops.empty()) {
-      emitError(loc) << "convert-attnres-to-gpu: the module has no attnres "
-                        "op to compile";
-      return signalPassFailure();
+      // Tile loops of forwards are attnres-lower-tiles-to-gpu's.
+      bool tileLoops = false;
+      module.walk(
+          [&](scf::ForallOp loop) { tileLoops |= isForwardTileLoop(loop); });
+      if (!keepHost || !tileLoops) {
+        emitError(loc) << "convert-attnres-to-gpu: the module has no attnres "
+                          "op to compile";
+        return signalPassFailure();
+      }
+      kernels.erase();
     }
-    kernels->setAttr("attnres.ops", b.getArrayAttr(ops));
+    if (!ops.empty())
+      kernels->setAttr("attnres.ops", b.getArrayAttr(ops));
     if (keepHost) {
       // The functions stay, each op naming its kernels and the counts the
       // IR fixed, which attnres-launch-kernels launches them with.
@@ -558,11 +591,6 @@ struct ConvertAttnResToGPUPass
                  b.getI64IntegerAttr(tiles.tokens));
   }
   bool kernelTooLarge = false;
-
-  /// Workgroup memory a kernel may declare statically: NVIDIA's 48 KiB
-  /// (more needs dynamic shared memory), below AMD's 64 KiB; only the
-  /// staged rings (NVIDIA) come near it.
-  static constexpr int64_t kMaxWorkgroupBytes = 48 * 1024;
 
   /// A register budget for ptxas on the kernel just recorded: `asked`
   /// blocks must fit on a multiprocessor at once; -1 chooses, when

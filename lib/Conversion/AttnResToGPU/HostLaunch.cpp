@@ -301,6 +301,22 @@ public:
     op->erase();
   }
 
+  /// Runs `launch`, a launch of other code than a described kernel's,
+  /// where every check passed and its grid has blocks, then frees the
+  /// temporaries; the op goes.
+  void guard(gpu::LaunchOp launch) {
+    // At the launch, after what it was sized with.
+    OpBuilder at(launch);
+    Value hasBlocks = arith::CmpIOp::create(
+        at, loc, arith::CmpIPredicate::ugt, launch.getGridSizeX(),
+        arith::ConstantIndexOp::create(at, loc, 0));
+    Value go = arith::AndIOp::create(at, loc, allAligned, hasBlocks);
+    auto ifGo = scf::IfOp::create(at, loc, go);
+    launch->moveBefore(ifGo.thenBlock()->getTerminator());
+    b.setInsertionPointAfter(ifGo);
+    finish();
+  }
+
 private:
   /// The address of the kernel's name, a global string made once.
   Value kernelName(const KernelInfo &kernel) {
@@ -494,6 +510,26 @@ ForwardArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
   values["num_tokens"] = tokens64;
   return arguments;
 }
+
+} // namespace
+
+LogicalResult gpu_kernels::launchForwardTile(
+    ForwardIntoOp whole, gpu::LaunchOp launch, int64_t vectorWidth,
+    StringRef kernel,
+    function_ref<FailureOr<KernelInfo>(const llvm::StringMap<Value> &)> emit,
+    unsigned &refusals) {
+  HostLauncher host(whole, refusals);
+  ForwardArguments arguments =
+      forwardArguments(host, whole, vectorWidth, kernel);
+  FailureOr<KernelInfo> info = emit(arguments.values);
+  if (failed(info))
+    return failure();
+  host.checkArguments(*info, arguments.values, {"sources"});
+  host.guard(launch);
+  return success();
+}
+
+namespace {
 
 LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
                              const RecordedKernels &kernels,
@@ -1017,6 +1053,12 @@ struct LaunchKernelsPass
     module.walk([&](Operation *op) {
       if (!annotated || !(isOpOnBuffers(op) ||
                           isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)))
+        return;
+      // A forward's tile loop runs as a grid of its own
+      // (attnres-lower-tiles-to-gpu).
+      if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
+          loop && isa<ForwardIntoOp>(op) && !op->hasAttr(kLaunchAttrName) &&
+          isa<func::FuncOp>(loop->getParentOp()))
         return;
       if (failed(checkPlacement(module, op))) {
         annotated = false;

@@ -179,9 +179,11 @@ public:
 private:
   /// The launch's block and workgroup memory are the kernel's; its
   /// arguments are the host's values, addresses becoming global pointers.
-  /// The workgroup buffer is the launch's dynamic workgroup memory, which
-  /// both vendors' lowerings align to 16 bytes (the bytes the row sums and
-  /// staged rows are read with).
+  /// The workgroup buffer is the launch's dynamic workgroup memory (an
+  /// outlined kernel's workgroup attributions lose their alignment): NVVM's
+  /// lowering aligns it to 16 bytes, the bytes the row sums and staged rows
+  /// are read with; on AMD it starts the kernel's LDS, which holds nothing
+  /// else.
   void beginLaunch(int64_t blockThreads, MemRefType workgroupType) {
     gpu::LaunchOp launch = into->launch;
     b.setInsertionPoint(launch);

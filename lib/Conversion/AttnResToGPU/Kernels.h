@@ -29,6 +29,9 @@ class FuncOp;
 namespace mlir::scf {
 class ForallOp;
 } // namespace mlir::scf
+namespace mlir::attnres {
+class ForwardIntoOp;
+} // namespace mlir::attnres
 
 namespace mlir::attnres::gpu_kernels {
 
@@ -111,6 +114,10 @@ struct MergeSpec {
 };
 
 constexpr int64_t kRegisterPartitions = 16;
+/// Workgroup memory a kernel may declare statically: NVIDIA's 48 KiB
+/// (more needs an opt-in), below AMD's 64 KiB; only the staged rings
+/// (NVIDIA) come near it.
+constexpr int64_t kMaxWorkgroupBytes = 48 * 1024;
 /// Workgroup floats for the staged weights of all rows of a block (16 KiB):
 /// a tile of up to 128 weights per row.
 constexpr int64_t kWeightFloats = 4096;
@@ -255,6 +262,21 @@ LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 /// attnres.forward on slices of tensors, with sizes and index arithmetic:
 /// attnres-lower-tiles-to-gpu runs it as a grid of blocks.
 bool isForwardTileLoop(scf::ForallOp loop);
+
+/// The host code of a forward's tile loop made `launch`
+/// (attnres-lower-tiles-to-gpu): `whole` is the forward over the loop's
+/// whole buffers, placed before the launch. The host builds what the
+/// forward kernel takes of `whole` (the table of source rows, each checked
+/// against `vectorWidth` elements, the buffers' addresses, the token
+/// count), `emit` writes the thread code into the launch from those values
+/// and returns its description, whose alignments are checked before the
+/// launch; the launch runs where every check passed and its grid has
+/// blocks. Refusals name `kernel`; `whole` goes.
+LogicalResult launchForwardTile(
+    ForwardIntoOp whole, gpu::LaunchOp launch, int64_t vectorWidth,
+    StringRef kernel,
+    function_ref<FailureOr<KernelInfo>(const llvm::StringMap<Value> &)> emit,
+    unsigned &refusals);
 
 /// A device buffer of `type` (gpu.alloc): the kept functions' buffers.
 Value allocateOnDevice(OpBuilder &b, Location loc, MemRefType type,

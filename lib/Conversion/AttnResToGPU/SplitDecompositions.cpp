@@ -1156,7 +1156,16 @@ LogicalResult gpu_kernels::absorbTileLoops(
   module.walk([&](Operation *op) {
     if (!isa<ForwardOp, PartitionReduceOp>(op))
       return;
-    if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
+    auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
+    // A forward's own tile loop runs as a grid of its own
+    // (attnres-lower-tiles-to-gpu); the tiles of a split forward's pieces,
+    // whose outputs are stacked for the merge, run as the split's kernels.
+    if (loop && isForwardTileLoop(loop) &&
+        llvm::none_of(loop->getUsers(), [](Operation *user) {
+          return isa<tensor::ExpandShapeOp>(user);
+        }))
+      return;
+    if (loop)
       loops.emplace_back(loop, op);
   });
   for (auto [loop, tile] : loops) {

@@ -86,25 +86,28 @@ func.func @tiles(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 // A tile loop's body runs on the device: nothing but the forward, slices
 // and index arithmetic.
 #tile = affine_map<(d0)[s0] -> (-d0 + s0, 40)>
-func.func @tile_with_float_math(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
+func.func @tile_with_a_tensor(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
     -> tensor<?xf32> {
   %c1 = arith.constant 1 : index
   %n = tensor.dim %v, %c1 : tensor<3x?x256xbf16>
+  %o0 = tensor.empty(%n) : tensor<?x256xbf16>
   %lse0 = tensor.empty(%n) : tensor<?xf32>
-  %r = scf.forall (%t) = (0) to (%n) step (40)
-      shared_outs(%lse = %lse0) -> (tensor<?xf32>) {
+  %r:2 = scf.forall (%t) = (0) to (%n) step (40)
+      shared_outs(%o = %o0, %lse = %lse0) -> (tensor<?x256xbf16>, tensor<?xf32>) {
     %rows = affine.min #tile(%t)[%n]
     %slice = tensor.extract_slice %v[0, %t, 0] [3, %rows, 256] [1, 1, 1]
         : tensor<3x?x256xbf16> to tensor<3x?x256xbf16>
+    // expected-error @+1 {{attnres-bufferize-host: keep-host=1 runs a tile loop of a forward as a grid of blocks, whose body may hold one attnres.forward, slices of tensors and index arithmetic; 'tensor.empty' is none of them}}
+    %scratch = tensor.empty(%rows) : tensor<?xf32>
     %ot, %lset = attnres.forward packed(%slice : tensor<3x?x256xbf16>)
         query(%q : tensor<256xbf16>) save(lse)
         -> tensor<?x256xbf16>, tensor<?xf32>
-    // expected-error @+1 {{attnres-bufferize-host: keep-host=1 runs a tile loop of a forward as a grid of blocks, whose body may hold one attnres.forward, slices of tensors and index arithmetic; 'tensor.empty' is none of them}}
-    %scaled = tensor.empty(%rows) : tensor<?xf32>
     scf.forall.in_parallel {
-      tensor.parallel_insert_slice %scaled into %lse[%t] [%rows] [1]
+      tensor.parallel_insert_slice %ot into %o[%t, 0] [%rows, 256] [1, 1]
+          : tensor<?x256xbf16> into tensor<?x256xbf16>
+      tensor.parallel_insert_slice %lset into %lse[%t] [%rows] [1]
           : tensor<?xf32> into tensor<?xf32>
     }
   }
-  return %r : tensor<?xf32>
+  return %r#1 : tensor<?xf32>
 }

@@ -2,12 +2,13 @@
 // RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s
 
 // The loops of attnres-tile and transform.structured.tile_using_forall
-// written out by hand. Under keep-host a loop whose body is one forward or
-// softmax merge on a tile of tokens (the first r token dimensions tiled,
-// all but the last by 1, the others whole; each tile [t, t + min(T, N - t)),
-// the loop over t by T or over tile numbers by 1) is launched with one
-// block per tile; the form is checked against the op's TilingInterface.
-// Other forms are refused with the reason.
+// written out by hand. Under keep-host a loop whose body is one softmax
+// merge on a tile of tokens (the first r token dimensions tiled, all but
+// the last by 1, the others whole; each tile [t, t + min(T, N - t)), the
+// loop over t by T or over tile numbers by 1) is launched with one block
+// per tile of the merge kernel; the form is checked against the op's
+// TilingInterface. Other forms are refused with the reason. (A forward's
+// own tile loop runs as a grid of its own: lower-tiles.mlir.)
 
 // Three tiles of 8 of 24 rows (static: the size is the constant 8), the
 // merge's unused lse dropped from the loop; mapped to #gpu.block<x>, which
@@ -33,38 +34,6 @@ func.func @static_tiles(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
     }
   } {mapping = [#gpu.block<x>]}
   return %r : tensor<24x64xbf16>
-}
-
-// -----
-
-// Tiles of 10 of a dynamic token count, the size min(10, N - t) written
-// with its results in the other order.
-// CHECK-LABEL: func.func @dynamic_tiles(
-// CHECK-NOT: scf.forall
-// CHECK: gpu.launch_func  @attnres_kernels::@dynamic_tiles_0_forward
-// CHECK: tile_dims = 1 : i64, tile_tokens = 10 : i64
-#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
-func.func @dynamic_tiles(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
-    -> (tensor<?x64xf32>, tensor<?xf32>) {
-  %c1 = arith.constant 1 : index
-  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
-  %o0 = tensor.empty(%n) : tensor<?x64xf32>
-  %l0 = tensor.empty(%n) : tensor<?xf32>
-  %r:2 = scf.forall (%t) = (0) to (%n) step (10)
-      shared_outs(%o = %o0, %l = %l0) -> (tensor<?x64xf32>, tensor<?xf32>) {
-    %size = affine.min #size(%t)[%n]
-    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
-        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
-    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
-        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
-    scf.forall.in_parallel {
-      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
-          : tensor<?x64xf32> into tensor<?x64xf32>
-      tensor.parallel_insert_slice %tl into %l[%t] [%size] [1]
-          : tensor<?xf32> into tensor<?xf32>
-    }
-  }
-  return %r#0, %r#1 : tensor<?x64xf32>, tensor<?xf32>
 }
 
 // -----
@@ -138,31 +107,6 @@ func.func @late_slice(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
     }
   }
   return %r : tensor<24x64xbf16>
-}
-
-// -----
-
-// Tiles of 10 tokens sliced 16 long.
-#long = affine_map<(d0)[s0] -> (16, s0 - d0)>
-func.func @long_slice(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
-    -> tensor<?x64xf32> {
-  %c1 = arith.constant 1 : index
-  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
-  %o0 = tensor.empty(%n) : tensor<?x64xf32>
-  // expected-error @+1 {{here operand 0 of the tiled op is not the slice of the loop's tile}}
-  %r = scf.forall (%t) = (0) to (%n) step (10) shared_outs(%o = %o0)
-      -> (tensor<?x64xf32>) {
-    %size = affine.min #long(%t)[%n]
-    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
-        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
-    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
-        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
-    scf.forall.in_parallel {
-      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
-          : tensor<?x64xf32> into tensor<?x64xf32>
-    }
-  }
-  return %r : tensor<?x64xf32>
 }
 
 // -----
@@ -279,67 +223,6 @@ func.func @linear(%p: tensor<3x4x24x64xf32>, %l: tensor<3x4x24xf32>)
     }
   } {mapping = [#gpu.block<linear_dim_1>, #gpu.block<linear_dim_0>]}
   return %r : tensor<4x24x64xf32>
-}
-
-// -----
-
-// The loop of transform.structured.tile_using_forall: over ceil(N / 10)
-// tile numbers by 1, the tile's first token the index times 10; mapped as
-// attnres-map-to-blocks maps it.
-// CHECK-LABEL: func.func @tile_numbers(
-// CHECK-NOT: scf.forall
-// CHECK: gpu.launch_func  @attnres_kernels::@tile_numbers_0_forward
-// CHECK: tile_dims = 1 : i64, tile_tokens = 10 : i64
-#tiles = affine_map<()[s0] -> (s0 ceildiv 10)>
-#first = affine_map<(d0) -> (d0 * 10)>
-#rest = affine_map<(d0)[s0] -> (-d0 + s0, 10)>
-func.func @tile_numbers(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
-    -> tensor<?x64xf32> {
-  %c1 = arith.constant 1 : index
-  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
-  %o0 = tensor.empty(%n) : tensor<?x64xf32>
-  %count = affine.apply #tiles()[%n]
-  %r = scf.forall (%i) in (%count) shared_outs(%o = %o0) -> (tensor<?x64xf32>) {
-    %t = affine.apply #first(%i)
-    %size = affine.min #rest(%t)[%n]
-    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
-        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
-    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
-        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
-    scf.forall.in_parallel {
-      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
-          : tensor<?x64xf32> into tensor<?x64xf32>
-    }
-  } {mapping = [#gpu.block<linear_dim_0>]}
-  return %r : tensor<?x64xf32>
-}
-
-// -----
-
-// Over tile numbers, but ceil(N / 8) of them for tiles of 10.
-#tiles = affine_map<()[s0] -> (s0 ceildiv 8)>
-#first = affine_map<(d0) -> (d0 * 10)>
-#rest = affine_map<(d0)[s0] -> (-d0 + s0, 10)>
-func.func @too_many_tiles(%v: tensor<2x?x64xf32>, %q: tensor<64xf32>)
-    -> tensor<?x64xf32> {
-  %c1 = arith.constant 1 : index
-  %n = tensor.dim %v, %c1 : tensor<2x?x64xf32>
-  %o0 = tensor.empty(%n) : tensor<?x64xf32>
-  %count = affine.apply #tiles()[%n]
-  // expected-error @+1 {{here loop dimension 0 does not run over token dimension 0}}
-  %r = scf.forall (%i) in (%count) shared_outs(%o = %o0) -> (tensor<?x64xf32>) {
-    %t = affine.apply #first(%i)
-    %size = affine.min #rest(%t)[%n]
-    %vs = tensor.extract_slice %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
-        : tensor<2x?x64xf32> to tensor<2x?x64xf32>
-    %to, %tl = attnres.forward packed(%vs : tensor<2x?x64xf32>)
-        query(%q : tensor<64xf32>) -> tensor<?x64xf32>, tensor<?xf32>
-    scf.forall.in_parallel {
-      tensor.parallel_insert_slice %to into %o[%t, 0] [%size, 64] [1, 1]
-          : tensor<?x64xf32> into tensor<?x64xf32>
-    }
-  }
-  return %r : tensor<?x64xf32>
 }
 
 // -----

@@ -13,51 +13,25 @@
 // RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=TWO
 
-// attnres-tile's loops reach the GPU: under keep-host a forward or merge
-// tiled into an scf.forall is launched with one block per tile. The kernels
-// see the token dimensions as one row index, so a tile is consecutive rows:
-// a run is the last tiled token dimension with the whole ones after it
+// attnres-tile's loops reach the GPU. A forward's own tile loop stays a
+// loop, which bufferization puts on views of the buffers and
+// attnres-lower-tiles-to-gpu makes a grid of blocks (lower-tiles.mlir): the
+// conversion emits no kernel for it. The tiles of a split forward's pieces
+// and of a merge are launched as blocks of their kernels: the kernels see
+// the token dimensions as one row index, so a tile is consecutive rows: a
+// run is the last tiled token dimension with the whole ones after it
 // (dim_rows rows) cut into tiles of tile_rows rows (the last one shorter);
 // block x takes tile x % tiles of run x / tiles and walks it a row group at
 // a time (an scf.for ending each step with a barrier).
 
-// One token dimension tiled by 40: ceil(N / 40) blocks of one run.
 // ONE-LABEL: func.func @rows(
-// ONE-NOT: scf.forall
-// ONE: %[[N:.*]] = memref.dim %arg0, %c1 : memref<3x?x256xbf16>
-// ONE: %[[N64:.*]] = arith.index_cast %[[N]] : index to i64
-// ONE: %[[TILES:.*]] = arith.ceildivui %[[N]], %c40 : index
-// ONE: %[[NONZERO:.*]] = arith.maxui %[[N]], %c1 : index
-// ONE: %[[RUNS:.*]] = arith.divui %[[N]], %[[NONZERO]] : index
-// ONE: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
-// ONE: gpu.launch_func  @attnres_kernels::@rows_0_forward blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %[[N64]] : i64, %c40_i64 : i64, %[[N64]] : i64)
-// ONE: gpu.module @attnres_kernels attributes {attnres.ops = [{{.*}}function = "rows"{{.*}}, tile_dims = 1 : i64, tile_tokens = 40 : i64
-// ONE: gpu.func @rows_0_forward(%{{.*}}, %[[TOKENS:[a-z0-9]*]]: i64, %[[TILE:[a-z0-9]*]]: i64, %[[RUN_ROWS:[a-z0-9]*]]: i64) {{.*}}name = "tile_rows"{{.*}}name = "dim_rows"{{.*}}grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "blocks"}, {{.*}}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}]
-// The kernel's tile: tile x % tiles of run x / tiles, min(tile_rows,
-// dim_rows - its start) rows, walked 4 rows (a row group each) a step.
-// ONE: %[[BX:.*]] = arith.index_cast %block_id_x : index to i64
-// ONE: %[[RUN_TILES:.*]] = arith.ceildivui %[[RUN_ROWS]], %[[TILE]] : i64
-// ONE: %[[RUN_INDEX:.*]] = arith.divui %[[BX]], %[[RUN_TILES]] : i64
-// ONE: %[[TILE_INDEX:.*]] = arith.remui %[[BX]], %[[RUN_TILES]] : i64
-// ONE: %[[START:.*]] = arith.muli %[[TILE_INDEX]], %[[TILE]] : i64
-// ONE: %[[RUN_START:.*]] = arith.muli %[[RUN_INDEX]], %[[RUN_ROWS]] : i64
-// ONE: %[[FIRST:.*]] = arith.addi %[[RUN_START]], %[[START]] : i64
-// ONE: %[[LEFT:.*]] = arith.subi %[[RUN_ROWS]], %[[START]] : i64
-// ONE: %[[COUNT:.*]] = arith.minsi %[[TILE]], %[[LEFT]] : i64
-// ONE: %[[STEPS:.*]] = arith.ceildivui %[[TILE]], %c4_i64 : i64
-// ONE: scf.for %[[STEP:.*]] = %c0_i64 to %[[STEPS]] step %c1_i64
-// ONE: %[[STEP_ROWS:.*]] = arith.muli %[[STEP]], %c4_i64 : i64
-// ONE: %[[OFFSET:.*]] = arith.addi %[[STEP_ROWS]], %{{.*}} : i64
-// ONE: %[[IN_TILE:.*]] = arith.cmpi slt, %[[OFFSET]], %[[COUNT]] : i64
-// ONE: %[[ROW:.*]] = arith.addi %[[FIRST]], %[[OFFSET]] : i64
-// ONE: %[[IN_N:.*]] = arith.cmpi slt, %[[ROW]], %[[TOKENS]] : i64
-// ONE: arith.andi %[[IN_N]], %[[IN_TILE]] : i1
-// ONE: gpu.barrier
-// ONE-NEXT: }
-// ONE-NOT: gpu.func @rows_0_forward_cluster
+// ONE: scf.forall (%{{.*}}) = (0) to (%{{.*}}) step (40) {
+// ONE: attnres.forward_into packed(%{{.*}} : memref<3x?x256xbf16, strided<[?, 256, 1], offset: ?>>) query(%arg1 : memref<256xbf16>) outs(%{{.*}}, %{{.*}} : memref<?x256xbf16, strided<[256, 1], offset: ?>>, memref<?xf32, strided<[1], offset: ?>>)
+// ONE-NOT: attnres.launch
+// ONE-NOT: gpu.func
 // TWO-LABEL: func.func @rows(
-// TWO-NOT: scf.forall
-// TWO: tile_dims = 1 : i64, tile_tokens = 1 : i64
+// TWO: scf.forall (%{{.*}}) in (%{{.*}}) {
+// TWO-NOT: gpu.func
 // The partial forwards of packed sources (slices of the sources' buffer)
 // tiled by a transform script's tile_using_forall (over ceil(N / 16) tile
 // numbers): nothing of its loops or of the slices stays on the host.
@@ -76,21 +50,15 @@ func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 
 // -----
 
-// [4, S] tokens tiled by (1, 40): 4 runs of S rows, ceil(S / 40) tiles of
-// 40 rows each; tiled by 40 alone, one run of 4 * S rows in tiles of
-// 40 * S (all of it).
+// [4, S] tokens tiled by (1, 40), and by 40 (all four rows of the first
+// token dimension at once: one tile, whose loop canonicalization folds):
+// the forward on views.
 // TWO-LABEL: func.func @layer(
-// TWO-NOT: scf.forall
-// TWO: %[[S:.*]] = memref.dim %arg0, %c1 : memref<4x?x1024xbf16>
-// TWO: %[[S64:.*]] = arith.index_cast %[[S]] : index to i64
-// TWO: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
-// TWO: %[[NONZERO:.*]] = arith.maxui %[[S]], %c1 : index
-// TWO: %[[RUNS:.*]] = arith.divui %{{.*}}, %[[NONZERO]] : index
-// TWO: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
-// TWO: gpu.launch_func  @attnres_kernels::@layer_0_forward blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c40_i64 : i64, %[[S64]] : i64)
-// TWO: , tile_dims = 2 : i64, tile_tokens = 40 : i64
+// TWO: scf.forall (%{{.*}}, %{{.*}}) = (0, 0) to (4, %{{.*}}) step (1, 40) {
+// TWO: attnres.forward_into sources(%{{.*}}, %{{.*}} : memref<1x?x1024xbf16, strided<[?, 1024, 1], offset: ?>>)
 // ONE-LABEL: func.func @layer(
-// ONE: tile_dims = 1 : i64, tile_tokens = 40 : i64
+// ONE: attnres.forward_into sources(%{{.*}}, %{{.*}} : memref<?x?x1024xbf16, strided<[?, 1024, 1], offset: ?>>)
+// ONE-NOT: gpu.func
 // SPLIT-LABEL: func.func @layer(
 // SPLIT-NOT: scf.forall
 // SPLIT: %[[S:.*]] = memref.dim %arg0, %c1 : memref<4x?x1024xbf16>

@@ -1,0 +1,441 @@
+//===- LowerTiles.cpp - a forward's tile loop as a grid of blocks ---------===//
+//
+// attnres-lower-tiles-to-gpu: after attnres-bufferize-host, a forward's
+// tile loop is an scf.forall whose body takes views of the function's
+// buffers, one tile a iteration. Upstream's loop mappings make it a
+// gpu.launch (one block an iteration); the tile's op in the launch body
+// becomes the thread code of the forward kernel over the tile's rows, and
+// the host code before the launch what that code reads (the table of
+// source rows, the buffers' addresses) and the alignment checks of its
+// accesses. gpu-kernel-outlining then makes the launch a kernel.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include "attnres/Conversion/Passes.h"
+#include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
+
+#include "mlir/Conversion/SCFToGPU/SCFToGPU.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/GPU/Transforms/ParallelLoopMapper.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/Transforms.h"
+#include "mlir/Dialect/SCF/Utils/Utils.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <numeric>
+
+namespace mlir::attnres {
+#define GEN_PASS_DEF_ATTNRESLOWERTILESTOGPU
+#include "attnres/Conversion/Passes.h.inc"
+} // namespace mlir::attnres
+
+using namespace mlir;
+using namespace mlir::attnres;
+using namespace mlir::attnres::gpu_kernels;
+
+namespace {
+
+constexpr StringLiteral kPass = "attnres-lower-tiles-to-gpu";
+
+/// A tile loop's op: the forward whose body is the loop's, or an error
+/// naming the first op of the body that cannot run on the device.
+FailureOr<ForwardIntoOp> tileOpOf(scf::ForallOp loop) {
+  if (loop.getNumResults() != 0)
+    return loop.emitError()
+           << kPass
+           << ": the tile loop has tensor outputs; bufferize it first "
+              "(attnres-bufferize-host)";
+  ForwardIntoOp tile;
+  for (Operation &op : loop.getBody()->without_terminator()) {
+    if (auto forward = dyn_cast<ForwardIntoOp>(op); forward && !tile) {
+      tile = forward;
+      continue;
+    }
+    if (isa<memref::SubViewOp, memref::DimOp>(op))
+      continue;
+    auto isIndexLike = [](Type type) { return type.isIntOrIndex(); };
+    if (isPure(&op) && op.getNumRegions() == 0 &&
+        llvm::all_of(op.getOperandTypes(), isIndexLike) &&
+        llvm::all_of(op.getResultTypes(), isIndexLike))
+      continue;
+    return op.emitError()
+           << kPass
+           << ": a tile loop runs on the device as a grid of blocks; its "
+              "body may hold one attnres.forward_into, views of buffers and "
+              "index arithmetic; '"
+           << op.getName() << "' is none of them";
+  }
+  return tile;
+}
+
+/// The loop as a gpu.launch of one block an iteration, through upstream's
+/// mappings: scf.parallel, its dimensions collapsed into one (a grid's x
+/// holds 2^31 - 1 blocks, y and z 65535), mapped to the blocks.
+FailureOr<gpu::LaunchOp> launchOf(scf::ForallOp loop) {
+  MLIRContext *context = loop.getContext();
+  IRRewriter rewriter(context);
+  rewriter.setInsertionPoint(loop);
+  Block *block = loop->getBlock();
+  Operation *next = loop->getNextNode();
+  scf::ParallelOp parallel;
+  if (failed(scf::forallToParallelLoop(rewriter, loop, &parallel)))
+    return loop.emitError() << kPass
+                            << ": cannot make the tile loop an "
+                               "scf.parallel";
+  if (parallel.getNumLoops() > 1) {
+    std::vector<unsigned> all(parallel.getNumLoops());
+    std::iota(all.begin(), all.end(), 0);
+    collapseParallelLoops(rewriter, parallel, {all});
+    parallel = cast<scf::ParallelOp>(next->getPrevNode());
+  }
+  AffineMap identity = AffineMap::getMultiDimIdentityMap(1, context);
+  if (failed(gpu::setMappingAttr(
+          parallel, {gpu::ParallelLoopDimMappingAttr::get(
+                        context, gpu::Processor::BlockX, identity, identity)})))
+    return failure();
+  RewritePatternSet patterns(context);
+  populateParallelLoopToGPUPatterns(patterns);
+  ConversionTarget target(*context);
+  target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+  configureParallelLoopToGPULegality(target);
+  Operation *function = parallel->getParentOp();
+  if (failed(applyPartialConversion(function, target, std::move(patterns))))
+    return parallel.emitError() << kPass
+                                << ": cannot map the tile loop to "
+                                   "the GPU's blocks";
+  finalizeParallelLoopToGPUConversion(function);
+  auto launch = dyn_cast_or_null<gpu::LaunchOp>(next ? next->getPrevNode()
+                                                     : &block->back());
+  if (!launch)
+    return function->emitError() << kPass << ": the tile loop made no launch";
+  return launch;
+}
+
+/// The sizes the launch body reads of buffers the host holds are the
+/// host's: the launch captures them, not the buffers.
+void hoistHostSizes(gpu::LaunchOp launch) {
+  SmallVector<memref::DimOp> sizes;
+  launch.getBody().walk([&](memref::DimOp dim) {
+    if (!launch->isAncestor(dim.getSource().getParentBlock()->getParentOp()))
+      sizes.push_back(dim);
+  });
+  for (memref::DimOp dim : sizes) {
+    Operation *index = dim.getIndex().getDefiningOp();
+    if (index && launch->isAncestor(index)) {
+      if (!index->hasTrait<OpTrait::ConstantLike>())
+        continue;
+      OpBuilder b(launch);
+      dim.getIndexMutable().assign(b.clone(*index)->getResult(0));
+    }
+    dim->moveBefore(launch);
+  }
+}
+
+/// How a tile lies in a buffer of the launch's function: a view
+/// (memref.subview) of `root`, the whole buffer, at `offsets` with `sizes`.
+struct View {
+  Value root;
+  SmallVector<OpFoldResult> offsets, sizes;
+};
+
+/// The tile of the forward `tile`: consecutive rows [first, first + count)
+/// of the whole buffers of every operand it writes or reads per token, the
+/// others whole; the forward over the whole buffers is `whole`, made before
+/// the launch.
+struct TileRows {
+  ForwardIntoOp whole;
+  Value first, count; // i64, in the launch body before the tile's op
+};
+
+bool isConstant(OpFoldResult value, int64_t constant) {
+  std::optional<int64_t> known = getConstantIntValue(value);
+  return known && *known == constant;
+}
+
+bool sameValue(OpFoldResult a, OpFoldResult b) {
+  if (a == b)
+    return true;
+  std::optional<int64_t> x = getConstantIntValue(a), y = getConstantIntValue(b);
+  return x && y && *x == *y;
+}
+
+/// Whether `size` is all of dimension `dim` of `root`: its static size, or
+/// a memref.dim of it (or of another buffer of the op with the same
+/// token dimension `dim - lead + otherLead`).
+bool isWholeDim(OpFoldResult size, Value root, int64_t dim,
+                ArrayRef<std::pair<Value, int64_t>> rootsAndLeads,
+                int64_t lead) {
+  auto type = cast<MemRefType>(root.getType());
+  if (!type.isDynamicDim(dim))
+    return isConstant(size, type.getDimSize(dim));
+  auto sizeDim = dyn_cast_if_present<Value>(size)
+                     ? cast<Value>(size).getDefiningOp<memref::DimOp>()
+                     : memref::DimOp();
+  if (!sizeDim)
+    return false;
+  std::optional<int64_t> index = sizeDim.getConstantIndex();
+  if (!index)
+    return false;
+  for (auto [other, otherLead] : rootsAndLeads)
+    if (sizeDim.getSource() == other && *index == dim - lead + otherLead)
+      return true;
+  return false;
+}
+
+FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
+  auto fail = [&](const Twine &what) {
+    return tile.emitError()
+           << kPass
+           << ": a tile must be consecutive rows of its buffers: " << what;
+  };
+  auto isInLaunch = [&](Value value) {
+    return launch->isAncestor(value.getParentBlock()->getParentOp());
+  };
+  // The operands with token dimensions, each with its leading dimensions
+  // (the sources of a packed op, the queries of a multi-query one) and
+  // trailing ones (a row).
+  struct Tiled {
+    Value value;
+    StringRef name;
+    int64_t lead, trail;
+  };
+  int64_t queries = tile.isMultiQuery() ? 1 : 0;
+  SmallVector<Tiled> tiled;
+  for (Value source : tile.getSources())
+    tiled.push_back({source, "the sources", tile.getPacked() ? 1 : 0, 1});
+  tiled.push_back({tile.getOutputBuffer(), "o", queries, 1});
+  tiled.push_back({tile.getLseBuffer(), "lse", queries, 0});
+  if (Value oPre = tile.getOPreBuffer())
+    tiled.push_back({oPre, "o_pre", queries, 1});
+  if (Value residual = tile.getOPreResidualBuffer())
+    tiled.push_back({residual, "the o_pre residual", queries, 1});
+
+  // Every other operand is read whole, the same for every tile.
+  for (Value operand :
+       {tile.getQuery(), tile.getKeyNormWeight(), tile.getOutputNormWeight()})
+    if (operand && isInLaunch(operand))
+      return fail("the query and the norm weights must be the whole "
+                  "buffers, the same for every tile");
+
+  SmallVector<View> views;
+  for (const Tiled &operand : tiled) {
+    auto subview = operand.value.getDefiningOp<memref::SubViewOp>();
+    if (!subview || !isInLaunch(operand.value))
+      return fail(operand.name + " must be views (memref.subview) of the "
+                                 "function's buffers, a tile each");
+    Value root = subview.getSource();
+    if (isInLaunch(root))
+      return fail(operand.name + " must be views of the function's buffers, "
+                                 "not of views in the loop");
+    auto rootType = cast<MemRefType>(root.getType());
+    if (!rootType.getLayout().isIdentity()) {
+      fail(operand.name + " must be views of buffers dense from their start "
+                          "(an identity layout), not of ")
+          << rootType;
+      return failure();
+    }
+    if (!llvm::all_of(subview.getMixedStrides(),
+                      [](OpFoldResult s) { return isConstant(s, 1); }))
+      return fail(operand.name + " must be views with unit strides");
+    views.push_back({root, subview.getMixedOffsets(), subview.getMixedSizes()});
+  }
+  SmallVector<std::pair<Value, int64_t>> rootsAndLeads;
+  for (auto [operand, view] : llvm::zip_equal(tiled, views))
+    rootsAndLeads.emplace_back(view.root, operand.lead);
+
+  // The first operand's token offsets and sizes are every operand's; its
+  // leading and trailing dimensions are whole.
+  const View &first = views.front();
+  int64_t tokenDims = cast<MemRefType>(first.root.getType()).getRank() -
+                      tiled.front().lead - tiled.front().trail;
+  for (auto [operand, view] : llvm::zip_equal(tiled, views)) {
+    int64_t rank = cast<MemRefType>(view.root.getType()).getRank();
+    for (int64_t dim = 0; dim < rank; ++dim) {
+      bool token = dim >= operand.lead && dim < rank - operand.trail;
+      if (!token) {
+        if (!isConstant(view.offsets[dim], 0) ||
+            !isWholeDim(view.sizes[dim], view.root, dim, {}, 0))
+          return fail(operand.name + " must be whole in dimension " +
+                      Twine(dim) + ", which is not a token dimension");
+        continue;
+      }
+      int64_t k = dim - operand.lead;
+      int64_t firstDim = tiled.front().lead + k;
+      if (!sameValue(view.offsets[dim], first.offsets[firstDim]) ||
+          !sameValue(view.sizes[dim], first.sizes[firstDim]))
+        return fail(operand.name +
+                    " must be the same tile of tokens as "
+                    "the sources (token dimension " +
+                    Twine(k) + ")");
+    }
+  }
+
+  // Consecutive rows: the last token dimension the tile cuts, the ones
+  // before it by one token, the ones after whole.
+  int64_t lead = tiled.front().lead;
+  auto isWhole = [&](int64_t k) {
+    return isConstant(first.offsets[lead + k], 0) &&
+           isWholeDim(first.sizes[lead + k], first.root, lead + k,
+                      rootsAndLeads, lead);
+  };
+  int64_t cut = tokenDims - 1;
+  while (cut >= 0 && isWhole(cut))
+    --cut;
+  for (int64_t k = 0; k < cut; ++k)
+    if (!isConstant(first.sizes[lead + k], 1))
+      return fail("token dimension " + Twine(k) +
+                  " must be tiled by 1, as the tile cuts a later one");
+
+  // first = sum of offset_k * (rows of a step of dimension k); count = the
+  // cut dimension's size times the rows of one of its steps. The sizes of
+  // the whole buffers are the host's.
+  OpBuilder host(launch);
+  Location loc = tile.getLoc();
+  SmallVector<Value> stepRows(tokenDims);
+  Value rows = arith::ConstantIndexOp::create(host, loc, 1);
+  for (int64_t k = tokenDims - 1; k >= 0; --k) {
+    stepRows[k] = rows;
+    Value size = memref::DimOp::create(host, loc, first.root, lead + k);
+    rows = arith::MulIOp::create(host, loc, rows, size);
+  }
+  OpBuilder body(tile);
+  auto asValue = [&](OpFoldResult value) {
+    return getValueOrCreateConstantIndexOp(body, loc, value);
+  };
+  Value firstRow = arith::ConstantIndexOp::create(body, loc, 0);
+  for (int64_t k = 0; k < tokenDims; ++k)
+    firstRow = arith::AddIOp::create(
+        body, loc, firstRow,
+        arith::MulIOp::create(body, loc, asValue(first.offsets[lead + k]),
+                              stepRows[k]));
+  Value count =
+      cut < 0 ? rows
+              : arith::MulIOp::create(
+                    body, loc, asValue(first.sizes[lead + cut]), stepRows[cut]);
+  // A tile past the last token (more tile numbers than tiles) is empty.
+  count = arith::MaxSIOp::create(body, loc, count,
+                                 arith::ConstantIndexOp::create(body, loc, 0));
+  auto toI64 = [&](Value index) {
+    return arith::IndexCastOp::create(body, loc, body.getI64Type(), index);
+  };
+  TileRows result;
+  result.first = toI64(firstRow);
+  result.count = toI64(count);
+
+  // The forward over the whole buffers: the tile's op with each view's
+  // buffer in its place.
+  IRMapping whole;
+  for (auto [operand, view] : llvm::zip_equal(tiled, views))
+    whole.map(operand.value, view.root);
+  result.whole = cast<ForwardIntoOp>(host.clone(*tile, whole));
+  return result;
+}
+
+/// The number after the last refusal message the module's host code
+/// already has (attnres-launch-kernels' attnres_refusal_<n>).
+unsigned existingRefusals(ModuleOp module) {
+  unsigned last = 0;
+  for (Operation &op : module.getBody()->getOperations()) {
+    auto symbol =
+        op.getAttrOfType<StringAttr>(SymbolTable::getSymbolAttrName());
+    if (!symbol)
+      continue;
+    StringRef name = symbol.getValue();
+    unsigned number;
+    if (name.consume_front("attnres_refusal_") &&
+        !name.getAsInteger(10, number))
+      last = std::max(last, number);
+  }
+  return last;
+}
+
+struct LowerTilesPass
+    : mlir::attnres::impl::AttnResLowerTilesToGPUBase<LowerTilesPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    KernelChoices choices;
+    choices.subgroupSize = subgroupSize;
+    choices.maxBlockThreads = maxBlockThreads;
+    choices.unrollSources = unrollSources;
+    choices.forwardThreadsPerRow = forwardThreadsPerRow;
+    choices.forwardSourceBatch = forwardSourceBatch;
+    choices.forwardPrefetch = forwardPrefetch;
+    choices.forwardStagedBatches = forwardStagedBatches;
+
+    SmallVector<scf::ForallOp> loops;
+    for (auto function : module.getOps<func::FuncOp>())
+      for (Block &block : function.getBody())
+        for (auto loop : block.getOps<scf::ForallOp>())
+          if (!loop.getBody()->getOps<ForwardIntoOp>().empty())
+            loops.push_back(loop);
+    unsigned refusals = existingRefusals(module);
+    for (scf::ForallOp loop : loops)
+      if (failed(lower(loop, choices, refusals)))
+        return signalPassFailure();
+  }
+
+  LogicalResult lower(scf::ForallOp loop, const KernelChoices &choices,
+                      unsigned &refusals) {
+    if (failed(tileOpOf(loop)))
+      return failure();
+    std::string kernel =
+        (loop->getParentOfType<func::FuncOp>().getSymName() + "_kernel").str();
+    FailureOr<gpu::LaunchOp> launch = launchOf(loop);
+    if (failed(launch))
+      return failure();
+    hoistHostSizes(*launch);
+    ForwardIntoOp tile = *launch->getBody().getOps<ForwardIntoOp>().begin();
+    FailureOr<TileRows> rows = tileRowsOf(*launch, tile);
+    if (failed(rows))
+      return failure();
+
+    AttnResSpec spec = forwardSpec(rows->whole);
+    FailureOr<RowLayout> layout =
+        choices.forwardLayout(rows->whole, getArgument(), spec);
+    if (failed(layout))
+      return failure();
+    SourceSchedule schedule = choices.forwardSchedule(spec, *layout);
+    auto emit =
+        [&](const llvm::StringMap<Value> &arguments) -> FailureOr<KernelInfo> {
+      LaunchBody body{*launch, tile, arguments, rows->first, rows->count};
+      OpBuilder b(tile);
+      KernelInfo info =
+          emitForwardKernel(b, tile.getLoc(), kernel, spec, *layout, schedule,
+                            ForwardKind::Whole, &body);
+      if (info.workgroupBytes > kMaxWorkgroupBytes)
+        return tile.emitError() << kPass << ": the tile's thread code needs "
+                                << info.workgroupBytes
+                                << " bytes of workgroup memory, more than the "
+                                << kMaxWorkgroupBytes << " a block may have";
+      return info;
+    };
+    if (failed(launchForwardTile(rows->whole, *launch, layout->vectorWidth,
+                                 kernel, emit, refusals)))
+      return failure();
+    tile.erase();
+    // The views and sizes the tile's op alone used go with it.
+    for (bool erased = true; erased;) {
+      erased = false;
+      for (Operation &op : llvm::make_early_inc_range(
+               llvm::reverse(launch->getBody().front()))) {
+        if (isOpTriviallyDead(&op)) {
+          op.erase();
+          erased = true;
+        }
+      }
+    }
+    return success();
+  }
+};
+
+} // namespace

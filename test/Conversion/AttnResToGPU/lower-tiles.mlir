@@ -1,0 +1,244 @@
+// RUN: attnres-opt %s --split-input-file --verify-diagnostics \
+// RUN:   --attnres-lower-tiles-to-gpu --canonicalize --cse | FileCheck %s
+// RUN: attnres-opt %s --split-input-file --verify-diagnostics \
+// RUN:   --attnres-lower-tiles-to-gpu --gpu-kernel-outlining --canonicalize \
+// RUN:   --cse 2>/dev/null | FileCheck %s --check-prefix=OUTLINED
+
+// attnres-lower-tiles-to-gpu: a forward's tile loop on views of buffers
+// (what attnres-bufferize-host makes of attnres-tile's loop) becomes a
+// gpu.launch of one block a tile: its block the forward kernel's (128
+// threads: rows of 64 floats on 16 lanes, 8 rows a block), the tile's op
+// the kernel's thread code over the tile's rows [first, first + count) of
+// the whole buffers, whose addresses (and the table of source rows) the
+// host code before the launch computes and checks. A grid of no tiles, or
+// a misaligned buffer, launches nothing.
+
+// CHECK-LABEL: func.func @dynamic_tiles(
+// CHECK-SAME: %[[V:[^:]*]]: memref<2x?x64xf32>, %[[Q:[^:]*]]: memref<64xf32>, %[[O:[^:]*]]: memref<?x64xf32>, %[[LSE:[^:]*]]: memref<?xf32>)
+// CHECK-NOT: scf.forall
+// CHECK: %[[N:.*]] = memref.dim %[[V]], %c1 : memref<2x?x64xf32>
+// CHECK: %[[TILES:.*]] = affine.apply #{{.*}}()[%[[N]]]
+// CHECK: %[[N64:.*]] = arith.index_cast %[[N]] : index to i64
+// The table of the two source rows, checked.
+// CHECK: memref.extract_aligned_pointer_as_index %[[V]]
+// CHECK: %[[TABLE:.*]] = gpu.alloc  () : memref<2xi64>
+// CHECK: gpu.memcpy  %[[TABLE]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[O]]
+// CHECK: memref.extract_aligned_pointer_as_index %[[LSE]]
+// CHECK: %[[ANY:.*]] = arith.cmpi ugt, %[[TILES]], %c0 : index
+// CHECK: %[[GO:.*]] = arith.andi %{{.*}}, %[[ANY]] : i1
+// CHECK: scf.if %[[GO]] {
+// CHECK: gpu.launch blocks(%[[BX:[^,]*]], %{{.*}}, %{{.*}}) in (%{{.*}} = %[[TILES]], %{{.*}} = %c1, %{{.*}} = %c1) threads(%{{.*}}, %{{.*}}, %{{.*}}) in (%{{.*}} = %c128, %{{.*}} = %c1, %{{.*}} = %c1) dynamic_shared_memory_size %{{.*}} {
+// The tile: rows [bx * 10, bx * 10 + min(10, N - bx * 10)).
+// CHECK: %[[START:.*]] = affine.apply #{{.*}}()[%[[BX]]]
+// CHECK: %[[SIZE:.*]] = affine.min #{{.*}}()[%[[N]], %[[BX]]]
+// CHECK: %[[ROWS:.*]] = arith.maxsi %[[SIZE]], %c0 : index
+// CHECK: %[[FIRST:.*]] = arith.index_cast %[[START]] : index to i64
+// CHECK: %[[COUNT:.*]] = arith.index_cast %[[ROWS]] : index to i64
+// 8 rows a step, each valid within the tile and the tokens.
+// CHECK: %[[STEPS:.*]] = arith.ceildivui %[[COUNT]], %c8_i64 : i64
+// CHECK: scf.for %[[STEP:.*]] = %c0_i64 to %[[STEPS]] step %c1_i64 : i64 {
+// CHECK: %[[OFFSET:.*]] = arith.addi %{{.*}}, %{{.*}} : i64
+// CHECK: arith.cmpi slt, %[[OFFSET]], %[[COUNT]] : i64
+// CHECK: %[[ROW:.*]] = arith.addi %[[FIRST]], %[[OFFSET]] : i64
+// CHECK: arith.cmpi slt, %[[ROW]], %[[N64]] : i64
+// CHECK: gpu.barrier
+// CHECK: gpu.terminator
+// CHECK: gpu.dealloc  %[[TABLE]]
+// CHECK-NOT: attnres.forward_into
+// The kernel outlined: the host's values (addresses, sizes) are its
+// arguments.
+// OUTLINED-LABEL: func.func @dynamic_tiles(
+// OUTLINED: gpu.launch_func  @dynamic_tiles_kernel::@dynamic_tiles_kernel blocks in (%{{.*}}, %c1, %c1) threads in (%c128, %c1, %c1) dynamic_shared_memory_size %{{.*}} args(
+// OUTLINED: gpu.func @dynamic_tiles_kernel({{.*}}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
+// OUTLINED-NOT: memref<
+// OUTLINED: gpu.return
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @dynamic_tiles(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
+                         %o: memref<?x64xf32>, %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// transform.structured.tile_using_forall's loop: over tile numbers, more
+// of them than tiles (the tiles past the tokens are empty: no rows, the
+// size clamped at 0); two token dimensions [B, S] tiled by (1, 16): rows
+// first = b * S + s, count = min(16, S - s); two queries, whose rows of o
+// and lse are the whole buffers'.
+// CHECK-LABEL: func.func @tile_numbers(
+// CHECK-SAME: %[[V:[^:]*]]: memref<2x3x?x64xbf16>
+// CHECK: %[[S:.*]] = memref.dim %[[V]], %c2 : memref<2x3x?x64xbf16>
+// CHECK: gpu.launch blocks(%[[BX:[^,]*]], %{{.*}}, %{{.*}}) in (%{{.*}} = %{{.*}}, %{{.*}} = %c1, %{{.*}} = %c1)
+// CHECK: %[[I:.*]] = arith.remsi %[[BX]], %[[TILES:.*]] : index
+// CHECK: %[[B:.*]] = arith.divsi %[[BX]], %[[TILES]] : index
+// CHECK: %[[T:.*]] = affine.apply #{{.*}}()[%[[I]]]
+// CHECK: %[[SIZE:.*]] = affine.min #{{.*}}()[%[[S]], %[[I]]]
+// CHECK: %[[BS:.*]] = arith.muli %[[B]], %[[S]] : index
+// CHECK: arith.addi %[[BS]], %[[T]] : index
+// CHECK: arith.maxsi %[[SIZE]], %c0 : index
+// CHECK: gpu.terminator
+#count = affine_map<()[s0] -> (s0 ceildiv 8)>
+#first = affine_map<(d0) -> (d0 * 16)>
+#rest = affine_map<(d0)[s0] -> (-d0 + s0, 16)>
+func.func @tile_numbers(%v: memref<2x3x?x64xbf16>, %q: memref<2x64xbf16>,
+                        %o: memref<2x3x?x64xbf16>, %lse: memref<2x3x?xf32>) {
+  %c2 = arith.constant 2 : index
+  %s = memref.dim %v, %c2 : memref<2x3x?x64xbf16>
+  %tiles = affine.apply #count()[%s]
+  scf.forall (%b, %i) in (3, %tiles) {
+    %t = affine.apply #first(%i)
+    %size = affine.min #rest(%t)[%s]
+    %vs = memref.subview %v[0, %b, %t, 0] [2, 1, %size, 64] [1, 1, 1, 1]
+        : memref<2x3x?x64xbf16> to memref<2x1x?x64xbf16, strided<[?, ?, 64, 1], offset: ?>>
+    %os = memref.subview %o[0, %b, %t, 0] [2, 1, %size, 64] [1, 1, 1, 1]
+        : memref<2x3x?x64xbf16> to memref<2x1x?x64xbf16, strided<[?, ?, 64, 1], offset: ?>>
+    %ls = memref.subview %lse[0, %b, %t] [2, 1, %size] [1, 1, 1]
+        : memref<2x3x?xf32> to memref<2x1x?xf32, strided<[?, ?, 1], offset: ?>>
+    attnres.forward_into packed(%vs : memref<2x1x?x64xbf16, strided<[?, ?, 64, 1], offset: ?>>)
+        query(%q : memref<2x64xbf16>)
+        outs(%os, %ls : memref<2x1x?x64xbf16, strided<[?, ?, 64, 1], offset: ?>>,
+                        memref<2x1x?xf32, strided<[?, ?, 1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// A tile must be consecutive rows: [B, S] tiled by (2, 16) is not.
+#rest = affine_map<(d0)[s0] -> (-d0 + s0, 16)>
+func.func @not_consecutive(%v: memref<2x4x?x64xbf16>, %q: memref<64xbf16>,
+                           %o: memref<4x?x64xbf16>, %lse: memref<4x?xf32>) {
+  %c2 = arith.constant 2 : index
+  %s = memref.dim %v, %c2 : memref<2x4x?x64xbf16>
+  scf.forall (%b, %t) = (0, 0) to (4, %s) step (2, 16) {
+    %size = affine.min #rest(%t)[%s]
+    %vs = memref.subview %v[0, %b, %t, 0] [2, 2, %size, 64] [1, 1, 1, 1]
+        : memref<2x4x?x64xbf16> to memref<2x2x?x64xbf16, strided<[?, ?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%b, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<4x?x64xbf16> to memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %ls = memref.subview %lse[%b, %t] [2, %size] [1, 1]
+        : memref<4x?xf32> to memref<2x?xf32, strided<[?, 1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: token dimension 0 must be tiled by 1, as the tile cuts a later one}}
+    attnres.forward_into packed(%vs : memref<2x2x?x64xbf16, strided<[?, ?, 64, 1], offset: ?>>)
+        query(%q : memref<64xbf16>)
+        outs(%os, %ls : memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>,
+                        memref<2x?xf32, strided<[?, 1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// Every tile reading all the sources but writing its own rows.
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @whole_sources(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
+                         %o: memref<?x64xf32>, %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the sources must be views (memref.subview) of the function's buffers, a tile each}}
+    attnres.forward_into packed(%v : memref<2x?x64xf32>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// Every other row.
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @strided_rows(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
+                        %o: memref<?x64xf32>, %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 2, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 128, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the sources must be views with unit strides}}
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 128, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// o of other tokens than the sources'.
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @shifted_output(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
+                          %o: memref<?x64xf32>, %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[0, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1]>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: o must be the same tile of tokens as the sources (token dimension 0)}}
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1]>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// The body runs on the device: a copy there is refused.
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @copy_in_body(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
+                        %o: memref<?x64xf32>, %lse: memref<?xf32>,
+                        %tmp: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile loop runs on the device as a grid of blocks; its body may hold one attnres.forward_into, views of buffers and index arithmetic; 'memref.copy' is none of them}}
+    memref.copy %ls, %tmp : memref<?xf32, strided<[1], offset: ?>> to memref<?xf32>
+  }
+  return
+}
