@@ -4,9 +4,10 @@
 // and verified; a module that verifies goes through the transforms
 // (split-sources, split-reduction, tile), the CPU pipeline, the NVVM and
 // ROCDL pipelines up to their ISA text (no assembler: PTX and AMDGPU
-// assembly), the NVVM pipeline with keep-host, its host stages alone
-// (attnres-bufferize-host and attnres-launch-kernels: kernel descriptions,
-// attnres.launch attributes and the ops on buffers are input too), and
+// assembly), the NVVM pipeline with keep-host (untiled and tiled), its
+// host stages alone (attnres-bufferize-host, attnres-launch-kernels and
+// attnres-lower-tiles-to-gpu: kernel descriptions, attnres.launch
+// attributes, the ops on buffers and tile loops on views are input too), and
 // upstream one-shot bufferization, which the ops' BufferizableOpInterface
 // joins. Diagnostics are the expected answer to bad input; a crash, an
 // abort or a sanitizer report is a bug.
@@ -75,6 +76,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   runPipeline(*module, "builtin.module(attnres-bufferize-host,"
                        "attnres-launch-kernels)");
   runPipeline(*module, "builtin.module(attnres-launch-kernels)");
+  // A forward's tile loop: tiled by the pipeline, and as the input has it
+  // (on tensors through bufferization, or on views already).
+  runPipeline(*module, "builtin.module(attnres-lower-to-nvvm-pipeline{"
+                       "format=isa keep-host=1 tile-sizes=1,5})");
+  runPipeline(*module, "builtin.module(attnres-bufferize-host,"
+                       "attnres-lower-tiles-to-gpu,gpu-kernel-outlining)");
+  runPipeline(*module, "builtin.module(attnres-lower-tiles-to-gpu)");
   runPipeline(*module, "builtin.module(one-shot-bufferize{"
                        "bufferize-function-boundaries})");
   return 0;
