@@ -220,6 +220,7 @@ buildLowerToGPUPipeline(OpPassManager &pm,
   // code, made a kernel by upstream's outlining.
   attnres::AttnResLowerTilesToGPUOptions tiles;
   tiles.subgroupSize = kernels.subgroupSize;
+  tiles.asyncCopies = kernels.asyncCopies;
   pm.addPass(attnres::createAttnResLowerTilesToGPU(tiles));
   pm.addPass(createGpuKernelOutliningPass());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());

@@ -305,11 +305,15 @@ def AttnResLowerTilesToGPU
     Upstream `gpu-kernel-outlining` then makes the launch a `gpu.func` and a
     `gpu.launch_func`.
 
-    A tile must be consecutive rows of its buffers: each operand is the
-    whole buffer or a `memref.subview` of one taken with unit strides, all
-    at the same token offsets and sizes, whole in its other dimensions;
-    the tiled token dimensions but the last of size 1 and the dimensions
-    after it whole. Another form is an error naming what differs.
+    A tile must be consecutive rows of its buffers: each operand with
+    tokens (the sources, `o`, `lse`, `o_pre`, its residual) a
+    `memref.subview` with unit strides of a dense buffer of the function,
+    all at the same token offsets and sizes, whole in their other
+    dimensions, the buffers' token counts the sources' (checked before the
+    launch where only the run time knows them); the query and the norm
+    weights whole dense buffers; the token dimensions tiled before the last
+    one the tile cuts of size 1, the ones after it whole. Another form is
+    an error naming what differs.
   }];
   let options = [
     Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
@@ -327,11 +331,14 @@ def AttnResLowerTilesToGPU
            /*default=*/"-1",
            "Load the next batch of source rows while the current one is "
            "reduced: 1 or 0; -1 chooses (off)">,
+    Option<"asyncCopies", "async-copies", "bool", /*default=*/"false",
+           "The target has NVIDIA's asynchronous copies from global to "
+           "workgroup memory (cp.async: sm_80 and later)">,
     Option<"forwardStagedBatches", "forward-staged-batches", "int64_t",
            /*default=*/"0",
            "Batches of source rows copied ahead into workgroup memory with "
-           "asynchronous copies (NVIDIA sm_80 and later); 0: loaded into "
-           "registers">,
+           "asynchronous copies (needs async-copies), in [0, 8]; 0: loaded "
+           "into registers">,
     Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
            "Unroll the walk over the sources at compile time up to this many "
            "sources">,

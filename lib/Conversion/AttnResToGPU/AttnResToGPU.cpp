@@ -171,6 +171,13 @@ FailureOr<KernelInfo> gpu_kernels::readKernelDescription(gpu::GPUFuncOp func) {
   return info;
 }
 
+bool gpu_kernels::isIndexArithmetic(Operation *op) {
+  auto isIndexLike = [](Type type) { return type.isIntOrIndex(); };
+  return isMemoryEffectFree(op) && op->getNumRegions() == 0 &&
+         llvm::all_of(op->getOperandTypes(), isIndexLike) &&
+         llvm::all_of(op->getResultTypes(), isIndexLike);
+}
+
 /// Whether `loop` is a tile loop of one forward that runs as a grid of
 /// blocks (attnres-lower-tiles-to-gpu), with the first op of its body that
 /// cannot run there: one attnres.forward, slices of tensors, sizes and
@@ -180,12 +187,8 @@ static Operation *firstOffTileLoop(scf::ForallOp loop) {
   for (Operation &op : loop.getBody()->without_terminator()) {
     if (isa<ForwardOp>(op) && ++forwards == 1)
       continue;
-    if (isa<tensor::ExtractSliceOp, tensor::DimOp>(op))
-      continue;
-    auto isIndexLike = [](Type type) { return type.isIntOrIndex(); };
-    if (isPure(&op) && op.getNumRegions() == 0 &&
-        llvm::all_of(op.getOperandTypes(), isIndexLike) &&
-        llvm::all_of(op.getResultTypes(), isIndexLike))
+    if (isa<tensor::ExtractSliceOp, tensor::DimOp>(op) ||
+        isIndexArithmetic(&op))
       continue;
     return &op;
   }

@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
 
 namespace mlir::attnres {
@@ -30,6 +31,13 @@ using namespace mlir;
 using namespace mlir::attnres::gpu_kernels;
 
 namespace {
+
+/// The buffer `value` is a view of, through any view-like ops.
+Value bufferOf(Value value) {
+  while (auto view = value.getDefiningOp<ViewLikeOpInterface>())
+    value = view.getViewSource();
+  return value;
+}
 
 /// The view a fresh buffer `out` of `op` is copied into and nothing else,
 /// where `op` may write into that view instead: the copy follows `op` in
@@ -46,8 +54,13 @@ Operation *copyIntoView(Operation *op, Value out) {
     return nullptr;
   Operation *copy = nullptr;
   for (Operation *user : out.getUsers()) {
-    if (user == op || isa<memref::DeallocOp, gpu::DeallocOp>(user))
+    if (user == op || isa<memref::DeallocOp>(user))
       continue;
+    if (auto dealloc = dyn_cast<gpu::DeallocOp>(user)) {
+      if (dealloc.getAsyncToken())
+        return nullptr;
+      continue;
+    }
     auto source = [&]() -> Value {
       if (auto memcpy = dyn_cast<gpu::MemcpyOp>(user))
         return memcpy.getAsyncToken() ? Value() : memcpy.getSrc();
@@ -66,32 +79,39 @@ Operation *copyIntoView(Operation *op, Value out) {
       op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
           .asArrayRef()
           .back());
-  for (Operation *between = op->getNextNode(); between != copy;
-       between = between->getNextNode()) {
-    if (isa<memref::SubViewOp>(between))
-      continue;
-    if ((isa<gpu::MemcpyOp>(between) &&
-         llvm::is_contained(outs, cast<gpu::MemcpyOp>(between).getSrc())) ||
-        (isa<memref::CopyOp>(between) &&
-         llvm::is_contained(outs, cast<memref::CopyOp>(between).getSource())))
-      continue;
-    return nullptr;
-  }
   Value view = isa<gpu::MemcpyOp>(copy)
                    ? cast<gpu::MemcpyOp>(copy).getDst()
                    : cast<memref::CopyOp>(copy).getTarget();
   if (!mlir::attnres::hasContiguousRows(cast<MemRefType>(view.getType())))
     return nullptr;
+  // Between the op and the copy only views and the copies of the op's other
+  // results into other buffers: the view holds what it held when the op ran.
+  Value buffer = bufferOf(view);
+  for (Operation *between = op->getNextNode(); between != copy;
+       between = between->getNextNode()) {
+    if (isa<memref::SubViewOp>(between))
+      continue;
+    auto [from, to] = [&]() -> std::pair<Value, Value> {
+      if (auto memcpy = dyn_cast<gpu::MemcpyOp>(between))
+        return {memcpy.getSrc(), memcpy.getDst()};
+      if (auto memrefCopy = dyn_cast<memref::CopyOp>(between))
+        return {memrefCopy.getSource(), memrefCopy.getTarget()};
+      return {};
+    }();
+    if (!from || !llvm::is_contained(outs, from) || bufferOf(to) == buffer)
+      return nullptr;
+  }
   // The view's buffer must exist before the op and be none of its others.
+  for (Value operand : op->getOperands())
+    if (operand != out && bufferOf(operand) == buffer)
+      return nullptr;
+  // The subviews that make the view move up to the op.
   auto root = [](Value value) {
     while (auto subview = value.getDefiningOp<memref::SubViewOp>())
       value = subview.getSource();
     return value;
   };
   Value viewed = root(view);
-  for (Value operand : op->getOperands())
-    if (operand != out && root(operand) == viewed)
-      return nullptr;
   for (Value producer = view; producer != viewed;
        producer = producer.getDefiningOp<memref::SubViewOp>().getSource()) {
     Operation *subview = producer.getDefiningOp();
@@ -180,9 +200,9 @@ struct BufferizeHostPass
                               unsigned) -> FailureOr<Value> {
       return allocateOnDevice(b, loc, type, dynamicSizes);
     };
-    // No copy arises from what checkKeptFunction lets through (the
-    // arguments are dense and reshapes are views); should one, it must
-    // not be a host loop over device memory.
+    // Copies arise where a tile loop's op writes a buffer of its own (made
+    // writes into the loop's outputs below); should another, it must not be
+    // a host loop over device memory.
     options.memCpyFn = [](OpBuilder &b, Location loc, Value from,
                           Value to) -> LogicalResult {
       gpu::MemcpyOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(), to,
@@ -194,6 +214,28 @@ struct BufferizeHostPass
                                                         state)))
       return signalPassFailure();
     writeOutsInPlace(getOperation());
+    // A tile loop's op must write its tiles of the loop's outputs: a buffer
+    // of its own would be copied on the host.
+    WalkResult unwritten = getOperation().walk([&](Operation *op) {
+      if (!mlir::attnres::isOpOnBuffers(op) ||
+          !isa<scf::ForallOp>(op->getParentOp()))
+        return WalkResult::advance();
+      for (Value operand : op->getOperands())
+        if (Operation *definition = operand.getDefiningOp();
+            isa_and_nonnull<memref::AllocOp, gpu::AllocOp>(definition) &&
+            definition->getParentOp() == op->getParentOp()) {
+          op->emitError()
+              << getArgument()
+              << ": the tile loop's op reads or writes a buffer of its own, "
+                 "a copy bufferization makes, rather than views of the "
+                 "loop's buffers (an output read in the loop, say, or a "
+                 "slice whose rows are not contiguous)";
+          return WalkResult::interrupt();
+        }
+      return WalkResult::advance();
+    });
+    if (unwritten.wasInterrupted())
+      signalPassFailure();
   }
 };
 

@@ -151,6 +151,14 @@ public:
     return toI64(index);
   }
 
+  /// Binds each present buffer's address to its kernel argument's name.
+  void bindAddresses(llvm::StringMap<Value> &values,
+                     ArrayRef<std::pair<StringRef, Value>> buffers) {
+    for (auto [name, buffer] : buffers)
+      if (buffer)
+        values[name] = addressOf(buffer);
+  }
+
   /// Skips every launch of the op, with a message naming `what`, where
   /// `address` is not a multiple of `alignment`: a caller's buffer may be a
   /// view at any offset, and the kernel's vector loads would read wrong
@@ -162,20 +170,30 @@ public:
     Value remainder = arith::RemUIOp::create(b, loc, address, i64(alignment));
     Value aligned = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
                                           remainder, i64(0));
-    Value misaligned = arith::XOrIOp::create(
-        b, loc, aligned, arith::ConstantIntOp::create(b, loc, 1, 1));
-    std::string reason =
-        (what + " must be aligned to " + Twine(alignment) +
-         " bytes for kernel " + kernel + "; the launch was skipped")
-            .str();
-    Value message =
-        globalString("attnres_refusal_" + Twine(++refusals), reason);
+    require(aligned, what + " must be aligned to " + Twine(alignment) +
+                         " bytes for kernel " + kernel);
+  }
+
+  /// Skips every launch of the op, with a message naming `what`, where the
+  /// index values `a` and `b` differ.
+  void requireEqual(Value x, Value y, const Twine &what) {
+    require(arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, x, y),
+            what);
+  }
+
+  /// Skips every launch of the op where `holds` (i1) does not, with a
+  /// message `reason` through the runtime's attnresGpuRefuseLaunch.
+  void require(Value holds, const Twine &reason) {
+    Value fails = arith::XOrIOp::create(
+        b, loc, holds, arith::ConstantIntOp::create(b, loc, 1, 1));
+    Value message = globalString("attnres_refusal_" + Twine(++refusals),
+                                 (reason + "; the launch was skipped").str());
     func::FuncOp refuse = runtimeFunction(op, kRefuseLaunch);
-    scf::IfOp::create(b, loc, misaligned, [&](OpBuilder &nested, Location at) {
+    scf::IfOp::create(b, loc, fails, [&](OpBuilder &nested, Location at) {
       func::CallOp::create(nested, at, refuse, ValueRange{message});
       scf::YieldOp::create(nested, at);
     });
-    allAligned = arith::AndIOp::create(b, loc, allAligned, aligned);
+    allAligned = arith::AndIOp::create(b, loc, allAligned, holds);
   }
 
   /// Checks the op's buffers among `values` against the alignment of the
@@ -308,7 +326,7 @@ public:
     // At the launch, after what it was sized with.
     OpBuilder at(launch);
     Value hasBlocks = arith::CmpIOp::create(
-        at, loc, arith::CmpIPredicate::ugt, launch.getGridSizeX(),
+        at, loc, arith::CmpIPredicate::sgt, launch.getGridSizeX(),
         arith::ConstantIndexOp::create(at, loc, 0));
     Value go = arith::AndIOp::create(at, loc, allAligned, hasBlocks);
     auto ifGo = scf::IfOp::create(at, loc, go);
@@ -496,17 +514,13 @@ ForwardArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
       vectorWidth * elementBytes, kernel);
   llvm::StringMap<Value> &values = arguments.values;
   values["sources"] = host.addressOf(host.table(rows));
-  auto bind = [&](StringRef name, Value buffer) {
-    if (buffer)
-      values[name] = host.addressOf(buffer);
-  };
-  bind("query", op.getQuery());
-  bind("key_norm", op.getKeyNormWeight());
-  bind("output_norm", op.getOutputNormWeight());
-  bind("o", op.getOutputBuffer());
-  bind("lse", op.getLseBuffer());
-  bind("o_pre", op.getOPreBuffer());
-  bind("o_pre_residual", op.getOPreResidualBuffer());
+  host.bindAddresses(values, {{"query", op.getQuery()},
+                              {"key_norm", op.getKeyNormWeight()},
+                              {"output_norm", op.getOutputNormWeight()},
+                              {"o", op.getOutputBuffer()},
+                              {"lse", op.getLseBuffer()},
+                              {"o_pre", op.getOPreBuffer()},
+                              {"o_pre_residual", op.getOPreResidualBuffer()}});
   values["num_tokens"] = tokens64;
   return arguments;
 }
@@ -515,10 +529,12 @@ ForwardArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
 
 LogicalResult gpu_kernels::launchForwardTile(
     ForwardIntoOp whole, gpu::LaunchOp launch, int64_t vectorWidth,
-    StringRef kernel,
+    StringRef kernel, ArrayRef<std::tuple<Value, Value, std::string>> equal,
     function_ref<FailureOr<KernelInfo>(const llvm::StringMap<Value> &)> emit,
     unsigned &refusals) {
   HostLauncher host(whole, refusals);
+  for (const auto &[x, y, what] : equal)
+    host.requireEqual(x, y, what + " for kernel " + kernel);
   ForwardArguments arguments =
       forwardArguments(host, whole, vectorWidth, kernel);
   FailureOr<KernelInfo> info = emit(arguments.values);
@@ -699,23 +715,19 @@ LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
   Value tokens64 = host.toI64(tokens);
 
   SmallVector<Value> sourceBuffers(op.getSources());
-  llvm::StringMap<Value> values;
-  auto bind = [&](StringRef name, Value buffer) {
-    if (buffer)
-      values[name] = host.addressOf(buffer);
-  };
-  bind("query", op.getQuery());
-  bind("key_norm", op.getKeyNormWeight());
-  bind("output_norm", op.getOutputNormWeight());
-  bind("grad", op.getGradOutput());
-  bind("lse", op.getLse());
-  bind("saved", op.getSavedOutput());
-  bind("saved_residual", op.getSavedResidual());
-  bind("grad_lse", op.getGradLse());
   SmallVector<Value> gradientBuffers(op.getGradSourceBuffers());
-  bind("dq", op.getGradQueryBuffer());
-  bind("dg", op.getGradKeyNormWeightBuffer());
-  bind("dh", op.getGradOutputNormWeightBuffer());
+  llvm::StringMap<Value> values;
+  host.bindAddresses(values, {{"query", op.getQuery()},
+                              {"key_norm", op.getKeyNormWeight()},
+                              {"output_norm", op.getOutputNormWeight()},
+                              {"grad", op.getGradOutput()},
+                              {"lse", op.getLse()},
+                              {"saved", op.getSavedOutput()},
+                              {"saved_residual", op.getSavedResidual()},
+                              {"grad_lse", op.getGradLse()},
+                              {"dq", op.getGradQueryBuffer()},
+                              {"dg", op.getGradKeyNormWeightBuffer()},
+                              {"dh", op.getGradOutputNormWeightBuffer()}});
 
   MemRefType sourceType = op.getSourceType();
   int64_t elementBytes = bytesOf(sourceType.getElementType());
@@ -809,23 +821,19 @@ LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
   Value rows64 = host.toI64(rows);
 
   llvm::StringMap<Value> values;
-  auto bind = [&](StringRef name, Value buffer) {
-    if (buffer)
-      values[name] = host.addressOf(buffer);
-  };
   if (sum) {
-    bind("partials", partials);
-    bind("output", o);
+    host.bindAddresses(values, {{"partials", partials}, {"output", o}});
     values["num_elements"] = rows64;
   } else {
-    bind("partial_o", partials);
-    bind("partial_lse", op.getPartialLse());
-    bind("sink", op.getSink());
-    bind("output_norm", op.getOutputNormWeight());
-    bind("o", o);
-    bind("lse", op.getLseBuffer());
-    bind("o_pre", op.getOPreBuffer());
-    bind("o_pre_residual", op.getOPreResidualBuffer());
+    host.bindAddresses(values,
+                       {{"partial_o", partials},
+                        {"partial_lse", op.getPartialLse()},
+                        {"sink", op.getSink()},
+                        {"output_norm", op.getOutputNormWeight()},
+                        {"o", o},
+                        {"lse", op.getLseBuffer()},
+                        {"o_pre", op.getOPreBuffer()},
+                        {"o_pre_residual", op.getOPreResidualBuffer()}});
     values["num_rows"] = rows64;
     values["num_partitions"] = host.i64(op.getNumPartitions());
     // A weight per row group ([K, D] weights over [K, T..., D] rows).

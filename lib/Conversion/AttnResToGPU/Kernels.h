@@ -258,9 +258,14 @@ struct LaunchCounts {
 /// device memory.
 LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 
+/// A pure op without regions on integers and indices: the index arithmetic
+/// a tile loop's body may hold next to its op (it runs on the device).
+bool isIndexArithmetic(Operation *op);
+
 /// An scf.forall at the top level of a function whose body is one
-/// attnres.forward on slices of tensors, with sizes and index arithmetic:
-/// attnres-lower-tiles-to-gpu runs it as a grid of blocks.
+/// attnres.forward on slices of tensors, with sizes and index arithmetic,
+/// and whose outputs are each written by one of the forward's results (a
+/// tile of it): attnres-lower-tiles-to-gpu runs it as a grid of blocks.
 bool isForwardTileLoop(scf::ForallOp loop);
 
 /// The host code of a forward's tile loop made `launch`
@@ -270,11 +275,12 @@ bool isForwardTileLoop(scf::ForallOp loop);
 /// against `vectorWidth` elements, the buffers' addresses, the token
 /// count), `emit` writes the thread code into the launch from those values
 /// and returns its description, whose alignments are checked before the
-/// launch; the launch runs where every check passed and its grid has
-/// blocks. Refusals name `kernel`; `whole` goes.
+/// launch, as is each pair of sizes of `equal` (index values before the
+/// launch, with what they are); the launch runs where every check passed
+/// and its grid has blocks. Refusals name `kernel`; `whole` goes.
 LogicalResult launchForwardTile(
     ForwardIntoOp whole, gpu::LaunchOp launch, int64_t vectorWidth,
-    StringRef kernel,
+    StringRef kernel, ArrayRef<std::tuple<Value, Value, std::string>> equal,
     function_ref<FailureOr<KernelInfo>(const llvm::StringMap<Value> &)> emit,
     unsigned &refusals);
 

@@ -2,7 +2,7 @@
 //
 // attnres-lower-tiles-to-gpu: after attnres-bufferize-host, a forward's
 // tile loop is an scf.forall whose body takes views of the function's
-// buffers, one tile a iteration. Upstream's loop mappings make it a
+// buffers, one tile an iteration. Upstream's loop mappings make it a
 // gpu.launch (one block an iteration); the tile's op in the launch body
 // becomes the thread code of the forward kernel over the tile's rows, and
 // the host code before the launch what that code reads (the table of
@@ -28,6 +28,7 @@
 #include "mlir/Dialect/SCF/Utils/Utils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/PatternMatch.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/Transforms/DialectConversion.h"
 
 #include <numeric>
@@ -59,12 +60,7 @@ FailureOr<ForwardIntoOp> tileOpOf(scf::ForallOp loop) {
       tile = forward;
       continue;
     }
-    if (isa<memref::SubViewOp, memref::DimOp>(op))
-      continue;
-    auto isIndexLike = [](Type type) { return type.isIntOrIndex(); };
-    if (isPure(&op) && op.getNumRegions() == 0 &&
-        llvm::all_of(op.getOperandTypes(), isIndexLike) &&
-        llvm::all_of(op.getResultTypes(), isIndexLike))
+    if (isa<memref::SubViewOp, memref::DimOp>(op) || isIndexArithmetic(&op))
       continue;
     return op.emitError()
            << kPass
@@ -100,7 +96,8 @@ FailureOr<gpu::LaunchOp> launchOf(scf::ForallOp loop) {
   if (failed(gpu::setMappingAttr(
           parallel, {gpu::ParallelLoopDimMappingAttr::get(
                         context, gpu::Processor::BlockX, identity, identity)})))
-    return failure();
+    return parallel.emitError()
+           << kPass << ": cannot map the tile loop to the GPU's blocks";
   RewritePatternSet patterns(context);
   populateParallelLoopToGPUPatterns(patterns);
   ConversionTarget target(*context);
@@ -128,12 +125,13 @@ void hoistHostSizes(gpu::LaunchOp launch) {
       sizes.push_back(dim);
   });
   for (memref::DimOp dim : sizes) {
-    Operation *index = dim.getIndex().getDefiningOp();
-    if (index && launch->isAncestor(index)) {
-      if (!index->hasTrait<OpTrait::ConstantLike>())
+    Value index = dim.getIndex();
+    if (launch->isAncestor(index.getParentBlock()->getParentOp())) {
+      Operation *constant = index.getDefiningOp();
+      if (!constant || !constant->hasTrait<OpTrait::ConstantLike>())
         continue;
       OpBuilder b(launch);
-      dim.getIndexMutable().assign(b.clone(*index)->getResult(0));
+      dim.getIndexMutable().assign(b.clone(*constant)->getResult(0));
     }
     dim->moveBefore(launch);
   }
@@ -153,6 +151,10 @@ struct View {
 struct TileRows {
   ForwardIntoOp whole;
   Value first, count; // i64, in the launch body before the tile's op
+  /// Token dimensions of the whole buffers that must be equal, which only
+  /// the run time knows (index values before the launch), with what each
+  /// pair is.
+  SmallVector<std::tuple<Value, Value, std::string>> equalSizes;
 };
 
 bool isConstant(OpFoldResult value, int64_t constant) {
@@ -218,12 +220,16 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
   if (Value residual = tile.getOPreResidualBuffer())
     tiled.push_back({residual, "the o_pre residual", queries, 1});
 
-  // Every other operand is read whole, the same for every tile.
+  // Every other operand is read whole, the same for every tile, from its
+  // first element.
   for (Value operand :
        {tile.getQuery(), tile.getKeyNormWeight(), tile.getOutputNormWeight()})
-    if (operand && isInLaunch(operand))
-      return fail("the query and the norm weights must be the whole "
-                  "buffers, the same for every tile");
+    if (operand &&
+        (isInLaunch(operand) ||
+         !cast<MemRefType>(operand.getType()).getLayout().isIdentity()))
+      return fail("the query and the norm weights must be whole buffers, "
+                  "dense from their start (an identity layout), the same "
+                  "for every tile");
 
   SmallVector<View> views;
   for (const Tiled &operand : tiled) {
@@ -262,19 +268,60 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
       bool token = dim >= operand.lead && dim < rank - operand.trail;
       if (!token) {
         if (!isConstant(view.offsets[dim], 0) ||
-            !isWholeDim(view.sizes[dim], view.root, dim, {}, 0))
+            !isWholeDim(view.sizes[dim], view.root, dim,
+                        {{view.root, operand.lead}}, operand.lead))
           return fail(operand.name + " must be whole in dimension " +
                       Twine(dim) + ", which is not a token dimension");
         continue;
       }
       int64_t k = dim - operand.lead;
       int64_t firstDim = tiled.front().lead + k;
-      if (!sameValue(view.offsets[dim], first.offsets[firstDim]) ||
-          !sameValue(view.sizes[dim], first.sizes[firstDim]))
+      bool bothWhole = isConstant(view.offsets[dim], 0) &&
+                       isConstant(first.offsets[firstDim], 0) &&
+                       isWholeDim(view.sizes[dim], view.root, dim,
+                                  rootsAndLeads, operand.lead) &&
+                       isWholeDim(first.sizes[firstDim], first.root, firstDim,
+                                  rootsAndLeads, tiled.front().lead);
+      if (!bothWhole &&
+          (!sameValue(view.offsets[dim], first.offsets[firstDim]) ||
+           !sameValue(view.sizes[dim], first.sizes[firstDim])))
         return fail(operand.name +
                     " must be the same tile of tokens as "
                     "the sources (token dimension " +
                     Twine(k) + ")");
+    }
+  }
+
+  // The kernel addresses every buffer's rows as the first source's (query
+  // m's row r at m * N + r): the whole buffers' token dimensions must be
+  // the first source's. Static ones are compared here, the others before
+  // the launch.
+  OpBuilder host(launch);
+  Location loc = tile.getLoc();
+  TileRows result;
+  for (auto [operand, view] : llvm::zip_equal(tiled, views)) {
+    auto type = cast<MemRefType>(view.root.getType());
+    auto firstType = cast<MemRefType>(first.root.getType());
+    for (int64_t k = 0; k < tokenDims; ++k) {
+      int64_t dim = operand.lead + k, firstDim = tiled.front().lead + k;
+      if (view.root == first.root && dim == firstDim)
+        continue;
+      if (!type.isDynamicDim(dim) && !firstType.isDynamicDim(firstDim)) {
+        if (type.getDimSize(dim) != firstType.getDimSize(firstDim))
+          return fail("the buffer of " + operand.name + " has " +
+                      Twine(type.getDimSize(dim)) +
+                      " tokens in token "
+                      "dimension " +
+                      Twine(k) + ", the sources' " +
+                      Twine(firstType.getDimSize(firstDim)));
+        continue;
+      }
+      result.equalSizes.emplace_back(
+          memref::DimOp::create(host, loc, view.root, dim),
+          memref::DimOp::create(host, loc, first.root, firstDim),
+          ("the buffer of " + operand.name + " (token dimension " + Twine(k) +
+           ") must have as many tokens as the sources'")
+              .str());
     }
   }
 
@@ -297,8 +344,6 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
   // first = sum of offset_k * (rows of a step of dimension k); count = the
   // cut dimension's size times the rows of one of its steps. The sizes of
   // the whole buffers are the host's.
-  OpBuilder host(launch);
-  Location loc = tile.getLoc();
   SmallVector<Value> stepRows(tokenDims);
   Value rows = arith::ConstantIndexOp::create(host, loc, 1);
   for (int64_t k = tokenDims - 1; k >= 0; --k) {
@@ -326,7 +371,6 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
   auto toI64 = [&](Value index) {
     return arith::IndexCastOp::create(body, loc, body.getI64Type(), index);
   };
-  TileRows result;
   result.first = toI64(firstRow);
   result.count = toI64(count);
 
@@ -361,8 +405,32 @@ struct LowerTilesPass
     : mlir::attnres::impl::AttnResLowerTilesToGPUBase<LowerTilesPass> {
   using Base::Base;
 
+  /// The options, as convert-attnres-to-gpu holds its own.
+  LogicalResult checkOptions(Location loc) {
+    auto fail = [&](const Twine &what) {
+      return emitError(loc) << getArgument() << ": " << what;
+    };
+    if (subgroupSize < 1 || !llvm::isPowerOf2_64(subgroupSize) ||
+        maxBlockThreads < subgroupSize)
+      return fail("subgroup-size must be a power of two no larger than "
+                  "max-block-threads");
+    if (forwardSourceBatch < 0 || unrollSources < 0 || forwardThreadsPerRow < 0)
+      return fail("forward-source-batch, unroll-sources and "
+                  "forward-threads-per-row must be >= 0");
+    if (forwardPrefetch < -1 || forwardPrefetch > 1)
+      return fail("forward-prefetch must be -1 (chosen), 0 or 1");
+    if (forwardStagedBatches < 0 || forwardStagedBatches > 8)
+      return fail("forward-staged-batches must be in [0, 8]");
+    if (forwardStagedBatches > 0 && !asyncCopies)
+      return fail("staged batches need asynchronous copies (async-copies=1: "
+                  "NVIDIA sm_80 and later)");
+    return success();
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (failed(checkOptions(module.getLoc())))
+      return signalPassFailure();
     KernelChoices choices;
     choices.subgroupSize = subgroupSize;
     choices.maxBlockThreads = maxBlockThreads;
@@ -394,11 +462,19 @@ struct LowerTilesPass
     if (failed(launch))
       return failure();
     hoistHostSizes(*launch);
-    ForwardIntoOp tile = *launch->getBody().getOps<ForwardIntoOp>().begin();
+    ForwardIntoOp tile;
+    launch->getBody().walk([&](ForwardIntoOp op) { tile = op; });
+    if (!tile || tile->getParentOp() != *launch)
+      return launch->emitError()
+             << kPass << ": the tile's op is not at the top of its launch";
     FailureOr<TileRows> rows = tileRowsOf(*launch, tile);
     if (failed(rows))
       return failure();
 
+    // The tile's op over the whole buffers is an op like any (its shapes
+    // the tile's).
+    if (failed(mlir::verify(rows->whole)))
+      return failure();
     AttnResSpec spec = forwardSpec(rows->whole);
     FailureOr<RowLayout> layout =
         choices.forwardLayout(rows->whole, getArgument(), spec);
@@ -420,7 +496,7 @@ struct LowerTilesPass
       return info;
     };
     if (failed(launchForwardTile(rows->whole, *launch, layout->vectorWidth,
-                                 kernel, emit, refusals)))
+                                 kernel, rows->equalSizes, emit, refusals)))
       return failure();
     tile.erase();
     // The views and sizes the tile's op alone used go with it.

@@ -111,3 +111,34 @@ func.func @tile_with_a_tensor(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
   }
   return %r#1 : tensor<?xf32>
 }
+
+// -----
+
+// A slice whose rows are not contiguous (every other column) would be
+// copied by the host into a buffer of the tile's own: refused.
+#tile = affine_map<(d0)[s0] -> (-d0 + s0, 40)>
+func.func @tile_of_strided_columns(%v: tensor<3x?x256xbf16>,
+                                   %q: tensor<128xbf16>)
+    -> (tensor<?x128xbf16>, tensor<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<3x?x256xbf16>
+  %o0 = tensor.empty(%n) : tensor<?x128xbf16>
+  %lse0 = tensor.empty(%n) : tensor<?xf32>
+  %r:2 = scf.forall (%t) = (0) to (%n) step (40)
+      shared_outs(%o = %o0, %lse = %lse0) -> (tensor<?x128xbf16>, tensor<?xf32>) {
+    %rows = affine.min #tile(%t)[%n]
+    %slice = tensor.extract_slice %v[0, %t, 0] [3, %rows, 128] [1, 1, 2]
+        : tensor<3x?x256xbf16> to tensor<3x?x128xbf16>
+    // expected-error @+1 {{attnres-bufferize-host: the tile loop's op reads or writes a buffer of its own, a copy bufferization makes, rather than views of the loop's buffers (an output read in the loop, say, or a slice whose rows are not contiguous)}}
+    %ot, %lset = attnres.forward packed(%slice : tensor<3x?x128xbf16>)
+        query(%q : tensor<128xbf16>) save(lse)
+        -> tensor<?x128xbf16>, tensor<?xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %ot into %o[%t, 0] [%rows, 128] [1, 1]
+          : tensor<?x128xbf16> into tensor<?x128xbf16>
+      tensor.parallel_insert_slice %lset into %lse[%t] [%rows] [1]
+          : tensor<?xf32> into tensor<?xf32>
+    }
+  }
+  return %r#0, %r#1 : tensor<?x128xbf16>, tensor<?xf32>
+}

@@ -1,5 +1,7 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
-// RUN:   --attnres-lower-tiles-to-gpu --canonicalize --cse | FileCheck %s
+// RUN:   --attnres-lower-tiles-to-gpu --canonicalize --cse \
+// RUN:   | FileCheck %s --implicit-check-not=scf.forall \
+// RUN:       --implicit-check-not=attnres.forward_into
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
 // RUN:   --attnres-lower-tiles-to-gpu --gpu-kernel-outlining --canonicalize \
 // RUN:   --cse 2>/dev/null | FileCheck %s --check-prefix=OUTLINED
@@ -15,7 +17,6 @@
 
 // CHECK-LABEL: func.func @dynamic_tiles(
 // CHECK-SAME: %[[V:[^:]*]]: memref<2x?x64xf32>, %[[Q:[^:]*]]: memref<64xf32>, %[[O:[^:]*]]: memref<?x64xf32>, %[[LSE:[^:]*]]: memref<?xf32>)
-// CHECK-NOT: scf.forall
 // CHECK: %[[N:.*]] = memref.dim %[[V]], %c1 : memref<2x?x64xf32>
 // CHECK: %[[TILES:.*]] = affine.apply #{{.*}}()[%[[N]]]
 // CHECK: %[[N64:.*]] = arith.index_cast %[[N]] : index to i64
@@ -25,7 +26,7 @@
 // CHECK: gpu.memcpy  %[[TABLE]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[O]]
 // CHECK: memref.extract_aligned_pointer_as_index %[[LSE]]
-// CHECK: %[[ANY:.*]] = arith.cmpi ugt, %[[TILES]], %c0 : index
+// CHECK: %[[ANY:.*]] = arith.cmpi sgt, %[[TILES]], %c0 : index
 // CHECK: %[[GO:.*]] = arith.andi %{{.*}}, %[[ANY]] : i1
 // CHECK: scf.if %[[GO]] {
 // CHECK: gpu.launch blocks(%[[BX:[^,]*]], %{{.*}}, %{{.*}}) in (%{{.*}} = %[[TILES]], %{{.*}} = %c1, %{{.*}} = %c1) threads(%{{.*}}, %{{.*}}, %{{.*}}) in (%{{.*}} = %c128, %{{.*}} = %c1, %{{.*}} = %c1) dynamic_shared_memory_size %{{.*}} {
@@ -45,13 +46,11 @@
 // CHECK: gpu.barrier
 // CHECK: gpu.terminator
 // CHECK: gpu.dealloc  %[[TABLE]]
-// CHECK-NOT: attnres.forward_into
 // The kernel outlined: the host's values (addresses, sizes) are its
 // arguments.
 // OUTLINED-LABEL: func.func @dynamic_tiles(
 // OUTLINED: gpu.launch_func  @dynamic_tiles_kernel::@dynamic_tiles_kernel blocks in (%{{.*}}, %c1, %c1) threads in (%c128, %c1, %c1) dynamic_shared_memory_size %{{.*}} args(
-// OUTLINED: gpu.func @dynamic_tiles_kernel({{.*}}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
-// OUTLINED-NOT: memref<
+// OUTLINED: gpu.func @dynamic_tiles_kernel({{(%[a-z0-9]+: (index|i64)(, )?)+}}) kernel attributes {known_block_size = array<i32: 128, 1, 1>}
 // OUTLINED: gpu.return
 #size = affine_map<(d0)[s0] -> (10, s0 - d0)>
 func.func @dynamic_tiles(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
@@ -79,8 +78,9 @@ func.func @dynamic_tiles(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
 // transform.structured.tile_using_forall's loop: over tile numbers, more
 // of them than tiles (the tiles past the tokens are empty: no rows, the
 // size clamped at 0); two token dimensions [B, S] tiled by (1, 16): rows
-// first = b * S + s, count = min(16, S - s); two queries, whose rows of o
-// and lse are the whole buffers'.
+// first = b * S + s, count = min(16, S - s); two queries (o and lse views
+// of [2, B, S, ...] buffers: the thread code addresses query m's rows of
+// the whole buffers at m * B * S).
 // CHECK-LABEL: func.func @tile_numbers(
 // CHECK-SAME: %[[V:[^:]*]]: memref<2x3x?x64xbf16>
 // CHECK: %[[S:.*]] = memref.dim %[[V]], %c2 : memref<2x3x?x64xbf16>
@@ -242,3 +242,159 @@ func.func @copy_in_body(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
   }
   return
 }
+
+// -----
+
+// Listed sources, o_pre and its residual: every tiled buffer at the same
+// rows, the query and the norm weight whole.
+// CHECK-LABEL: func.func @listed(
+// CHECK: gpu.launch
+// CHECK: gpu.terminator
+#size = affine_map<(d0)[s0] -> (32, s0 - d0)>
+func.func @listed(%a: memref<?x64xbf16>, %b: memref<?x64xbf16>,
+                  %q: memref<64xbf16>, %h: memref<64xbf16>,
+                  %o: memref<?x64xbf16>, %lse: memref<?xf32>,
+                  %o_pre: memref<?x64xbf16>, %r: memref<?x32xi8>) {
+  %c0 = arith.constant 0 : index
+  %n = memref.dim %a, %c0 : memref<?x64xbf16>
+  scf.forall (%t) = (0) to (%n) step (32) {
+    %size = affine.min #size(%t)[%n]
+    %as = memref.subview %a[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %bs = memref.subview %b[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    %ps = memref.subview %o_pre[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %rs = memref.subview %r[%t, 0] [%size, 32] [1, 1]
+        : memref<?x32xi8> to memref<?x32xi8, strided<[32, 1], offset: ?>>
+    attnres.forward_into sources(%as, %bs : memref<?x64xbf16, strided<[64, 1], offset: ?>>)
+        query(%q : memref<64xbf16>) output_norm(%h : memref<64xbf16>)
+        save(o_pre_residual)
+        outs(%os, %ls, %ps, %rs : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+             memref<?xf32, strided<[1], offset: ?>>,
+             memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+             memref<?x32xi8, strided<[32, 1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// The whole buffers' token counts must be the sources': checked before the
+// launch where only the run time knows them (a refusal skips the launch),
+// refused here where they are static.
+// CHECK-LABEL: func.func @two_counts(
+// CHECK-SAME: %[[V:[^:]*]]: memref<2x?x64xf32>, %{{[^:]*}}: memref<64xf32>, %[[O:[^:]*]]: memref<?x64xf32>
+// CHECK-DAG: %[[NO:.*]] = memref.dim %[[O]], %c0 : memref<?x64xf32>
+// CHECK-DAG: %[[NV:.*]] = memref.dim %[[V]], %c1 : memref<2x?x64xf32>
+// CHECK: %[[SAME:.*]] = arith.cmpi eq, %[[NO]], %[[NV]] : index
+// CHECK: %[[DIFFER:.*]] = arith.cmpi ne, %[[NO]], %[[NV]] : index
+// CHECK: scf.if %[[DIFFER]] {
+// CHECK: func.call @attnresGpuRefuseLaunch
+// CHECK: gpu.launch
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @two_counts(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
+                      %o: memref<?x64xf32>, %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+#size = affine_map<(d0) -> (10, 40 - d0)>
+func.func @static_counts(%v: memref<2x40x64xf32>, %q: memref<64xf32>,
+                         %o: memref<50x64xf32>, %lse: memref<40xf32>) {
+  scf.forall (%t) = (0) to (40) step (10) {
+    %size = affine.min #size(%t)
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x40x64xf32> to memref<2x?x64xf32, strided<[2560, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<50x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<40xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the buffer of o has 50 tokens in token dimension 0, the sources' 40}}
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[2560, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// The query is read from its buffer's first element: a view of one at an
+// offset is refused.
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @query_at_an_offset(%v: memref<2x?x64xf32>,
+                              %q: memref<64xf32, strided<[1], offset: ?>>,
+                              %o: memref<?x64xf32>, %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the query and the norm weights must be whole buffers, dense from their start (an identity layout), the same for every tile}}
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32, strided<[1], offset: ?>>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// Views of a view: the thread code addresses the whole buffer's rows.
+#size = affine_map<(d0)[s0] -> (10, s0 - d0)>
+func.func @view_of_a_view(%v: memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>,
+                          %q: memref<64xf32>, %o: memref<?x64xf32>,
+                          %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+  scf.forall (%t) = (0) to (%n) step (10) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the sources must be views of buffers dense from their start (an identity layout), not of 'memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>'}}
+    attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=forward-staged-batches=2 2>&1 | FileCheck %s --check-prefix=NO-ASYNC
+// NO-ASYNC: attnres-lower-tiles-to-gpu: staged batches need asynchronous copies (async-copies=1: NVIDIA sm_80 and later)
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=subgroup-size=48 2>&1 | FileCheck %s --check-prefix=SUBGROUP
+// SUBGROUP: attnres-lower-tiles-to-gpu: subgroup-size must be a power of two no larger than max-block-threads
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=forward-prefetch=2 2>&1 | FileCheck %s --check-prefix=PREFETCH
+// PREFETCH: attnres-lower-tiles-to-gpu: forward-prefetch must be -1 (chosen), 0 or 1

@@ -855,11 +855,6 @@ static Value outAt(ValueRange outs, size_t index) {
   return index < outs.size() ? outs[index] : Value();
 }
 
-/// The rules of the buffers themselves. The kernels address a buffer's
-/// rows from its first element: every buffer must be dense from its start.
-/// And they read the operands while they write `outs`: a buffer written
-/// must be no other buffer of the op (the tensors an op returns are new
-/// values).
 bool mlir::attnres::hasContiguousRows(MemRefType type) {
   SmallVector<int64_t> strides;
   int64_t offset;
@@ -867,6 +862,10 @@ bool mlir::attnres::hasContiguousRows(MemRefType type) {
          (strides.empty() || strides.back() == 1);
 }
 
+/// The rules of the buffers themselves. The kernels read and write whole
+/// rows: every buffer's rows must be contiguous. And they read the operands
+/// while they write `outs`: a buffer written must be no other buffer of the
+/// op (the tensors an op returns are new values).
 static LogicalResult verifyBuffers(Operation *op, OperandRange outs) {
   unsigned firstOut = op->getNumOperands() - outs.size();
   auto name = [&](unsigned index) {

@@ -1,8 +1,9 @@
 //===- BufferizableOpInterfaceImpl.cpp - bufferize the attnres ops --------===//
 //
 // An attnres op on tensors reads every operand and returns new values, so
-// on buffers it reads its operands' buffers in place (views too, where
-// their rows are contiguous) and writes into new ones: the op on buffers
+// on buffers it reads its operands' buffers in place (a tile loop's op its
+// views, where their rows are contiguous) and writes into new ones: the op
+// on buffers
 // takes the same operands and attributes, and the allocated buffers as
 // `outs`, in the order of the results.
 //
@@ -15,6 +16,7 @@
 #include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Bufferization/IR/BufferizableOpInterface.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 
@@ -53,10 +55,13 @@ struct AttnResOpInterface : public BufferizableOpInterface::ExternalModel<
       FailureOr<Value> buffer = getBuffer(rewriter, operand, options, state);
       if (failed(buffer))
         return failure();
-      // The op on buffers takes views whose rows are contiguous (a tile of
-      // a buffer is one); any other view is copied into a dense buffer.
+      // A tile loop's op (in an scf.forall) reads its tiles in place: views
+      // whose rows are contiguous. Elsewhere the op takes whole buffers,
+      // which its launches address from their first element: any other
+      // layout is cast where it is the identity's, else copied.
       auto type = cast<MemRefType>(buffer->getType());
-      if (!hasContiguousRows(type)) {
+      bool tile = isa_and_nonnull<scf::ForallOp>(op->getParentOp());
+      if (tile ? !hasContiguousRows(type) : !type.getLayout().isIdentity()) {
         buffer = castOrReallocMemRefValue(
             rewriter, *buffer,
             MemRefType::get(type.getShape(), type.getElementType(),
