@@ -540,15 +540,10 @@ struct ConvertAttnResToGPUPass
 
   /// The choices the options make (KernelChoices.cpp).
   KernelChoices choices() const {
-    KernelChoices choices;
-    choices.subgroupSize = subgroupSize;
-    choices.maxBlockThreads = maxBlockThreads;
-    choices.unrollSources = unrollSources;
-    choices.forwardThreadsPerRow = forwardThreadsPerRow;
-    choices.forwardSourceBatch = forwardSourceBatch;
-    choices.forwardPrefetch = forwardPrefetch;
-    choices.forwardStagedBatches = forwardStagedBatches;
-    return choices;
+    return KernelChoices{subgroupSize,        maxBlockThreads,
+                         unrollSources,       forwardThreadsPerRow,
+                         forwardSourceBatch,  forwardPrefetch,
+                         forwardStagedBatches};
   }
   FailureOr<RowLayout> layoutFor(Operation *op, int64_t width,
                                  ArrayRef<Type> streamed, int64_t lanes,

@@ -39,6 +39,17 @@ Value bufferOf(Value value) {
   return value;
 }
 
+/// The source and target of a copy (gpu.memcpy without a token, or
+/// memref.copy); nulls for any other op.
+std::pair<Value, Value> copyEnds(Operation *op) {
+  if (auto memcpy = dyn_cast<gpu::MemcpyOp>(op))
+    return memcpy.getAsyncToken() ? std::pair<Value, Value>()
+                                  : std::pair(memcpy.getSrc(), memcpy.getDst());
+  if (auto copy = dyn_cast<memref::CopyOp>(op))
+    return {copy.getSource(), copy.getTarget()};
+  return {};
+}
+
 /// The view a fresh buffer `out` of `op` is copied into and nothing else,
 /// where `op` may write into that view instead: the copy follows `op` in
 /// its block with only views and other copies of `op`'s outs between, and
@@ -61,14 +72,7 @@ Operation *copyIntoView(Operation *op, Value out) {
         return nullptr;
       continue;
     }
-    auto source = [&]() -> Value {
-      if (auto memcpy = dyn_cast<gpu::MemcpyOp>(user))
-        return memcpy.getAsyncToken() ? Value() : memcpy.getSrc();
-      if (auto memrefCopy = dyn_cast<memref::CopyOp>(user))
-        return memrefCopy.getSource();
-      return Value();
-    }();
-    if (source != out || copy)
+    if (copyEnds(user).first != out || copy)
       return nullptr;
     copy = user;
   }
@@ -79,9 +83,7 @@ Operation *copyIntoView(Operation *op, Value out) {
       op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
           .asArrayRef()
           .back());
-  Value view = isa<gpu::MemcpyOp>(copy)
-                   ? cast<gpu::MemcpyOp>(copy).getDst()
-                   : cast<memref::CopyOp>(copy).getTarget();
+  Value view = copyEnds(copy).second;
   if (!mlir::attnres::hasContiguousRows(cast<MemRefType>(view.getType())))
     return nullptr;
   // Between the op and the copy only views and the copies of the op's other
@@ -91,13 +93,7 @@ Operation *copyIntoView(Operation *op, Value out) {
        between = between->getNextNode()) {
     if (isa<memref::SubViewOp>(between))
       continue;
-    auto [from, to] = [&]() -> std::pair<Value, Value> {
-      if (auto memcpy = dyn_cast<gpu::MemcpyOp>(between))
-        return {memcpy.getSrc(), memcpy.getDst()};
-      if (auto memrefCopy = dyn_cast<memref::CopyOp>(between))
-        return {memrefCopy.getSource(), memrefCopy.getTarget()};
-      return {};
-    }();
+    auto [from, to] = copyEnds(between);
     if (!from || !llvm::is_contained(outs, from) || bufferOf(to) == buffer)
       return nullptr;
   }
@@ -150,9 +146,7 @@ void writeOutsInPlace(ModuleOp module) {
       Operation *copy = copyIntoView(op, out);
       if (!copy)
         continue;
-      Value view = isa<gpu::MemcpyOp>(copy)
-                       ? cast<gpu::MemcpyOp>(copy).getDst()
-                       : cast<memref::CopyOp>(copy).getTarget();
+      Value view = copyEnds(copy).second;
       // The view's subviews move up to the op (their operands precede it).
       SmallVector<Operation *> chain;
       for (Value value = view;

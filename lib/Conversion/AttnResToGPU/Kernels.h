@@ -61,6 +61,7 @@ AttnResSpec forwardSpec(Operation *forward);
 /// forward's): how many lanes share a row and how a row's sources are
 /// walked (KernelChoices.cpp).
 struct KernelChoices {
+  // In this order the passes brace-initialize them from their options.
   int64_t subgroupSize = 32, maxBlockThreads = 1024, unrollSources = 0;
   int64_t forwardThreadsPerRow = 0, forwardSourceBatch = 0;
   int64_t forwardPrefetch = -1, forwardStagedBatches = 0;

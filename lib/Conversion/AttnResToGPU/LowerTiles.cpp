@@ -431,14 +431,10 @@ struct LowerTilesPass
     ModuleOp module = getOperation();
     if (failed(checkOptions(module.getLoc())))
       return signalPassFailure();
-    KernelChoices choices;
-    choices.subgroupSize = subgroupSize;
-    choices.maxBlockThreads = maxBlockThreads;
-    choices.unrollSources = unrollSources;
-    choices.forwardThreadsPerRow = forwardThreadsPerRow;
-    choices.forwardSourceBatch = forwardSourceBatch;
-    choices.forwardPrefetch = forwardPrefetch;
-    choices.forwardStagedBatches = forwardStagedBatches;
+    KernelChoices choices =
+        KernelChoices{subgroupSize,         maxBlockThreads,    unrollSources,
+                      forwardThreadsPerRow, forwardSourceBatch, forwardPrefetch,
+                      forwardStagedBatches};
 
     SmallVector<scf::ForallOp> loops;
     for (auto function : module.getOps<func::FuncOp>())
