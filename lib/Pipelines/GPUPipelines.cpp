@@ -216,11 +216,12 @@ buildLowerToGPUPipeline(OpPassManager &pm,
   // runtime wrappers implement.
   pm.addPass(attnres::createAttnResBufferizeHost());
   pm.addPass(attnres::createAttnResLaunchKernels());
-  // A forward's tile loop: a gpu.launch whose body is the tile's thread
-  // code, made a kernel by upstream's outlining.
+  // A forward's or merge's tile loop: a gpu.launch whose body is the
+  // tile's thread code, made a kernel by upstream's outlining.
   attnres::AttnResLowerTilesToGPUOptions tiles;
   tiles.subgroupSize = kernels.subgroupSize;
   tiles.asyncCopies = kernels.asyncCopies;
+  tiles.mergeLoadsInFlight = kernels.mergeLoadsInFlight;
   pm.addPass(attnres::createAttnResLowerTilesToGPU(tiles));
   pm.addPass(createGpuKernelOutliningPass());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());

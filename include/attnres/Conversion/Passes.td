@@ -285,20 +285,22 @@ def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
 
 def AttnResLowerTilesToGPU
     : Pass<"attnres-lower-tiles-to-gpu", "::mlir::ModuleOp"> {
-  let summary = "Run each tile loop of a forward as a gpu.launch, one block a tile, with the tile's thread code";
+  let summary = "Run each tile loop of a forward or merge as a gpu.launch, one block a tile, with the tile's thread code";
   let description = [{
     The tile loops of `keep-host=1`, after `attnres-bufferize-host`: a
-    top-level `scf.forall` whose body is one `attnres.forward_into` on
-    views of the function's buffers (a tile of `attnres-tile` or of a
-    transform script, bufferized in place) becomes a `gpu.launch` through
+    top-level `scf.forall` whose body is one `attnres.forward_into` or
+    softmax `attnres.partition_reduce_into` on views of the function's
+    buffers (a tile of `attnres-tile` or of a transform script, bufferized
+    in place) becomes a `gpu.launch` through
     upstream's loop mappings (`scf.forall` to `scf.parallel`, its
     dimensions collapsed into one, `convert-parallel-loops-to-gpu` on
     `#gpu.loop_dim_map<processor = block_x>`): one block an iteration.
     The tile's op inside the launch is then lowered to the thread code of
-    the forward kernel over the tile's rows, its lanes and row sums as the
-    kernel's (`docs/GPU.md`), reading the operands through the host's
-    table of source rows and their addresses, which the launch captures.
-    The host code before the launch builds the table and checks every
+    its kernel (the forward's or the merge's) over the tile's rows, its
+    lanes and row sums as the kernel's (`docs/GPU.md`), reading the
+    operands through the host's addresses (and a forward's table of source
+    rows), which the launch captures. The host code before the launch
+    builds the table and checks every
     buffer against the alignment of the thread code's accesses (a
     misaligned one skips the launch with a message, as
     `attnres-launch-kernels` does); a grid of no blocks launches nothing.
@@ -306,14 +308,15 @@ def AttnResLowerTilesToGPU
     `gpu.launch_func`.
 
     A tile must be consecutive rows of its buffers: each operand with
-    tokens (the sources, `o`, `lse`, `o_pre`, its residual) a
-    `memref.subview` with unit strides of a dense buffer of the function,
-    all at the same token offsets and sizes, whole in their other
-    dimensions, the buffers' token counts the sources' (checked before the
-    launch where only the run time knows them); the query and the norm
-    weights whole dense buffers; the token dimensions tiled before the last
-    one the tile cuts of size 1, the ones after it whole. Another form is
-    an error naming what differs.
+    tokens (a forward's sources, a merge's partials, partial lses and sink,
+    a `[K, D]` output norm weight of a merge, and `o`, `lse`, `o_pre`, its
+    residual) a `memref.subview` with unit strides of a dense buffer of the
+    function, all at the same token offsets and sizes, whole in their other
+    dimensions, the buffers' token counts the sources' or partials'
+    (checked before the launch where only the run time knows them); the
+    query and the other norm weights whole dense buffers; the token
+    dimensions tiled before the last one the tile cuts of size 1, the ones
+    after it whole. Another form is an error naming what differs.
   }];
   let options = [
     Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",
@@ -342,6 +345,11 @@ def AttnResLowerTilesToGPU
     Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
            "Unroll the walk over the sources at compile time up to this many "
            "sources">,
+    Option<"mergeLoadsInFlight", "merge-loads-in-flight", "int64_t",
+           /*default=*/"0",
+           "Partial rows a merge of more than 16 partitions, or of a count "
+           "only the run time knows, loads before it adds any: 0 chooses 4 "
+           "(as convert-attnres-to-gpu)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

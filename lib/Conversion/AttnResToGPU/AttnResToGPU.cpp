@@ -178,57 +178,85 @@ bool gpu_kernels::isIndexArithmetic(Operation *op) {
          llvm::all_of(op->getResultTypes(), isIndexLike);
 }
 
-/// Whether `loop` is a tile loop of one forward that runs as a grid of
-/// blocks (attnres-lower-tiles-to-gpu), with the first op of its body that
-/// cannot run there: one attnres.forward, slices of tensors, sizes and
-/// index arithmetic.
+/// The op a tile loop of attnres-lower-tiles-to-gpu tiles: a forward or a
+/// softmax merge (a sum's dimensions are not rows of tokens).
+static bool isTileLoopOp(Operation &op) {
+  if (auto merge = dyn_cast<PartitionReduceOp>(op))
+    return merge.getKind() == ReduceKind::Softmax;
+  return isa<ForwardOp>(op);
+}
+
+/// Whether `loop` is a tile loop of one forward or merge that runs as a
+/// grid of blocks (attnres-lower-tiles-to-gpu), with the first op of its
+/// body that cannot run there: the op, slices of tensors, sizes and index
+/// arithmetic.
 static Operation *firstOffTileLoop(scf::ForallOp loop) {
-  int forwards = 0;
+  int tiled = 0;
   for (Operation &op : loop.getBody()->without_terminator()) {
-    if (isa<ForwardOp>(op) && ++forwards == 1)
+    if (isTileLoopOp(op) && ++tiled == 1)
       continue;
     if (isa<tensor::ExtractSliceOp, tensor::DimOp>(op) ||
         isIndexArithmetic(&op))
       continue;
     return &op;
   }
-  return forwards == 1 ? nullptr : loop.getOperation();
+  return tiled == 1 ? nullptr : loop.getOperation();
 }
 
-/// Whether `loop` has the form of a tile loop around a forward: at the top
-/// level of a function, its outputs each written by one result of a
-/// forward of its body (a tile of it) and nothing else.
-static bool writesTilesOfAForward(scf::ForallOp loop) {
+/// Whether `loop` has the form of a tile loop around a forward or merge: at
+/// the top level of a function, its outputs each written by one result of
+/// the op of its body (a tile of it) and nothing else, every result written.
+static bool writesTilesOfItsOp(scf::ForallOp loop) {
   if (!isa<func::FuncOp>(loop->getParentOp()) || loop.getNumResults() == 0)
     return false;
-  auto forwards = loop.getBody()->getOps<ForwardOp>();
-  if (forwards.empty())
+  auto ops = llvm::make_filter_range(loop.getBody()->without_terminator(),
+                                     isTileLoopOp);
+  if (ops.empty())
     return false;
-  ForwardOp forward = *forwards.begin();
+  Operation *tiled = &*ops.begin();
   auto inserts = loop.getTerminator().getYieldingOps();
-  if (static_cast<size_t>(llvm::range_size(inserts)) !=
-      forward->getNumResults())
+  if (static_cast<size_t>(llvm::range_size(inserts)) != tiled->getNumResults())
     return false;
   return llvm::all_of(inserts, [&](Operation &op) {
     auto insert = dyn_cast<tensor::ParallelInsertSliceOp>(op);
-    return insert && insert.getSource().getDefiningOp() == forward &&
+    return insert && insert.getSource().getDefiningOp() == tiled &&
            insert.getSource().hasOneUse();
   });
 }
 
-bool gpu_kernels::isForwardTileLoop(scf::ForallOp loop) {
-  return writesTilesOfAForward(loop) && !firstOffTileLoop(loop);
+/// Whether a tile loop is a piece of a forward split over its sources,
+/// which convert-attnres-to-gpu launches as the split's kernels: a partial
+/// forward whose outputs are stacked for the merge, or the merge of such
+/// stacked partials.
+static bool isSplitPiece(scf::ForallOp loop) {
+  auto stacked = [](Value value) {
+    if (auto slice = value.getDefiningOp<tensor::ExtractSliceOp>())
+      value = slice.getSource();
+    return isa_and_nonnull<tensor::ExpandShapeOp, tensor::ConcatOp>(
+        value.getDefiningOp());
+  };
+  for (Operation &op : loop.getBody()->without_terminator())
+    if (auto merge = dyn_cast<PartitionReduceOp>(op))
+      return stacked(merge.getPartials()) ||
+             (merge.getPartialLse() && stacked(merge.getPartialLse()));
+  return llvm::any_of(loop->getUsers(), [](Operation *user) {
+    return isa<tensor::ExpandShapeOp>(user);
+  });
+}
+
+bool gpu_kernels::isLoweredTileLoop(scf::ForallOp loop) {
+  return writesTilesOfItsOp(loop) && !firstOffTileLoop(loop) &&
+         !isSplitPiece(loop);
 }
 
 LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
                                              StringRef pass) {
   auto isTensor = [](Type type) { return isa<TensorType>(type); };
-  // A forward's tile loop runs on the device as a whole (one block a
-  // tile), checked as such once its body has been walked past.
+  // A forward's or merge's tile loop runs on the device as a whole (one
+  // block a tile), checked as such once its body has been walked past.
   auto tileLoopOf = [&](Operation *op) -> scf::ForallOp {
     auto loop = dyn_cast<scf::ForallOp>(op);
-    if (!loop || loop->getParentOp() != function ||
-        !writesTilesOfAForward(loop))
+    if (!loop || loop->getParentOp() != function || !writesTilesOfItsOp(loop))
       return {};
     return loop;
   };
@@ -241,9 +269,10 @@ LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
       if (Operation *off = firstOffTileLoop(loop)) {
         off->emitError()
             << pass
-            << ": keep-host=1 runs a tile loop of a forward as a grid of "
-               "blocks, whose body may hold one attnres.forward, slices of "
-               "tensors and index arithmetic; '"
+            << ": keep-host=1 runs a tile loop of a forward or merge as a "
+               "grid of blocks, whose body may hold one attnres.forward or "
+               "softmax attnres.partition_reduce, slices of tensors and "
+               "index arithmetic; '"
             << off->getName() << "' is none of them";
         return WalkResult::interrupt();
       }
@@ -334,6 +363,32 @@ AttnResSpec gpu_kernels::forwardSpec(Operation *op) {
   auto forward = cast<ForwardOp>(op);
   return of(forward, forward.getOutput(), forward.getOPre(),
             forward.getOPreResidual());
+}
+
+MergeSpec gpu_kernels::mergeSpec(Operation *op, int64_t loadsInFlight) {
+  auto of = [&](auto merge, Value output, Value oPre, Value residual) {
+    MergeSpec spec;
+    auto outputType = cast<ShapedType>(output.getType());
+    spec.width = outputType.getShape().back();
+    spec.output = outputType.getElementType();
+    Value weight = merge.getOutputNormWeight();
+    spec.outputNorm = elementOf(weight);
+    spec.perRowGroupWeight =
+        weight && cast<ShapedType>(weight.getType()).getRank() == 2;
+    spec.sink = static_cast<bool>(merge.getSink());
+    spec.staticPartitions = merge.getNumPartitions();
+    spec.writeOPre = static_cast<bool>(oPre);
+    spec.writeResidual = static_cast<bool>(residual);
+    if (loadsInFlight > 0)
+      spec.loadsInFlight = loadsInFlight;
+    spec.eps = merge.getEps().convertToDouble();
+    return spec;
+  };
+  if (auto merge = dyn_cast<PartitionReduceIntoOp>(op))
+    return of(merge, merge.getOutputBuffer(), merge.getOPreBuffer(),
+              merge.getOPreResidualBuffer());
+  auto merge = cast<PartitionReduceOp>(op);
+  return of(merge, merge.getOutput(), merge.getOPre(), merge.getOPreResidual());
 }
 
 namespace {
@@ -462,8 +517,8 @@ struct ConvertAttnResToGPUPass
       functions.push_back(function);
       int index = 0;
       function.walk([&](Operation *op) {
-        // The forwards of the tile loops that remain run as grids of their
-        // own (attnres-lower-tiles-to-gpu).
+        // The forwards and merges of the tile loops that remain run as
+        // grids of their own (attnres-lower-tiles-to-gpu).
         if (keepHost && isa<scf::ForallOp>(op->getParentOp()))
           return;
         std::string prefix = (function.getSymName() + "_" + Twine(index)).str();
@@ -492,10 +547,10 @@ struct ConvertAttnResToGPUPass
     if (!ok || kernelTooLarge)
       return signalPassFailure();
     if (ops.empty()) {
-      // Tile loops of forwards are attnres-lower-tiles-to-gpu's.
+      // Tile loops of forwards and merges are attnres-lower-tiles-to-gpu's.
       bool tileLoops = false;
       module.walk(
-          [&](scf::ForallOp loop) { tileLoops |= isForwardTileLoop(loop); });
+          [&](scf::ForallOp loop) { tileLoops |= isLoweredTileLoop(loop); });
       if (!keepHost || !tileLoops) {
         emitError(loc) << "convert-attnres-to-gpu: the module has no attnres "
                           "op to compile";
@@ -828,23 +883,9 @@ struct ConvertAttnResToGPUPass
                                reductionThreads > 0 ? reductionThreads : 256)));
       return facts.getDictionary(b.getContext());
     }
-    MergeSpec merge;
-    merge.width = outputType.getShape().back();
-    merge.output = outputType.getElementType();
-    merge.outputNorm = elementOf(op.getOutputNormWeight());
-    merge.perRowGroupWeight =
-        op.getOutputNormWeight() &&
-        cast<RankedTensorType>(op.getOutputNormWeight().getType()).getRank() ==
-            2;
-    merge.sink = static_cast<bool>(op.getSink());
-    merge.staticPartitions = op.getNumPartitions();
-    merge.writeOPre = static_cast<bool>(op.getOPre());
-    merge.writeResidual = static_cast<bool>(op.getOPreResidual());
-    if (mergeLoadsInFlight > 0)
-      merge.loadsInFlight = mergeLoadsInFlight;
-    merge.eps = op.getEps().convertToDouble();
+    MergeSpec merge = mergeSpec(op, mergeLoadsInFlight);
     FailureOr<RowLayout> layoutOr =
-        layoutFor(op, merge.width, {b.getF32Type(), merge.output}, 0);
+        choices().mergeLayout(op, getArgument(), merge.width, merge.output);
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;

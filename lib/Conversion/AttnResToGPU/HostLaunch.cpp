@@ -525,22 +525,70 @@ ForwardArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
   return arguments;
 }
 
+/// What a softmax merge kernel takes of `op`: its row count (the product
+/// of the partials' token dimensions T... of [P, T..., D]) and its
+/// arguments by name.
+struct MergeArguments {
+  Value rows;
+  llvm::StringMap<Value> values;
+};
+
+MergeArguments mergeArguments(HostLauncher &host, PartitionReduceIntoOp op) {
+  OpBuilder &b = host.builder();
+  Location loc = op.getLoc();
+  MergeArguments arguments;
+  Value partials = op.getPartials();
+  auto partialsType = cast<MemRefType>(partials.getType());
+  Value rows = host.index(1);
+  for (int64_t dim = 1; dim + 1 < partialsType.getRank(); ++dim)
+    rows = arith::MulIOp::create(b, loc, rows,
+                                 memref::DimOp::create(b, loc, partials, dim));
+  arguments.rows = rows;
+  Value rows64 = host.toI64(rows);
+  llvm::StringMap<Value> &values = arguments.values;
+  host.bindAddresses(values, {{"partial_o", partials},
+                              {"partial_lse", op.getPartialLse()},
+                              {"sink", op.getSink()},
+                              {"output_norm", op.getOutputNormWeight()},
+                              {"o", op.getOutputBuffer()},
+                              {"lse", op.getLseBuffer()},
+                              {"o_pre", op.getOPreBuffer()},
+                              {"o_pre_residual", op.getOPreResidualBuffer()}});
+  values["num_rows"] = rows64;
+  values["num_partitions"] = host.i64(op.getNumPartitions());
+  // A weight per row group ([K, D] weights over [K, T..., D] rows).
+  Value weightRows = rows64;
+  if (auto weight = op.getOutputNormWeight();
+      weight && cast<MemRefType>(weight.getType()).getRank() == 2)
+    weightRows = arith::DivUIOp::create(
+        b, loc, rows64,
+        host.i64(cast<MemRefType>(weight.getType()).getShape()[0]));
+  values["rows_per_weight"] = weightRows;
+  return arguments;
+}
+
 } // namespace
 
-LogicalResult gpu_kernels::launchForwardTile(
-    ForwardIntoOp whole, gpu::LaunchOp launch, int64_t vectorWidth,
+LogicalResult gpu_kernels::launchTile(
+    Operation *whole, gpu::LaunchOp launch, int64_t vectorWidth,
     StringRef kernel, ArrayRef<std::tuple<Value, Value, std::string>> equal,
     function_ref<FailureOr<KernelInfo>(const llvm::StringMap<Value> &)> emit,
     unsigned &refusals) {
   HostLauncher host(whole, refusals);
   for (const auto &[x, y, what] : equal)
     host.requireEqual(x, y, what + " for kernel " + kernel);
-  ForwardArguments arguments =
-      forwardArguments(host, whole, vectorWidth, kernel);
-  FailureOr<KernelInfo> info = emit(arguments.values);
+  llvm::StringMap<Value> values;
+  llvm::StringSet<> madeHere;
+  if (auto forward = dyn_cast<ForwardIntoOp>(whole)) {
+    values = forwardArguments(host, forward, vectorWidth, kernel).values;
+    madeHere.insert("sources");
+  } else {
+    values = mergeArguments(host, cast<PartitionReduceIntoOp>(whole)).values;
+  }
+  FailureOr<KernelInfo> info = emit(values);
   if (failed(info))
     return failure();
-  host.checkArguments(*info, arguments.values, {"sources"});
+  host.checkArguments(*info, values, madeHere);
   host.guard(launch);
   return success();
 }
@@ -808,48 +856,27 @@ LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
   OpBuilder &b = host.builder();
   Location loc = op.getLoc();
   Value partials = op.getPartials();
-
-  // The results are the partials' [T..., D] (or [S...]) without their
-  // leading P; rows are the product of T... (elements of S... for a sum).
-  Value o = op.getOutputBuffer();
-  auto outputType = cast<MemRefType>(o.getType());
-  int64_t rowDims = sum ? outputType.getRank() : outputType.getRank() - 1;
-  Value rows = host.index(1);
-  for (int64_t dim = 0; dim < rowDims; ++dim)
-    rows = arith::MulIOp::create(
-        b, loc, rows, memref::DimOp::create(b, loc, partials, dim + 1));
-  Value rows64 = host.toI64(rows);
-
-  llvm::StringMap<Value> values;
+  llvm::StringMap<Value> values, symbols;
   if (sum) {
+    // The output is the partials' [S...] without their leading P.
+    Value o = op.getOutputBuffer();
+    Value elements = host.index(1);
+    for (int64_t dim = 0; dim < cast<MemRefType>(o.getType()).getRank(); ++dim)
+      elements = arith::MulIOp::create(
+          b, loc, elements, memref::DimOp::create(b, loc, partials, dim + 1));
+    Value elements64 = host.toI64(elements);
     host.bindAddresses(values, {{"partials", partials}, {"output", o}});
-    values["num_elements"] = rows64;
+    values["num_elements"] = elements64;
+    symbols = {{"N", elements}, {"rows", elements}};
   } else {
-    host.bindAddresses(values,
-                       {{"partial_o", partials},
-                        {"partial_lse", op.getPartialLse()},
-                        {"sink", op.getSink()},
-                        {"output_norm", op.getOutputNormWeight()},
-                        {"o", o},
-                        {"lse", op.getLseBuffer()},
-                        {"o_pre", op.getOPreBuffer()},
-                        {"o_pre_residual", op.getOPreResidualBuffer()}});
-    values["num_rows"] = rows64;
-    values["num_partitions"] = host.i64(op.getNumPartitions());
-    // A weight per row group ([K, D] weights over [K, T..., D] rows).
-    Value weightRows = rows64;
-    if (auto weight = op.getOutputNormWeight();
-        weight && cast<MemRefType>(weight.getType()).getRank() == 2)
-      weightRows = arith::DivUIOp::create(
-          b, loc, rows64,
-          host.i64(cast<MemRefType>(weight.getType()).getShape()[0]));
-    values["rows_per_weight"] = weightRows;
+    MergeArguments arguments = mergeArguments(host, op);
+    values = std::move(arguments.values);
+    symbols = {{"N", arguments.rows}, {"rows", arguments.rows}};
+    if (failed(bindTiles(op, host, b, loc, facts, "",
+                         tokenDims(b, loc, partials, 1), arguments.rows, values,
+                         symbols)))
+      return failure();
   }
-  llvm::StringMap<Value> symbols = {{"N", rows}, {"rows", rows}};
-  if (!sum &&
-      failed(bindTiles(op, host, b, loc, facts, "",
-                       tokenDims(b, loc, partials, 1), rows, values, symbols)))
-    return failure();
   // Every buffer is the op's own operand or result.
   host.checkArguments(kernel->second, values, /*madeHere=*/{});
   if (failed(host.launch(kernel->first, kernel->second, values, symbols)))
@@ -1062,10 +1089,14 @@ struct LaunchKernelsPass
       if (!annotated || !(isOpOnBuffers(op) ||
                           isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)))
         return;
-      // A forward's tile loop runs as a grid of its own
+      // A forward's or softmax merge's tile loop runs as a grid of its own
       // (attnres-lower-tiles-to-gpu).
+      auto merge = dyn_cast<PartitionReduceIntoOp>(op);
       if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
-          loop && isa<ForwardIntoOp>(op) && !op->hasAttr(kLaunchAttrName) &&
+          loop &&
+          (isa<ForwardIntoOp>(op) ||
+           (merge && merge.getKind() == ReduceKind::Softmax)) &&
+          !op->hasAttr(kLaunchAttrName) &&
           isa<func::FuncOp>(loop->getParentOp()))
         return;
       if (failed(checkPlacement(module, op))) {

@@ -102,3 +102,11 @@ SourceSchedule KernelChoices::forwardSchedule(const AttnResSpec &spec,
   return scheduleFor(forwardSourceBatch, forwardPrefetch > 0, spec.numSources,
                      forwardStaging(layout, spec.value));
 }
+
+FailureOr<RowLayout> KernelChoices::mergeLayout(Operation *op, StringRef pass,
+                                                int64_t width,
+                                                Type output) const {
+  return layoutFor(op, pass, width,
+                   {Float32Type::get(op->getContext()), output},
+                   /*lanes=*/0);
+}

@@ -1384,12 +1384,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
 // merge
 //===----------------------------------------------------------------------===//
 
-KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
-                                                       Location loc,
-                                                       StringRef name,
-                                                       const MergeSpec &spec,
-                                                       RowLayout layout) {
-  KernelBuilder k(b, loc, name, "merge");
+KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(
+    OpBuilder &b, Location loc, StringRef name, const MergeSpec &spec,
+    RowLayout layout, const LaunchBody *into) {
+  assert((!into || (spec.columnTiles == 1 && !layout.tokenTiles)) &&
+         "a launch body takes whole rows, the ones it is given");
+  KernelBuilder k(b, loc, name, "merge", into);
   Type f32 = b.getF32Type();
   // A row of D splits into T column tiles of W = D / T (no output norm):
   // the [P, rows, D] partials and [rows, D] outputs are then [P, rows * T,
@@ -1428,6 +1428,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(OpBuilder &b,
       std::max<int64_t>(
           1, reduceFloats + (unrolled ? 0 : layout.rowsPerBlock * weightTile)));
   e.setUpThreads(k.workgroup());
+  if (into)
+    e.setBlockRows(into->firstRow, into->rowCount);
   Value rows = k.arg(rowsArg), P = k.arg(partitionsArg);
   Value tileRows = e.mulI(rows, e.constI64(T));
   // The rows of the block, a step of rowsPerBlock rows at a time; a tile's

@@ -90,6 +90,10 @@ struct KernelChoices {
                                      const AttnResSpec &spec) const;
   SourceSchedule forwardSchedule(const AttnResSpec &spec,
                                  const RowLayout &layout) const;
+  /// The layout of a merge kernel over rows of `width` elements: FP32
+  /// partial rows in, `output` rows out.
+  FailureOr<RowLayout> mergeLayout(Operation *op, StringRef pass, int64_t width,
+                                   Type output) const;
 };
 
 /// The softmax merge of P partial rows of width D.
@@ -113,6 +117,11 @@ struct MergeSpec {
   /// weights in workgroup memory, tile by tile.
   int64_t staticPartitions = 0;
 };
+
+/// The spec of a softmax partition_reduce's merge kernel (the op on
+/// tensors or on buffers), with `loadsInFlight` partial rows a step (0: the
+/// default).
+MergeSpec mergeSpec(Operation *merge, int64_t loadsInFlight);
 
 constexpr int64_t kRegisterPartitions = 16;
 /// Workgroup memory a kernel may declare statically: NVIDIA's 48 KiB
@@ -179,8 +188,11 @@ KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
                              const AttnResSpec &spec, RowLayout layout,
                              SourceSchedule schedule, ForwardKind kind,
                              const LaunchBody *into = nullptr);
+/// A merge kernel; with `into`, its code goes into that launch body (one
+/// column tile and no token tiles).
 KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
-                           const MergeSpec &spec, RowLayout layout);
+                           const MergeSpec &spec, RowLayout layout,
+                           const LaunchBody *into = nullptr);
 KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,
                               const AttnResSpec &spec, RowLayout layout,
                               SourceSchedule schedule);
@@ -253,8 +265,8 @@ struct LaunchCounts {
 /// host, a loop of launches writing into host buffers), so it is an error
 /// (naming `pass`), as is an attnres op inside a region (an scf.if, say),
 /// whose operands would be such slices. One region is let through: a tile
-/// loop of a forward (isForwardTileLoop), which runs on the device as a
-/// whole. Checked by convert-attnres-to-gpu once the split passes' loops
+/// loop of a forward or merge (isLoweredTileLoop), which runs on the device
+/// as a whole. Checked by convert-attnres-to-gpu once the split passes' loops
 /// are absorbed; attnres-bufferize-host then puts every such tensor in
 /// device memory.
 LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
@@ -264,23 +276,28 @@ LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 bool isIndexArithmetic(Operation *op);
 
 /// An scf.forall at the top level of a function whose body is one
-/// attnres.forward on slices of tensors, with sizes and index arithmetic,
-/// and whose outputs are each written by one of the forward's results (a
-/// tile of it): attnres-lower-tiles-to-gpu runs it as a grid of blocks.
-bool isForwardTileLoop(scf::ForallOp loop);
+/// attnres.forward or softmax attnres.partition_reduce on slices of tensors,
+/// with sizes and index arithmetic, and whose outputs are each written by
+/// one of the op's results (a tile of it), every result written; not a
+/// piece of a forward split over its sources (a partial forward whose
+/// outputs are stacked, or the merge of stacked partials), which
+/// convert-attnres-to-gpu launches as the split's kernels.
+/// attnres-lower-tiles-to-gpu runs it as a grid of blocks.
+bool isLoweredTileLoop(scf::ForallOp loop);
 
-/// The host code of a forward's tile loop made `launch`
-/// (attnres-lower-tiles-to-gpu): `whole` is the forward over the loop's
-/// whole buffers, placed before the launch. The host builds what the
-/// forward kernel takes of `whole` (the table of source rows, each checked
-/// against `vectorWidth` elements, the buffers' addresses, the token
-/// count), `emit` writes the thread code into the launch from those values
-/// and returns its description, whose alignments are checked before the
-/// launch, as is each pair of sizes of `equal` (index values before the
-/// launch, with what they are); the launch runs where every check passed
-/// and its grid has blocks. Refusals name `kernel`; `whole` goes.
-LogicalResult launchForwardTile(
-    ForwardIntoOp whole, gpu::LaunchOp launch, int64_t vectorWidth,
+/// The host code of a tile loop made `launch` (attnres-lower-tiles-to-gpu):
+/// `whole` is the tile's op (a forward_into or a softmax
+/// partition_reduce_into) over the loop's whole buffers, placed before the
+/// launch. The host builds what the op's kernel takes of `whole` (a
+/// forward's table of source rows, each checked against `vectorWidth`
+/// elements; the buffers' addresses; the token or row count), `emit`
+/// writes the thread code into the launch from those values and returns
+/// its description, whose alignments are checked before the launch, as is
+/// each pair of sizes of `equal` (index values before the launch, with
+/// what they are); the launch runs where every check passed and its grid
+/// has blocks. Refusals name `kernel`; `whole` goes.
+LogicalResult launchTile(
+    Operation *whole, gpu::LaunchOp launch, int64_t vectorWidth,
     StringRef kernel, ArrayRef<std::tuple<Value, Value, std::string>> equal,
     function_ref<FailureOr<KernelInfo>(const llvm::StringMap<Value> &)> emit,
     unsigned &refusals);

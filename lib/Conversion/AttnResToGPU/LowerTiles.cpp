@@ -1,11 +1,11 @@
 //===- LowerTiles.cpp - a forward's tile loop as a grid of blocks ---------===//
 //
-// attnres-lower-tiles-to-gpu: after attnres-bufferize-host, a forward's
-// tile loop is an scf.forall whose body takes views of the function's
-// buffers, one tile an iteration. Upstream's loop mappings make it a
-// gpu.launch (one block an iteration); the tile's op in the launch body
-// becomes the thread code of the forward kernel over the tile's rows, and
-// the host code before the launch what that code reads (the table of
+// attnres-lower-tiles-to-gpu: after attnres-bufferize-host, a forward's or
+// softmax merge's tile loop is an scf.forall whose body takes views of the
+// function's buffers, one tile an iteration. Upstream's loop mappings make
+// it a gpu.launch (one block an iteration); the tile's op in the launch
+// body becomes the thread code of its kernel over the tile's rows, and the
+// host code before the launch what that code reads (a forward's table of
 // source rows, the buffers' addresses) and the alignment checks of its
 // accesses. gpu-kernel-outlining then makes the launch a kernel.
 //
@@ -31,6 +31,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Transforms/DialectConversion.h"
 
+#include <functional>
 #include <numeric>
 
 namespace mlir::attnres {
@@ -46,18 +47,27 @@ namespace {
 
 constexpr StringLiteral kPass = "attnres-lower-tiles-to-gpu";
 
-/// A tile loop's op: the forward whose body is the loop's, or an error
-/// naming the first op of the body that cannot run on the device.
-FailureOr<ForwardIntoOp> tileOpOf(scf::ForallOp loop) {
+/// The ops whose tile loops the pass lowers: a forward and a softmax merge
+/// (a sum's dimensions are not rows of tokens).
+bool isTileOp(Operation *op) {
+  if (auto merge = dyn_cast<PartitionReduceIntoOp>(op))
+    return merge.getKind() == ReduceKind::Softmax;
+  return isa<ForwardIntoOp>(op);
+}
+
+/// Checks that a tile loop's body is one op the pass lowers and what may
+/// run next to it, else an error naming the first op of the body that
+/// cannot run on the device.
+LogicalResult checkTileLoop(scf::ForallOp loop) {
   if (loop.getNumResults() != 0)
     return loop.emitError()
            << kPass
            << ": the tile loop has tensor outputs; bufferize it first "
               "(attnres-bufferize-host)";
-  ForwardIntoOp tile;
+  bool found = false;
   for (Operation &op : loop.getBody()->without_terminator()) {
-    if (auto forward = dyn_cast<ForwardIntoOp>(op); forward && !tile) {
-      tile = forward;
+    if (isTileOp(&op) && !found) {
+      found = true;
       continue;
     }
     if (isa<memref::SubViewOp, memref::DimOp>(op) || isIndexArithmetic(&op))
@@ -65,11 +75,12 @@ FailureOr<ForwardIntoOp> tileOpOf(scf::ForallOp loop) {
     return op.emitError()
            << kPass
            << ": a tile loop runs on the device as a grid of blocks; its "
-              "body may hold one attnres.forward_into, views of buffers and "
-              "index arithmetic; '"
+              "body may hold one attnres.forward_into or softmax "
+              "attnres.partition_reduce_into, views of buffers and index "
+              "arithmetic; '"
            << op.getName() << "' is none of them";
   }
-  return tile;
+  return success();
 }
 
 /// The loop as a gpu.launch of one block an iteration, through upstream's
@@ -144,12 +155,12 @@ struct View {
   SmallVector<OpFoldResult> offsets, sizes;
 };
 
-/// The tile of the forward `tile`: consecutive rows [first, first + count)
-/// of the whole buffers of every operand it writes or reads per token, the
-/// others whole; the forward over the whole buffers is `whole`, made before
-/// the launch.
+/// The tile of the op `tile`: consecutive rows [first, first + count) of
+/// the whole buffers of every operand it writes or reads per token, the
+/// others whole; the op over the whole buffers is `whole`, made before the
+/// launch.
 struct TileRows {
-  ForwardIntoOp whole;
+  Operation *whole;
   Value first, count; // i64, in the launch body before the tile's op
   /// Token dimensions of the whole buffers that must be equal, which only
   /// the run time knows (index values before the launch), with what each
@@ -192,44 +203,105 @@ bool isWholeDim(OpFoldResult size, Value root, int64_t dim,
   return false;
 }
 
-FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
+/// An operand of a tile's op with token dimensions: its leading dimensions
+/// (a packed forward's sources, a multi-query forward's queries, a merge's
+/// partitions), then token dimensions (the first of them at least; all of
+/// the op's where it is the first operand), then `trail` trailing ones (a
+/// row).
+struct Tiled {
+  Value value;
+  StringRef name;
+  int64_t lead, trail;
+};
+
+/// The operands of `tile` with token dimensions, the first the one whose
+/// token dimensions are the op's (a forward's first source, a merge's
+/// partials), and the operands it reads whole, the same for every tile.
+void tileOperandsOf(Operation *tile, SmallVectorImpl<Tiled> &tiled,
+                    SmallVectorImpl<Value> &whole) {
+  auto addOutputs = [&](Value o, Value lse, Value oPre, Value residual,
+                        int64_t lead) {
+    tiled.push_back({o, "o", lead, 1});
+    tiled.push_back({lse, "lse", lead, 0});
+    if (oPre)
+      tiled.push_back({oPre, "o_pre", lead, 1});
+    if (residual)
+      tiled.push_back({residual, "the o_pre residual", lead, 1});
+  };
+  if (auto forward = dyn_cast<ForwardIntoOp>(tile)) {
+    for (Value source : forward.getSources())
+      tiled.push_back({source, "the sources", forward.getPacked() ? 1 : 0, 1});
+    addOutputs(forward.getOutputBuffer(), forward.getLseBuffer(),
+               forward.getOPreBuffer(), forward.getOPreResidualBuffer(),
+               forward.isMultiQuery() ? 1 : 0);
+    llvm::append_range(whole,
+                       SmallVector<Value>{forward.getQuery(),
+                                          forward.getKeyNormWeight(),
+                                          forward.getOutputNormWeight()});
+    return;
+  }
+  auto merge = cast<PartitionReduceIntoOp>(tile);
+  tiled.push_back({merge.getPartials(), "the partials", 1, 1});
+  tiled.push_back({merge.getPartialLse(), "the partial lses", 1, 0});
+  if (Value sink = merge.getSink())
+    tiled.push_back({sink, "the sink", 0, 0});
+  // A [K, D] weight follows the first token dimension (its tiling slices
+  // it so); a [D] one is whole.
+  Value weight = merge.getOutputNormWeight();
+  if (weight && cast<MemRefType>(weight.getType()).getRank() == 2)
+    tiled.push_back({weight, "the output norm weight", 0, 1});
+  else
+    whole.push_back(weight);
+  addOutputs(merge.getOutputBuffer(), merge.getLseBuffer(),
+             merge.getOPreBuffer(), merge.getOPreResidualBuffer(), 0);
+}
+
+/// Whether dimension `dim` of `buffer` is dimension `otherDim` of `other`
+/// by construction: `buffer` allocated with that size (as bufferization
+/// allocates a tile loop's outputs from the sizes of its inputs).
+bool allocatedWith(Value buffer, int64_t dim, Value other, int64_t otherDim) {
+  auto type = cast<MemRefType>(buffer.getType());
+  if (!type.isDynamicDim(dim))
+    return false;
+  ValueRange sizes;
+  if (auto alloc = buffer.getDefiningOp<gpu::AllocOp>())
+    sizes = alloc.getDynamicSizes();
+  else if (auto alloc = buffer.getDefiningOp<memref::AllocOp>())
+    sizes = alloc.getDynamicSizes();
+  else
+    return false;
+  auto read =
+      sizes[type.getDynamicDimIndex(dim)].getDefiningOp<memref::DimOp>();
+  return read && read.getSource() == other &&
+         read.getConstantIndex() == otherDim;
+}
+
+FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
   auto fail = [&](const Twine &what) {
-    return tile.emitError()
+    return tile->emitError()
            << kPass
            << ": a tile must be consecutive rows of its buffers: " << what;
   };
   auto isInLaunch = [&](Value value) {
     return launch->isAncestor(value.getParentBlock()->getParentOp());
   };
-  // The operands with token dimensions, each with its leading dimensions
-  // (the sources of a packed op, the queries of a multi-query one) and
-  // trailing ones (a row).
-  struct Tiled {
-    Value value;
-    StringRef name;
-    int64_t lead, trail;
-  };
-  int64_t queries = tile.isMultiQuery() ? 1 : 0;
   SmallVector<Tiled> tiled;
-  for (Value source : tile.getSources())
-    tiled.push_back({source, "the sources", tile.getPacked() ? 1 : 0, 1});
-  tiled.push_back({tile.getOutputBuffer(), "o", queries, 1});
-  tiled.push_back({tile.getLseBuffer(), "lse", queries, 0});
-  if (Value oPre = tile.getOPreBuffer())
-    tiled.push_back({oPre, "o_pre", queries, 1});
-  if (Value residual = tile.getOPreResidualBuffer())
-    tiled.push_back({residual, "the o_pre residual", queries, 1});
+  SmallVector<Value> wholeOperands;
+  tileOperandsOf(tile, tiled, wholeOperands);
 
   // Every other operand is read whole, the same for every tile, from its
   // first element.
-  for (Value operand :
-       {tile.getQuery(), tile.getKeyNormWeight(), tile.getOutputNormWeight()})
+  for (Value operand : wholeOperands)
     if (operand &&
         (isInLaunch(operand) ||
          !cast<MemRefType>(operand.getType()).getLayout().isIdentity()))
-      return fail("the query and the norm weights must be whole buffers, "
-                  "dense from their start (an identity layout), the same "
-                  "for every tile");
+      return fail(isa<ForwardIntoOp>(tile)
+                      ? "the query and the norm weights must be whole "
+                        "buffers, dense from their start (an identity "
+                        "layout), the same for every tile"
+                      : "a [D] output norm weight must be a whole buffer, "
+                        "dense from its start (an identity layout), the "
+                        "same for every tile");
 
   SmallVector<View> views;
   for (const Tiled &operand : tiled) {
@@ -285,42 +357,43 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
       if (!bothWhole &&
           (!sameValue(view.offsets[dim], first.offsets[firstDim]) ||
            !sameValue(view.sizes[dim], first.sizes[firstDim])))
-        return fail(operand.name +
-                    " must be the same tile of tokens as "
-                    "the sources (token dimension " +
-                    Twine(k) + ")");
+        return fail(operand.name + " must be the same tile of tokens as " +
+                    tiled.front().name + " (token dimension " + Twine(k) + ")");
     }
   }
 
-  // The kernel addresses every buffer's rows as the first source's (query
-  // m's row r at m * N + r): the whole buffers' token dimensions must be
-  // the first source's. Static ones are compared here, the others before
-  // the launch.
+  // The kernel addresses every buffer's rows as the first operand's
+  // (query m's row r at m * N + r, partition p's at p * N + r): the whole
+  // buffers' token dimensions must be the first operand's. Static ones are
+  // compared here, the others before the launch.
   OpBuilder host(launch);
-  Location loc = tile.getLoc();
+  Location loc = tile->getLoc();
   TileRows result;
+  StringRef firstName = tiled.front().name;
   for (auto [operand, view] : llvm::zip_equal(tiled, views)) {
     auto type = cast<MemRefType>(view.root.getType());
     auto firstType = cast<MemRefType>(first.root.getType());
-    for (int64_t k = 0; k < tokenDims; ++k) {
+    int64_t operandTokenDims = type.getRank() - operand.lead - operand.trail;
+    for (int64_t k = 0; k < operandTokenDims; ++k) {
       int64_t dim = operand.lead + k, firstDim = tiled.front().lead + k;
       if (view.root == first.root && dim == firstDim)
         continue;
       if (!type.isDynamicDim(dim) && !firstType.isDynamicDim(firstDim)) {
         if (type.getDimSize(dim) != firstType.getDimSize(firstDim))
           return fail("the buffer of " + operand.name + " has " +
-                      Twine(type.getDimSize(dim)) +
-                      " tokens in token "
-                      "dimension " +
-                      Twine(k) + ", the sources' " +
+                      Twine(type.getDimSize(dim)) + " tokens in token " +
+                      "dimension " + Twine(k) + ", " + firstName + "' " +
                       Twine(firstType.getDimSize(firstDim)));
         continue;
       }
+      if (allocatedWith(view.root, dim, first.root, firstDim) ||
+          allocatedWith(first.root, firstDim, view.root, dim))
+        continue;
       result.equalSizes.emplace_back(
           memref::DimOp::create(host, loc, view.root, dim),
           memref::DimOp::create(host, loc, first.root, firstDim),
           ("the buffer of " + operand.name + " (token dimension " + Twine(k) +
-           ") must have as many tokens as the sources'")
+           ") must have as many tokens as " + firstName + "'")
               .str());
     }
   }
@@ -374,12 +447,12 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, ForwardIntoOp tile) {
   result.first = toI64(firstRow);
   result.count = toI64(count);
 
-  // The forward over the whole buffers: the tile's op with each view's
-  // buffer in its place.
+  // The op over the whole buffers: the tile's op with each view's buffer
+  // in its place.
   IRMapping whole;
   for (auto [operand, view] : llvm::zip_equal(tiled, views))
     whole.map(operand.value, view.root);
-  result.whole = cast<ForwardIntoOp>(host.clone(*tile, whole));
+  result.whole = host.clone(*tile, whole);
   return result;
 }
 
@@ -424,6 +497,8 @@ struct LowerTilesPass
     if (forwardStagedBatches > 0 && !asyncCopies)
       return fail("staged batches need asynchronous copies (async-copies=1: "
                   "NVIDIA sm_80 and later)");
+    if (mergeLoadsInFlight < 0)
+      return fail("merge-loads-in-flight must be >= 0");
     return success();
   }
 
@@ -440,7 +515,8 @@ struct LowerTilesPass
     for (auto function : module.getOps<func::FuncOp>())
       for (Block &block : function.getBody())
         for (auto loop : block.getOps<scf::ForallOp>())
-          if (!loop.getBody()->getOps<ForwardIntoOp>().empty())
+          if (llvm::any_of(loop.getBody()->without_terminator(),
+                           [](Operation &op) { return isTileOp(&op); }))
             loops.push_back(loop);
     unsigned refusals = existingRefusals(module);
     for (scf::ForallOp loop : loops)
@@ -450,7 +526,7 @@ struct LowerTilesPass
 
   LogicalResult lower(scf::ForallOp loop, const KernelChoices &choices,
                       unsigned &refusals) {
-    if (failed(tileOpOf(loop)))
+    if (failed(checkTileLoop(loop)))
       return failure();
     std::string kernel =
         (loop->getParentOfType<func::FuncOp>().getSymName() + "_kernel").str();
@@ -458,8 +534,11 @@ struct LowerTilesPass
     if (failed(launch))
       return failure();
     hoistHostSizes(*launch);
-    ForwardIntoOp tile;
-    launch->getBody().walk([&](ForwardIntoOp op) { tile = op; });
+    Operation *tile = nullptr;
+    launch->getBody().walk([&](Operation *op) {
+      if (isTileOp(op))
+        tile = op;
+    });
     if (!tile || tile->getParentOp() != *launch)
       return launch->emitError()
              << kPass << ": the tile's op is not at the top of its launch";
@@ -471,30 +550,50 @@ struct LowerTilesPass
     // the tile's).
     if (failed(mlir::verify(rows->whole)))
       return failure();
-    AttnResSpec spec = forwardSpec(rows->whole);
-    FailureOr<RowLayout> layout =
-        choices.forwardLayout(rows->whole, getArgument(), spec);
-    if (failed(layout))
-      return failure();
-    SourceSchedule schedule = choices.forwardSchedule(spec, *layout);
+    Location loc = tile->getLoc();
+    std::function<KernelInfo(OpBuilder &, const LaunchBody &)> emitCode;
+    int64_t vectorWidth;
+    if (auto forward = dyn_cast<ForwardIntoOp>(rows->whole)) {
+      AttnResSpec spec = forwardSpec(forward);
+      FailureOr<RowLayout> layout =
+          choices.forwardLayout(forward, getArgument(), spec);
+      if (failed(layout))
+        return failure();
+      SourceSchedule schedule = choices.forwardSchedule(spec, *layout);
+      vectorWidth = layout->vectorWidth;
+      emitCode = [&, spec, layout = *layout, schedule](OpBuilder &b,
+                                                       const LaunchBody &body) {
+        return emitForwardKernel(b, loc, kernel, spec, layout, schedule,
+                                 ForwardKind::Whole, &body);
+      };
+    } else {
+      MergeSpec spec = mergeSpec(rows->whole, mergeLoadsInFlight);
+      FailureOr<RowLayout> layout = choices.mergeLayout(
+          rows->whole, getArgument(), spec.width, spec.output);
+      if (failed(layout))
+        return failure();
+      vectorWidth = layout->vectorWidth;
+      emitCode = [&, spec, layout = *layout](OpBuilder &b,
+                                             const LaunchBody &body) {
+        return emitMergeKernel(b, loc, kernel, spec, layout, &body);
+      };
+    }
     auto emit =
         [&](const llvm::StringMap<Value> &arguments) -> FailureOr<KernelInfo> {
       LaunchBody body{*launch, tile, arguments, rows->first, rows->count};
       OpBuilder b(tile);
-      KernelInfo info =
-          emitForwardKernel(b, tile.getLoc(), kernel, spec, *layout, schedule,
-                            ForwardKind::Whole, &body);
+      KernelInfo info = emitCode(b, body);
       if (info.workgroupBytes > kMaxWorkgroupBytes)
-        return tile.emitError() << kPass << ": the tile's thread code needs "
-                                << info.workgroupBytes
-                                << " bytes of workgroup memory, more than the "
-                                << kMaxWorkgroupBytes << " a block may have";
+        return tile->emitError() << kPass << ": the tile's thread code needs "
+                                 << info.workgroupBytes
+                                 << " bytes of workgroup memory, more than the "
+                                 << kMaxWorkgroupBytes << " a block may have";
       return info;
     };
-    if (failed(launchForwardTile(rows->whole, *launch, layout->vectorWidth,
-                                 kernel, rows->equalSizes, emit, refusals)))
+    if (failed(launchTile(rows->whole, *launch, vectorWidth, kernel,
+                          rows->equalSizes, emit, refusals)))
       return failure();
-    tile.erase();
+    tile->erase();
     // The views and sizes the tile's op alone used go with it.
     for (bool erased = true; erased;) {
       erased = false;

@@ -1157,13 +1157,11 @@ LogicalResult gpu_kernels::absorbTileLoops(
     if (!isa<ForwardOp, PartitionReduceOp>(op))
       return;
     auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
-    // A forward's own tile loop runs as a grid of its own
-    // (attnres-lower-tiles-to-gpu); the tiles of a split forward's pieces,
-    // whose outputs are stacked for the merge, run as the split's kernels.
-    if (loop && isForwardTileLoop(loop) &&
-        llvm::none_of(loop->getUsers(), [](Operation *user) {
-          return isa<tensor::ExpandShapeOp>(user);
-        }))
+    // A forward's or merge's own tile loop runs as a grid of its own
+    // (attnres-lower-tiles-to-gpu); the tiles of a split forward's pieces
+    // (partials stacked for the merge, and that merge) run as the split's
+    // kernels.
+    if (loop && isLoweredTileLoop(loop))
       return;
     if (loop)
       loops.emplace_back(loop, op);

@@ -1,7 +1,8 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
 // RUN:   --attnres-lower-tiles-to-gpu --canonicalize --cse \
 // RUN:   | FileCheck %s --implicit-check-not=scf.forall \
-// RUN:       --implicit-check-not=attnres.forward_into
+// RUN:       --implicit-check-not=attnres.forward_into \
+// RUN:       --implicit-check-not=attnres.partition_reduce_into
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
 // RUN:   --attnres-lower-tiles-to-gpu --gpu-kernel-outlining --canonicalize \
 // RUN:   --cse 2>/dev/null | FileCheck %s --check-prefix=OUTLINED
@@ -237,7 +238,7 @@ func.func @copy_in_body(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
         query(%q : memref<64xf32>)
         outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
                         memref<?xf32, strided<[1], offset: ?>>)
-    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile loop runs on the device as a grid of blocks; its body may hold one attnres.forward_into, views of buffers and index arithmetic; 'memref.copy' is none of them}}
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile loop runs on the device as a grid of blocks; its body may hold one attnres.forward_into or softmax attnres.partition_reduce_into, views of buffers and index arithmetic; 'memref.copy' is none of them}}
     memref.copy %ls, %tmp : memref<?xf32, strided<[1], offset: ?>> to memref<?xf32>
   }
   return
@@ -392,9 +393,210 @@ func.func @view_of_a_view(%v: memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
   return
 }
 
+// -----
+
+// A softmax merge's tile loop the same way: its block the merge kernel's
+// (128 threads: rows of 64 floats on 8 lanes, 16 rows a block), the tile
+// rows [t, t + min(32, N - t)) of the whole buffers, partition p's partial
+// lse and row of a row at p * N + row.
+// CHECK-LABEL: func.func @merge_tiles(
+// CHECK-SAME: %[[P:[^:]*]]: memref<3x?x64xf32>, %[[PL:[^:]*]]: memref<3x?xf32>, %[[SINK:[^:]*]]: memref<?xf32>
+// CHECK: %[[N:.*]] = memref.dim %[[P]], %c1 : memref<3x?x64xf32>
+// CHECK: %[[TILES:.*]] = affine.apply #{{.*}}()[%[[N]]]
+// The whole buffers' token counts must be the partials'.
+// CHECK: %[[NL:.*]] = memref.dim %[[PL]], %c1 : memref<3x?xf32>
+// CHECK: arith.cmpi ne, %[[NL]], %[[N]] : index
+// CHECK: %[[N64:.*]] = arith.index_cast %[[N]] : index to i64
+// CHECK: %[[PADDR:.*]] = memref.extract_aligned_pointer_as_index %[[P]]
+// CHECK: %[[P64:.*]] = arith.index_cast %[[PADDR]] : index to i64
+// CHECK: %[[PLADDR:.*]] = memref.extract_aligned_pointer_as_index %[[PL]]
+// CHECK: %[[PL64:.*]] = arith.index_cast %[[PLADDR]] : index to i64
+// CHECK: %[[SADDR:.*]] = memref.extract_aligned_pointer_as_index %[[SINK]]
+// CHECK: %[[S64:.*]] = arith.index_cast %[[SADDR]] : index to i64
+// A lane reads 8 floats of a partial row at once: 32 bytes.
+// CHECK: arith.remui %[[P64]], %c32_i64 : i64
+// CHECK: gpu.launch blocks(%{{.*}}, %{{.*}}, %{{.*}}) in (%{{.*}} = %[[TILES]], %{{.*}} = %c1, %{{.*}} = %c1) threads(%{{.*}}, %{{.*}}, %{{.*}}) in (%{{.*}} = %c128, %{{.*}} = %c1, %{{.*}} = %c1)
+// CHECK: %[[PLP:.*]] = llvm.inttoptr %[[PL64]] : i64 to !llvm.ptr<1>
+// CHECK: %[[SP:.*]] = llvm.inttoptr %[[S64]] : i64 to !llvm.ptr<1>
+// CHECK: scf.for
+// CHECK: %[[ROW:.*]] = arith.minsi %{{.*}}, %{{.*}} : i64
+// CHECK: llvm.getelementptr %[[SP]][%[[ROW]]]
+// CHECK: llvm.getelementptr %[[PLP]][%[[ROW]]]
+// CHECK: %[[AT1:.*]] = arith.addi %[[N64]], %[[ROW]] : i64
+// CHECK: llvm.getelementptr %[[PLP]][%[[AT1]]]
+// CHECK: %[[N2:.*]] = arith.muli %[[N64]], %c2_i64 : i64
+// CHECK: %[[AT2:.*]] = arith.addi %[[N2]], %[[ROW]] : i64
+// CHECK: llvm.getelementptr %[[PLP]][%[[AT2]]]
+// CHECK: gpu.terminator
+// OUTLINED-LABEL: func.func @merge_tiles(
+// OUTLINED: gpu.launch_func  @merge_tiles_kernel::@merge_tiles_kernel blocks in (%{{.*}}, %c1, %c1) threads in (%c128, %c1, %c1)
+// OUTLINED: gpu.func @merge_tiles_kernel(
+#size = affine_map<(d0)[s0] -> (32, s0 - d0)>
+func.func @merge_tiles(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>,
+                       %sink: memref<?xf32>, %o: memref<?x64xbf16>,
+                       %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %p, %c1 : memref<3x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (32) {
+    %size = affine.min #size(%t)[%n]
+    %ps = memref.subview %p[0, %t, 0] [3, %size, 64] [1, 1, 1]
+        : memref<3x?x64xf32> to memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %pls = memref.subview %pl[0, %t] [3, %size] [1, 1]
+        : memref<3x?xf32> to memref<3x?xf32, strided<[?, 1], offset: ?>>
+    %ss = memref.subview %sink[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    attnres.partition_reduce_into softmax %ps : memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+        lse(%pls : memref<3x?xf32, strided<[?, 1], offset: ?>>)
+        sink(%ss : memref<?xf32, strided<[1], offset: ?>>)
+        outs(%os, %ls : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// The merge of a two-query forward split over its sources, with a weight
+// a query ([2, 64] over [2, N, 64] rows), tiled by (1, 16): the tile's
+// weight is its query's row, a view of the whole weight at the tile's
+// first token offset; the thread code reads row r's weight at row
+// r / (2N / 2) of the whole one.
+// CHECK-LABEL: func.func @merge_queries(
+// CHECK: %[[ROWS:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[PER:.*]] = arith.divui %[[ROWS]], %c2_i64 : i64
+// CHECK: gpu.launch
+// CHECK: scf.for
+// CHECK: %[[ROW:.*]] = arith.minsi %{{.*}}, %{{.*}} : i64
+// CHECK: arith.divui %[[ROW]], %[[PER]] : i64
+// CHECK: gpu.terminator
+// OUTLINED-LABEL: func.func @merge_queries(
+// OUTLINED: gpu.launch_func  @merge_queries_kernel::@merge_queries_kernel
+#rest = affine_map<(d0)[s0] -> (16, s0 - d0)>
+func.func @merge_queries(%p: memref<4x2x?x64xf32>, %pl: memref<4x2x?xf32>,
+                         %h: memref<2x64xf32>, %o: memref<2x?x64xbf16>,
+                         %lse: memref<2x?xf32>) {
+  %c2 = arith.constant 2 : index
+  %n = memref.dim %p, %c2 : memref<4x2x?x64xf32>
+  scf.forall (%k, %t) = (0, 0) to (2, %n) step (1, 16) {
+    %size = affine.min #rest(%t)[%n]
+    %ps = memref.subview %p[0, %k, %t, 0] [4, 1, %size, 64] [1, 1, 1, 1]
+        : memref<4x2x?x64xf32> to memref<4x1x?x64xf32, strided<[?, ?, 64, 1], offset: ?>>
+    %pls = memref.subview %pl[0, %k, %t] [4, 1, %size] [1, 1, 1]
+        : memref<4x2x?xf32> to memref<4x1x?xf32, strided<[?, ?, 1], offset: ?>>
+    %hs = memref.subview %h[%k, 0] [1, 64] [1, 1]
+        : memref<2x64xf32> to memref<1x64xf32, strided<[64, 1], offset: ?>>
+    %os = memref.subview %o[%k, %t, 0] [1, %size, 64] [1, 1, 1]
+        : memref<2x?x64xbf16> to memref<1x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %ls = memref.subview %lse[%k, %t] [1, %size] [1, 1]
+        : memref<2x?xf32> to memref<1x?xf32, strided<[?, 1], offset: ?>>
+    attnres.partition_reduce_into softmax %ps : memref<4x1x?x64xf32, strided<[?, ?, 64, 1], offset: ?>>
+        lse(%pls : memref<4x1x?xf32, strided<[?, ?, 1], offset: ?>>)
+        output_norm(%hs : memref<1x64xf32, strided<[64, 1], offset: ?>>)
+        outs(%os, %ls : memref<1x?x64xbf16, strided<[?, 64, 1], offset: ?>>,
+                        memref<1x?xf32, strided<[?, 1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// The weight of the next query: not the tile's.
+#rest = affine_map<(d0)[s0] -> (16, s0 - d0)>
+#next = affine_map<(d0) -> (d0 + 1)>
+func.func @merge_other_weight(%p: memref<4x2x?x64xf32>, %pl: memref<4x2x?xf32>,
+                              %h: memref<3x64xf32>, %o: memref<2x?x64xbf16>,
+                              %lse: memref<2x?xf32>) {
+  %c2 = arith.constant 2 : index
+  %n = memref.dim %p, %c2 : memref<4x2x?x64xf32>
+  scf.forall (%k, %t) = (0, 0) to (2, %n) step (1, 16) {
+    %size = affine.min #rest(%t)[%n]
+    %k1 = affine.apply #next(%k)
+    %ps = memref.subview %p[0, %k, %t, 0] [4, 1, %size, 64] [1, 1, 1, 1]
+        : memref<4x2x?x64xf32> to memref<4x1x?x64xf32, strided<[?, ?, 64, 1], offset: ?>>
+    %pls = memref.subview %pl[0, %k, %t] [4, 1, %size] [1, 1, 1]
+        : memref<4x2x?xf32> to memref<4x1x?xf32, strided<[?, ?, 1], offset: ?>>
+    %hs = memref.subview %h[%k1, 0] [1, 64] [1, 1]
+        : memref<3x64xf32> to memref<1x64xf32, strided<[64, 1], offset: ?>>
+    %os = memref.subview %o[%k, %t, 0] [1, %size, 64] [1, 1, 1]
+        : memref<2x?x64xbf16> to memref<1x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %ls = memref.subview %lse[%k, %t] [1, %size] [1, 1]
+        : memref<2x?xf32> to memref<1x?xf32, strided<[?, 1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the output norm weight must be the same tile of tokens as the partials (token dimension 0)}}
+    attnres.partition_reduce_into softmax %ps : memref<4x1x?x64xf32, strided<[?, ?, 64, 1], offset: ?>>
+        lse(%pls : memref<4x1x?xf32, strided<[?, ?, 1], offset: ?>>)
+        output_norm(%hs : memref<1x64xf32, strided<[64, 1], offset: ?>>)
+        outs(%os, %ls : memref<1x?x64xbf16, strided<[?, 64, 1], offset: ?>>,
+                        memref<1x?xf32, strided<[?, 1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// The partial lses of 50 tokens, the partials of 40.
+#size = affine_map<(d0) -> (8, 40 - d0)>
+func.func @merge_static_counts(%p: memref<3x40x64xf32>, %pl: memref<3x50xf32>,
+                               %o: memref<40x64xbf16>, %lse: memref<40xf32>) {
+  scf.forall (%t) = (0) to (40) step (8) {
+    %size = affine.min #size(%t)
+    %ps = memref.subview %p[0, %t, 0] [3, %size, 64] [1, 1, 1]
+        : memref<3x40x64xf32> to memref<3x?x64xf32, strided<[2560, 64, 1], offset: ?>>
+    %pls = memref.subview %pl[0, %t] [3, %size] [1, 1]
+        : memref<3x50xf32> to memref<3x?xf32, strided<[50, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<40x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<40xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the buffer of the partial lses has 50 tokens in token dimension 0, the partials' 40}}
+    attnres.partition_reduce_into softmax %ps : memref<3x?x64xf32, strided<[2560, 64, 1], offset: ?>>
+        lse(%pls : memref<3x?xf32, strided<[50, 1], offset: ?>>)
+        outs(%os, %ls : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// A [D] weight is read whole from its first element: a view of one is
+// refused.
+#size = affine_map<(d0)[s0] -> (32, s0 - d0)>
+func.func @merge_weight_view(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>,
+                             %h: memref<128xf32>, %o: memref<?x64xbf16>,
+                             %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %p, %c1 : memref<3x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (32) {
+    %size = affine.min #size(%t)[%n]
+    %ps = memref.subview %p[0, %t, 0] [3, %size, 64] [1, 1, 1]
+        : memref<3x?x64xf32> to memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %pls = memref.subview %pl[0, %t] [3, %size] [1, 1]
+        : memref<3x?xf32> to memref<3x?xf32, strided<[?, 1], offset: ?>>
+    %hs = memref.subview %h[64] [64] [1]
+        : memref<128xf32> to memref<64xf32, strided<[1], offset: 64>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: a [D] output norm weight must be a whole buffer, dense from its start (an identity layout), the same for every tile}}
+    attnres.partition_reduce_into softmax %ps : memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+        lse(%pls : memref<3x?xf32, strided<[?, 1], offset: ?>>)
+        output_norm(%hs : memref<64xf32, strided<[1], offset: 64>>)
+        outs(%os, %ls : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
 // RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=forward-staged-batches=2 2>&1 | FileCheck %s --check-prefix=NO-ASYNC
 // NO-ASYNC: attnres-lower-tiles-to-gpu: staged batches need asynchronous copies (async-copies=1: NVIDIA sm_80 and later)
 // RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=subgroup-size=48 2>&1 | FileCheck %s --check-prefix=SUBGROUP
 // SUBGROUP: attnres-lower-tiles-to-gpu: subgroup-size must be a power of two no larger than max-block-threads
 // RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=forward-prefetch=2 2>&1 | FileCheck %s --check-prefix=PREFETCH
 // PREFETCH: attnres-lower-tiles-to-gpu: forward-prefetch must be -1 (chosen), 0 or 1
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=merge-loads-in-flight=-1 2>&1 | FileCheck %s --check-prefix=LOADS
+// LOADS: attnres-lower-tiles-to-gpu: merge-loads-in-flight must be >= 0

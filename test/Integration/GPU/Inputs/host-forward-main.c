@@ -1,11 +1,13 @@
-/* Calls @decode and @mix of host-forward.mlir (compiled with keep-host=1
- * into a host object that launches their kernels, linked against
- * libAttnResRuntime) on several token counts, and checks o and lse against
- * a float64 computation of the same formulas (docs/Math.md section 1).
+/* Calls @decode, @mix, @merge and @merge_norm of host-forward.mlir
+ * (compiled with keep-host=1 into a host object that launches their
+ * kernels, linked against libAttnResRuntime) on several token counts, and
+ * checks o and lse against a float64 computation of the same formulas
+ * (docs/Math.md: the forward, and the partition reduce for the merges).
  * Prints "host forward: NAME ok" for each and exits 0 when every element
- * is within bf16 rounding; prints the runtime's message and exits 1 where a GPU call
- * failed. With the argument "misaligned", passes a query the kernel cannot
- * read and expects the lowered code to refuse the launch with a message. */
+ * is within bf16 rounding; prints the runtime's message and exits 1 where a
+ * GPU call failed. With the argument "misaligned", passes a query the kernel
+ * cannot read and expects the lowered code to refuse the launch with a message.
+ */
 
 #include "attnres-c/GpuWrappers.h"
 #include "host-program.h"
@@ -26,6 +28,8 @@ typedef struct {
 
 void _mlir_ciface_mix(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
 void _mlir_ciface_decode(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
+void _mlir_ciface_merge(Results *results, Desc3 *p, Desc2 *l, Desc1 *sink);
+void _mlir_ciface_merge_norm(Results *results, Desc3 *p, Desc2 *l, Desc1 *h);
 
 static uint32_t state = 12345;
 static float uniform(void) { /* in [-1, 1) */
@@ -83,8 +87,8 @@ static int run(const char *name, Forward function, int64_t sources,
   /* Larger rows for source 2 of some tokens: the softmax is not uniform. */
   for (int64_t n = 0; n < tokens; n += 3)
     for (int64_t d = 0; d < width; ++d)
-      v[(2 * tokens + n) * width + d] = toBf16(4.0f * (float)fromBf16(q[d]) /
-                                               0.3f * sqrtf(width / 256.0f));
+      v[(2 * tokens + n) * width + d] =
+          toBf16(4.0f * (float)fromBf16(q[d]) / 0.3f * sqrtf(width / 256.0f));
 
   Desc3 vd = {v, v, 0, {sources, tokens, width}, {tokens * width, width, 1}};
   Desc1 qd = {q, q, 0, {width}, {1}}, gd = {g, g, 0, {width}, {1}};
@@ -136,7 +140,7 @@ static int run(const char *name, Forward function, int64_t sources,
       /* bf16 keeps 8 bits: half an ulp is 2^-9 of the value. */
       double error = fabs(fromBf16(o[n * width + d]) - mixed);
       double allowed = ldexp(fabs(mixed), -8) + 1e-6;
-      if (error > allowed) {
+      if (!(error <= allowed)) { /* NaN too */
         printf("host forward: %s: o[%lld][%lld] = %g, expected %g\n", name,
                (long long)n, (long long)d, fromBf16(o[n * width + d]), mixed);
         return 1;
@@ -145,7 +149,7 @@ static int run(const char *name, Forward function, int64_t sources,
       referenceSquares += mixed * mixed;
     }
   }
-  if (worstLse > 1e-4) {
+  if (!(worstLse <= 1e-4)) {
     printf("host forward: %s: lse off by %g\n", name, worstLse);
     return 1;
   }
@@ -161,6 +165,148 @@ static int run(const char *name, Forward function, int64_t sources,
   return 0;
 }
 
+/* The weight exp(x - m) of a logit x under the maximum m: 0 for an empty
+ * partition (-inf), 1 at the maximum (an infinite one included). */
+static double mergeWeight(double x, double m) {
+  if (x == -INFINITY)
+    return 0;
+  return x == m ? 1 : exp(x - m);
+}
+
+/* Calls @merge (`norm` 0: five partitions and a sink) or @merge_norm
+ * (`norm` 1: twenty partitions and an output norm) on `tokens` rows and
+ * checks o and lse against float64. The rows cycle through the cases the
+ * merge must get right: an empty partition (lse -inf) whose row is NaN,
+ * every partition empty (o 0, lse -inf; the sink -inf too), an infinite
+ * sink (it takes all the mass: o 0, lse +inf), one partition far above the
+ * others, and ordinary rows. */
+static int runMerge(const char *name, int norm, int64_t partitions,
+                    int64_t tokens) {
+  enum { W = 256 };
+  int64_t count = partitions * tokens * W;
+  float *p = mgpuMemAlloc(sizeof(float) * count, NULL, true);
+  float *l = mgpuMemAlloc(sizeof(float) * partitions * tokens, NULL, true);
+  float *sink = mgpuMemAlloc(sizeof(float) * tokens, NULL, true);
+  uint16_t *h = mgpuMemAlloc(sizeof(uint16_t) * W, NULL, true);
+  uint16_t *o = malloc(sizeof(uint16_t) * tokens * W);
+  float *lse = malloc(sizeof(float) * tokens);
+  if (!p || !l || !sink || !h)
+    return failed("mgpuMemAlloc");
+  for (int64_t i = 0; i < count; ++i)
+    p[i] = 2.0f * uniform();
+  for (int64_t d = 0; d < W; ++d)
+    h[d] = toBf16(1.0f + 0.2f * uniform());
+  for (int64_t n = 0; n < tokens; ++n) {
+    for (int64_t q = 0; q < partitions; ++q)
+      l[q * tokens + n] = 6.0f * uniform();
+    sink[n] = 2.0f * uniform();
+    int64_t empty = n % partitions;
+    switch (n % 7) {
+    case 1:
+      l[empty * tokens + n] = -INFINITY;
+      for (int64_t d = 0; d < W; ++d)
+        p[(empty * tokens + n) * W + d] = NAN;
+      break;
+    case 2:
+      for (int64_t q = 0; q < partitions; ++q)
+        l[q * tokens + n] = -INFINITY;
+      for (int64_t d = 0; d < W; ++d)
+        p[(empty * tokens + n) * W + d] = NAN;
+      sink[n] = -INFINITY;
+      break;
+    case 3:
+      sink[n] = norm ? sink[n] : INFINITY;
+      break;
+    case 4:
+      l[empty * tokens + n] += 30.0f;
+      break;
+    }
+  }
+
+  Desc3 pd = {p, p, 0, {partitions, tokens, W}, {tokens * W, W, 1}};
+  Desc2 ld = {l, l, 0, {partitions, tokens}, {tokens, 1}};
+  Desc1 sd = {sink, sink, 0, {tokens}, {1}}, hd = {h, h, 0, {W}, {1}};
+  Results results;
+  memset(&results, 0, sizeof(results));
+  if (norm)
+    _mlir_ciface_merge_norm(&results, &pd, &ld, &hd);
+  else
+    _mlir_ciface_merge(&results, &pd, &ld, &sd);
+  if (attnresGpuLastError())
+    return failed(name);
+  if (results.o.sizes[0] != tokens || results.o.sizes[1] != W ||
+      results.lse.sizes[0] != tokens) {
+    printf("host forward: %s: results of shape [%lld, %lld] and [%lld]\n", name,
+           (long long)results.o.sizes[0], (long long)results.o.sizes[1],
+           (long long)results.lse.sizes[0]);
+    return 1;
+  }
+  mgpuMemcpy(o, results.o.aligned, sizeof(uint16_t) * tokens * W, NULL);
+  mgpuMemcpy(lse, results.lse.aligned, sizeof(float) * tokens, NULL);
+  mgpuStreamSynchronize(NULL);
+  mgpuMemFree(results.o.allocated, NULL);
+  mgpuMemFree(results.lse.allocated, NULL);
+  if (attnresGpuLastError())
+    return failed("copying the results back");
+
+  double errorSquares = 0, referenceSquares = 0, worstLse = 0;
+  double merged[W];
+  for (int64_t n = 0; n < tokens; ++n) {
+    double m = norm ? -INFINITY : sink[n];
+    for (int64_t q = 0; q < partitions; ++q)
+      m = fmax(m, l[q * tokens + n]);
+    double total = norm ? 0 : mergeWeight(sink[n], m);
+    for (int64_t d = 0; d < W; ++d)
+      merged[d] = 0;
+    for (int64_t q = 0; q < partitions; ++q) {
+      double w = mergeWeight(l[q * tokens + n], m);
+      total += w;
+      if (w > 0)
+        for (int64_t d = 0; d < W; ++d)
+          merged[d] += w * p[(q * tokens + n) * W + d];
+    }
+    double squares = 0;
+    for (int64_t d = 0; d < W; ++d) {
+      merged[d] = total > 0 ? merged[d] / total : 0;
+      squares += merged[d] * merged[d];
+    }
+    double rho = 1.0 / sqrt(squares / W + kEps);
+    double expected = total > 0 ? m + log(total) : -INFINITY;
+    if (isinf(expected)
+            ? lse[n] != expected
+            : !(fabs(lse[n] - expected) <= 1e-4 * fmax(1.0, fabs(expected)))) {
+      printf("host forward: %s: lse[%lld] = %g, expected %g\n", name,
+             (long long)n, lse[n], expected);
+      return 1;
+    }
+    if (!isinf(expected))
+      worstLse = fmax(worstLse, fabs(lse[n] - expected));
+    for (int64_t d = 0; d < W; ++d) {
+      double want = norm ? merged[d] * rho * fromBf16(h[d]) : merged[d];
+      double got = fromBf16(o[n * W + d]);
+      double error = fabs(got - want);
+      if (!(error <= ldexp(fabs(want), -8) + 1e-6)) {
+        printf("host forward: %s: o[%lld][%lld] = %g, expected %g\n", name,
+               (long long)n, (long long)d, got, want);
+        return 1;
+      }
+      errorSquares += error * error;
+      referenceSquares += want * want;
+    }
+  }
+  mgpuMemFree(p, NULL);
+  mgpuMemFree(l, NULL);
+  mgpuMemFree(sink, NULL);
+  mgpuMemFree(h, NULL);
+  free(o);
+  free(lse);
+  printf("host forward: %s ok (%lld rows of %lld partitions; relative "
+         "(Frobenius) error of o %.1e, worst error of a finite lse %.1e)\n",
+         name, (long long)tokens, (long long)partitions,
+         sqrt(errorSquares / referenceSquares), worstLse);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "misaligned") == 0)
     return misaligned();
@@ -170,5 +316,13 @@ int main(int argc, char **argv) {
   for (unsigned i = 0; i < sizeof(decodeTokens) / sizeof(*decodeTokens); ++i)
     if (run("decode", _mlir_ciface_decode, 16, 4096, decodeTokens[i]))
       return 1;
-  return run("mix", _mlir_ciface_mix, L, D, N);
+  if (run("mix", _mlir_ciface_mix, L, D, N))
+    return 1;
+  /* Fewer rows than a block takes, and many tiles (the last one short). */
+  static const int64_t mergeRows[] = {3, N};
+  for (unsigned i = 0; i < sizeof(mergeRows) / sizeof(*mergeRows); ++i)
+    if (runMerge("merge", 0, 5, mergeRows[i]) ||
+        runMerge("merge_norm", 1, 20, mergeRows[i]))
+      return 1;
+  return 0;
 }
