@@ -49,6 +49,7 @@
 #include "mlir/IR/AffineExprVisitor.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -1178,10 +1179,15 @@ LogicalResult gpu_kernels::absorbTileLoops(
       loop.getResult(index).replaceAllUsesWith(
           matcher.whole->getResult(result));
     // What the loop alone used goes with it (its bound, its empty outputs
-    // and the sizes they read), so that no slice is kept alive by a size
-    // read of it.
+    // and the sizes they read, the sizes its body read of what it slices),
+    // so that no value is kept alive by a size read of it: a split
+    // forward's stacked partials must have the merge as their one user.
     llvm::SetVector<Operation *> candidates;
-    for (Value operand : loop->getOperands())
+    SmallVector<Value> used(loop->getOperands());
+    llvm::SetVector<Value> captured;
+    getUsedValuesDefinedAbove(loop.getRegion(), captured);
+    llvm::append_range(used, captured);
+    for (Value operand : used)
       if (Operation *producer = operand.getDefiningOp())
         candidates.insert(producer);
     loop.erase();

@@ -12,6 +12,14 @@
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
 // RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=TWO
+// A tile of 7 covers a split forward's first token dimension whole (the 4
+// rows of @layer's, the 2 queries of @queries' merge): one iteration, whose
+// body reads the size of the stacked partials it slices. That read goes
+// with the loop, so that the stacking is the merge's alone and the split
+// is launched as its kernels.
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
+// RUN:   --attnres-tile=tile-sizes=7 --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels \
+// RUN:   --canonicalize --cse | FileCheck %s --check-prefix=COVER
 
 // attnres-tile's loops reach the GPU. A forward's or softmax merge's own
 // tile loop stays a loop, which bufferization puts on views of the buffers
@@ -70,6 +78,9 @@ func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 // SPLIT: merge_tile_dims = 2 : i64, merge_tile_tokens = 40 : i64
 // SPLIT-SAME: , tile_dims = 2 : i64, tile_tokens = 40 : i64
 // SPLIT-NOT: forward_cluster
+// COVER-LABEL: func.func @layer(
+// COVER: gpu.launch_func  @attnres_kernels::@layer_0_forward_partial blocks in (%{{.*}}, %c2, %c1)
+// COVER: gpu.launch_func  @attnres_kernels::@layer_0_merge
 func.func @layer(%v: tensor<4x?x1024xbf16>, %w: tensor<4x?x1024xbf16>,
                  %q: tensor<1024xbf16>, %h: tensor<1024xbf16>)
     -> (tensor<4x?x1024xbf16>, tensor<4x?xf32>, tensor<4x?x1024xbf16>) {
@@ -112,6 +123,9 @@ func.func @merge(%p: tensor<3x?x64xf32>, %l: tensor<3x?xf32>)
 // SPLIT: gpu.launch_func  @attnres_kernels::@queries_0_merge blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
 // SPLIT: merge_tile_dims = 2 : i64, merge_tile_tokens = 40 : i64
 // SPLIT-SAME: , tile_dims = 1 : i64, tile_tokens = 1 : i64
+// COVER-LABEL: func.func @queries(
+// COVER: gpu.launch_func  @attnres_kernels::@queries_0_forward_partial blocks in (%{{.*}}, %c3, %c1)
+// COVER: gpu.launch_func  @attnres_kernels::@queries_0_merge
 func.func @queries(%v: tensor<4x?x128xbf16>, %q: tensor<2x128xbf16>)
     -> (tensor<2x?x128xbf16>, tensor<2x?xf32>) {
   %o, %lse = attnres.forward packed(%v : tensor<4x?x128xbf16>)

@@ -1,13 +1,13 @@
-/* Calls @decode, @mix, @merge and @merge_norm of host-forward.mlir
- * (compiled with keep-host=1 into a host object that launches their
- * kernels, linked against libAttnResRuntime) on several token counts, and
- * checks o and lse against a float64 computation of the same formulas
- * (docs/Math.md: the forward, and the partition reduce for the merges).
- * Prints "host forward: NAME ok" for each and exits 0 when every element
- * is within bf16 rounding; prints the runtime's message and exits 1 where a
- * GPU call failed. With the argument "misaligned", passes a query the kernel
- * cannot read and expects the lowered code to refuse the launch with a message.
- */
+/* Calls @decode, @mix, @queries, @merge and @merge_norm of
+ * host-forward.mlir (compiled with keep-host=1 into a host object that
+ * launches their kernels, linked against libAttnResRuntime) on several
+ * token counts, and checks o and lse against a float64 computation of the
+ * same formulas (docs/Math.md: the forward, and the partition reduce for
+ * the merges). Prints "host forward: NAME ok" for each and exits 0 when
+ * every element is within bf16 rounding; prints the runtime's message and
+ * exits 1 where a GPU call failed. With the argument "misaligned", passes a
+ * query the kernel cannot read and expects the lowered code to refuse the
+ * launch with a message. */
 
 #include "attnres-c/GpuWrappers.h"
 #include "host-program.h"
@@ -25,9 +25,14 @@ typedef struct {
   Desc2 o;
   Desc1 lse;
 } Results;
+typedef struct {
+  Desc3 o;
+  Desc2 lse;
+} QueryResults;
 
 void _mlir_ciface_mix(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
 void _mlir_ciface_decode(Results *results, Desc3 *v, Desc1 *q, Desc1 *g);
+void _mlir_ciface_queries(QueryResults *results, Desc3 *v, Desc2 *q, Desc1 *g);
 void _mlir_ciface_merge(Results *results, Desc3 *p, Desc2 *l, Desc1 *sink);
 void _mlir_ciface_merge_norm(Results *results, Desc3 *p, Desc2 *l, Desc1 *h);
 
@@ -65,17 +70,21 @@ static int misaligned(void) {
   return 0;
 }
 
-/* Calls `function` (@mix or @decode) on `tokens` tokens of `sources`
- * sources of width `width` and checks o and lse against float64. */
+/* Calls `function` (@mix or @decode), or with `queries` > 1
+ * `queriesFunction` (@queries), on `tokens` tokens of `sources` sources of
+ * width `width` and checks o and lse (a row each per query) against
+ * float64. */
 typedef void (*Forward)(Results *, Desc3 *, Desc1 *, Desc1 *);
-static int run(const char *name, Forward function, int64_t sources,
-               int64_t width, int64_t tokens) {
-  int64_t count = sources * tokens * width;
+typedef void (*QueriesForward)(QueryResults *, Desc3 *, Desc2 *, Desc1 *);
+static int run(const char *name, Forward function,
+               QueriesForward queriesFunction, int64_t sources, int64_t width,
+               int64_t queries, int64_t tokens) {
+  int64_t count = sources * tokens * width, rows = queries * tokens;
   uint16_t *v = mgpuMemAlloc(sizeof(uint16_t) * count, NULL, true);
-  uint16_t *q = mgpuMemAlloc(sizeof(uint16_t) * width, NULL, true);
+  uint16_t *q = mgpuMemAlloc(sizeof(uint16_t) * queries * width, NULL, true);
   uint16_t *g = mgpuMemAlloc(sizeof(uint16_t) * width, NULL, true);
-  uint16_t *o = malloc(sizeof(uint16_t) * tokens * width);
-  float *lse = malloc(sizeof(float) * tokens);
+  uint16_t *o = malloc(sizeof(uint16_t) * rows * width);
+  float *lse = malloc(sizeof(float) * rows);
   if (!v || !q || !g)
     return failed("mgpuMemAlloc");
   for (int64_t i = 0; i < count; ++i)
@@ -84,6 +93,8 @@ static int run(const char *name, Forward function, int64_t sources,
     q[d] = toBf16(0.3f * uniform() * sqrtf(256.0f / (float)width));
     g[d] = toBf16(1.0f + 0.2f * uniform());
   }
+  for (int64_t i = width; i < queries * width; ++i)
+    q[i] = toBf16(0.3f * uniform() * sqrtf(256.0f / (float)width));
   /* Larger rows for source 2 of some tokens: the softmax is not uniform. */
   for (int64_t n = 0; n < tokens; n += 3)
     for (int64_t d = 0; d < width; ++d)
@@ -91,67 +102,90 @@ static int run(const char *name, Forward function, int64_t sources,
           toBf16(4.0f * (float)fromBf16(q[d]) / 0.3f * sqrtf(width / 256.0f));
 
   Desc3 vd = {v, v, 0, {sources, tokens, width}, {tokens * width, width, 1}};
-  Desc1 qd = {q, q, 0, {width}, {1}}, gd = {g, g, 0, {width}, {1}};
-  Results results;
-  memset(&results, 0, sizeof(results));
-  function(&results, &vd, &qd, &gd);
+  Desc1 gd = {g, g, 0, {width}, {1}};
+  void *oAllocated, *oAligned, *lseAllocated, *lseAligned;
+  int shaped;
+  if (queries == 1) {
+    Desc1 qd = {q, q, 0, {width}, {1}};
+    Results results;
+    memset(&results, 0, sizeof(results));
+    function(&results, &vd, &qd, &gd);
+    shaped = results.o.sizes[0] == tokens && results.o.sizes[1] == width &&
+             results.lse.sizes[0] == tokens;
+    oAllocated = results.o.allocated, oAligned = results.o.aligned;
+    lseAllocated = results.lse.allocated, lseAligned = results.lse.aligned;
+  } else {
+    Desc2 qd = {q, q, 0, {queries, width}, {width, 1}};
+    QueryResults results;
+    memset(&results, 0, sizeof(results));
+    queriesFunction(&results, &vd, &qd, &gd);
+    shaped = results.o.sizes[0] == queries && results.o.sizes[1] == tokens &&
+             results.o.sizes[2] == width && results.lse.sizes[0] == queries &&
+             results.lse.sizes[1] == tokens;
+    oAllocated = results.o.allocated, oAligned = results.o.aligned;
+    lseAllocated = results.lse.allocated, lseAligned = results.lse.aligned;
+  }
   if (attnresGpuLastError())
     return failed(name);
-  if (results.o.sizes[0] != tokens || results.o.sizes[1] != width ||
-      results.lse.sizes[0] != tokens) {
-    printf("host forward: results of shape [%lld, %lld] and [%lld]\n",
-           (long long)results.o.sizes[0], (long long)results.o.sizes[1],
-           (long long)results.lse.sizes[0]);
+  if (!shaped) {
+    printf("host forward: %s: results of the wrong shape\n", name);
     return 1;
   }
-  mgpuMemcpy(o, results.o.aligned, sizeof(uint16_t) * tokens * width, NULL);
-  mgpuMemcpy(lse, results.lse.aligned, sizeof(float) * tokens, NULL);
+  mgpuMemcpy(o, oAligned, sizeof(uint16_t) * rows * width, NULL);
+  mgpuMemcpy(lse, lseAligned, sizeof(float) * rows, NULL);
   mgpuStreamSynchronize(NULL);
-  mgpuMemFree(results.o.allocated, NULL);
-  mgpuMemFree(results.lse.allocated, NULL);
+  mgpuMemFree(oAllocated, NULL);
+  mgpuMemFree(lseAllocated, NULL);
   if (attnresGpuLastError())
     return failed("copying the results back");
 
   double errorSquares = 0, referenceSquares = 0, worstLse = 0;
   double logit[16];
-  for (int64_t n = 0; n < tokens; ++n) {
-    double top = -INFINITY;
-    for (int64_t l = 0; l < sources; ++l) {
-      const uint16_t *row = v + (l * tokens + n) * width;
-      double squares = 0, dot = 0;
-      for (int64_t d = 0; d < width; ++d)
-        squares += fromBf16(row[d]) * fromBf16(row[d]);
-      double rho = 1.0 / sqrt(squares / width + kEps);
-      for (int64_t d = 0; d < width; ++d)
-        dot += rho * fromBf16(row[d]) * fromBf16(g[d]) * fromBf16(q[d]);
-      logit[l] = kScale * dot;
-      top = fmax(top, logit[l]);
-    }
-    double sum = 0;
-    for (int64_t l = 0; l < sources; ++l)
-      sum += exp(logit[l] - top);
-    double expected = top + log(sum);
-    worstLse = fmax(worstLse, fabs(lse[n] - expected));
-    for (int64_t d = 0; d < width; ++d) {
-      double mixed = 0;
+  for (int64_t m = 0; m < queries; ++m) {
+    const uint16_t *query = q + m * width;
+    for (int64_t n = 0; n < tokens; ++n) {
+      int64_t row = m * tokens + n;
+      double top = -INFINITY;
+      for (int64_t l = 0; l < sources; ++l) {
+        const uint16_t *source = v + (l * tokens + n) * width;
+        double squares = 0, dot = 0;
+        for (int64_t d = 0; d < width; ++d)
+          squares += fromBf16(source[d]) * fromBf16(source[d]);
+        double rho = 1.0 / sqrt(squares / width + kEps);
+        for (int64_t d = 0; d < width; ++d)
+          dot +=
+              rho * fromBf16(source[d]) * fromBf16(g[d]) * fromBf16(query[d]);
+        logit[l] = kScale * dot;
+        top = fmax(top, logit[l]);
+      }
+      double sum = 0;
       for (int64_t l = 0; l < sources; ++l)
-        mixed += exp(logit[l] - expected) *
-                 fromBf16(v[(l * tokens + n) * width + d]);
-      /* bf16 keeps 8 bits: half an ulp is 2^-9 of the value. */
-      double error = fabs(fromBf16(o[n * width + d]) - mixed);
-      double allowed = ldexp(fabs(mixed), -8) + 1e-6;
-      if (!(error <= allowed)) { /* NaN too */
-        printf("host forward: %s: o[%lld][%lld] = %g, expected %g\n", name,
-               (long long)n, (long long)d, fromBf16(o[n * width + d]), mixed);
+        sum += exp(logit[l] - top);
+      double expected = top + log(sum);
+      worstLse = fmax(worstLse, fabs(lse[row] - expected));
+      if (!(fabs(lse[row] - expected) <= 1e-4)) { /* NaN too */
+        printf("host forward: %s: lse[%lld][%lld] = %g, expected %g\n", name,
+               (long long)m, (long long)n, lse[row], expected);
         return 1;
       }
-      errorSquares += error * error;
-      referenceSquares += mixed * mixed;
+      for (int64_t d = 0; d < width; ++d) {
+        double mixed = 0;
+        for (int64_t l = 0; l < sources; ++l)
+          mixed += exp(logit[l] - expected) *
+                   fromBf16(v[(l * tokens + n) * width + d]);
+        /* bf16 keeps 8 bits: half an ulp is 2^-9 of the value. */
+        double got = fromBf16(o[row * width + d]);
+        double error = fabs(got - mixed);
+        double allowed = ldexp(fabs(mixed), -8) + 1e-6;
+        if (!(error <= allowed)) { /* NaN too */
+          printf("host forward: %s: o[%lld][%lld][%lld] = %g, expected %g\n",
+                 name, (long long)m, (long long)n, (long long)d, got, mixed);
+          return 1;
+        }
+        errorSquares += error * error;
+        referenceSquares += mixed * mixed;
+      }
     }
-  }
-  if (!(worstLse <= 1e-4)) {
-    printf("host forward: %s: lse off by %g\n", name, worstLse);
-    return 1;
   }
   mgpuMemFree(v, NULL);
   mgpuMemFree(q, NULL);
@@ -314,9 +348,10 @@ int main(int argc, char **argv) {
    * (which path each takes depends on the device's occupancy). */
   static const int64_t decodeTokens[] = {5, 48, 300, 5000};
   for (unsigned i = 0; i < sizeof(decodeTokens) / sizeof(*decodeTokens); ++i)
-    if (run("decode", _mlir_ciface_decode, 16, 4096, decodeTokens[i]))
+    if (run("decode", _mlir_ciface_decode, NULL, 16, 4096, 1, decodeTokens[i]))
       return 1;
-  if (run("mix", _mlir_ciface_mix, L, D, N))
+  if (run("mix", _mlir_ciface_mix, NULL, L, D, 1, N) ||
+      run("queries", NULL, _mlir_ciface_queries, 6, D, 2, N))
     return 1;
   /* Fewer rows than a block takes, and many tiles (the last one short). */
   static const int64_t mergeRows[] = {3, N};

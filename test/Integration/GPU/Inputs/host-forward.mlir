@@ -25,6 +25,18 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>,
   return %o, %lse : tensor<?x4096xbf16>, tensor<?xf32>
 }
 
+// Two queries over the same six sources: o and lse a query.
+func.func @queries(%v: tensor<6x?x256xbf16>, %q: tensor<2x256xbf16>,
+                   %g: tensor<256xbf16>)
+    -> (tensor<2x?x256xbf16>, tensor<2x?xf32>)
+    attributes {llvm.emit_c_interface} {
+  %o, %lse = attnres.forward packed(%v : tensor<6x?x256xbf16>)
+      query(%q : tensor<2x256xbf16>) key_norm(%g : tensor<256xbf16>)
+      save(lse) {scale = 5.000000e-01 : f64}
+      -> tensor<2x?x256xbf16>, tensor<2x?xf32>
+  return %o, %lse : tensor<2x?x256xbf16>, tensor<2x?xf32>
+}
+
 // A merge of five partial results with a sink (what a forward split over
 // its sources computes last, given here by the caller, with empty
 // partitions and infinite sinks among them).
