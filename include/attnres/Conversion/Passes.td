@@ -98,8 +98,11 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     partial forwards of `attnres-split-sources` and their softmax merge as
     the forward split over P partitions of the sources (partition p of the
     kernels reads the sources of partial forward p); attnres-tile's loop
-    around a forward or softmax merge as its kernels with one block per tile
-    of tokens. Each is checked to be of exactly that form; another is an
+    around such a piece as its kernels with one block per tile of tokens,
+    as is a merge's loop that writes only some of its results. A forward's
+    or softmax merge's own tile loop that writes every result is left a
+    loop, with no kernel, for `attnres-lower-tiles-to-gpu`. Each is checked
+    to be of exactly its form; another is an
     error, as is the split loop without keep-host (a bundle's backward is
     launched whole, its blocks chosen per call). A loop may carry the
     mapping attribute attnres-map-to-blocks gives it; another mapping is an
@@ -229,8 +232,8 @@ def AttnResBufferizeHost : Pass<"attnres-bufferize-host", "::mlir::ModuleOp"> {
     kernels it names among them, reading its operands' buffers in place and
     writing into a new buffer a result. The kept functions hold only attnres
     ops, `tensor.dim` and reshapes (`convert-attnres-to-gpu` checks it), so
-    those are the only buffers; and the tile loops of forwards, which stay
-    loops: each tile's op reads its slices of the operands in place, as
+    those are the only buffers; and the tile loops of forwards and softmax
+    merges, which stay loops: each tile's op reads its slices of the operands in place, as
     views, and writes into its tiles of the loop's outputs (the views
     bufferization would copy a new buffer into), for
     `attnres-lower-tiles-to-gpu`.
@@ -347,9 +350,8 @@ def AttnResLowerTilesToGPU
            "sources">,
     Option<"mergeLoadsInFlight", "merge-loads-in-flight", "int64_t",
            /*default=*/"0",
-           "Partial rows a merge of more than 16 partitions, or of a count "
-           "only the run time knows, loads before it adds any: 0 chooses 4 "
-           "(as convert-attnres-to-gpu)">,
+           "Partial rows a merge of more than 16 partitions loads before it "
+           "adds any: 0 chooses 4 (as convert-attnres-to-gpu)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",

@@ -527,13 +527,14 @@ ForwardArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
 
 /// What a softmax merge kernel takes of `op`: its row count (the product
 /// of the partials' token dimensions T... of [P, T..., D]) and its
-/// arguments by name.
+/// arguments by name (a refusal naming `kernel`).
 struct MergeArguments {
   Value rows;
   llvm::StringMap<Value> values;
 };
 
-MergeArguments mergeArguments(HostLauncher &host, PartitionReduceIntoOp op) {
+MergeArguments mergeArguments(HostLauncher &host, PartitionReduceIntoOp op,
+                              StringRef kernel) {
   OpBuilder &b = host.builder();
   Location loc = op.getLoc();
   MergeArguments arguments;
@@ -556,13 +557,28 @@ MergeArguments mergeArguments(HostLauncher &host, PartitionReduceIntoOp op) {
                               {"o_pre_residual", op.getOPreResidualBuffer()}});
   values["num_rows"] = rows64;
   values["num_partitions"] = host.i64(op.getNumPartitions());
-  // A weight per row group ([K, D] weights over [K, T..., D] rows).
+  // A weight per row group ([K, D] weights over [K, T..., D] rows). The
+  // verifier equates a static K with the partials' first token dimension;
+  // a dynamic one is checked here (a row of the weight past K would be
+  // read otherwise), and the division kept from 0.
   Value weightRows = rows64;
   if (auto weight = op.getOutputNormWeight();
-      weight && cast<MemRefType>(weight.getType()).getRank() == 2)
-    weightRows = arith::DivUIOp::create(
-        b, loc, rows64,
-        host.i64(cast<MemRefType>(weight.getType()).getShape()[0]));
+      weight && cast<MemRefType>(weight.getType()).getRank() == 2) {
+    auto weightType = cast<MemRefType>(weight.getType());
+    Value groups;
+    if (weightType.isDynamicDim(0)) {
+      Value count = memref::DimOp::create(b, loc, weight, 0);
+      host.requireEqual(count, memref::DimOp::create(b, loc, partials, 1),
+                        "the output norm weight must have a row for each "
+                        "index of the partials' first token dimension, for "
+                        "kernel " +
+                            kernel);
+      groups = arith::MaxUIOp::create(b, loc, host.toI64(count), host.i64(1));
+    } else {
+      groups = host.i64(weightType.getShape()[0]);
+    }
+    weightRows = arith::DivUIOp::create(b, loc, rows64, groups);
+  }
   values["rows_per_weight"] = weightRows;
   return arguments;
 }
@@ -583,7 +599,8 @@ LogicalResult gpu_kernels::launchTile(
     values = forwardArguments(host, forward, vectorWidth, kernel).values;
     madeHere.insert("sources");
   } else {
-    values = mergeArguments(host, cast<PartitionReduceIntoOp>(whole)).values;
+    values =
+        mergeArguments(host, cast<PartitionReduceIntoOp>(whole), kernel).values;
   }
   FailureOr<KernelInfo> info = emit(values);
   if (failed(info))
@@ -869,7 +886,7 @@ LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
     values["num_elements"] = elements64;
     symbols = {{"N", elements}, {"rows", elements}};
   } else {
-    MergeArguments arguments = mergeArguments(host, op);
+    MergeArguments arguments = mergeArguments(host, op, kernel->second.name);
     values = std::move(arguments.values);
     symbols = {{"N", arguments.rows}, {"rows", arguments.rows}};
     if (failed(bindTiles(op, host, b, loc, facts, "",

@@ -212,6 +212,9 @@ struct Tiled {
   Value value;
   StringRef name;
   int64_t lead, trail;
+  /// Whether the whole buffer's token counts are checked here against the
+  /// first operand's (not where the op's host code checks them itself).
+  bool checkTokens = true;
 };
 
 /// The operands of `tile` with token dimensions, the first the one whose
@@ -249,7 +252,9 @@ void tileOperandsOf(Operation *tile, SmallVectorImpl<Tiled> &tiled,
   // it so); a [D] one is whole.
   Value weight = merge.getOutputNormWeight();
   if (weight && cast<MemRefType>(weight.getType()).getRank() == 2)
-    tiled.push_back({weight, "the output norm weight", 0, 1});
+    tiled.push_back({weight, "the output norm weight", 0, 1,
+                     /*checkTokens=*/false}); // mergeArguments checks it
+
   else
     whole.push_back(weight);
   addOutputs(merge.getOutputBuffer(), merge.getLseBuffer(),
@@ -374,6 +379,8 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
     auto type = cast<MemRefType>(view.root.getType());
     auto firstType = cast<MemRefType>(first.root.getType());
     int64_t operandTokenDims = type.getRank() - operand.lead - operand.trail;
+    if (!operand.checkTokens)
+      continue;
     for (int64_t k = 0; k < operandTokenDims; ++k) {
       int64_t dim = operand.lead + k, firstDim = tiled.front().lead + k;
       if (view.root == first.root && dim == firstDim)

@@ -3,12 +3,14 @@
 
 // The loops of attnres-tile and transform.structured.tile_using_forall
 // written out by hand. Under keep-host a loop whose body is one softmax
-// merge on a tile of tokens (the first r token dimensions tiled, all but
-// the last by 1, the others whole; each tile [t, t + min(T, N - t)), the
-// loop over t by T or over tile numbers by 1) is launched with one block
-// per tile of the merge kernel; the form is checked against the op's
-// TilingInterface. Other forms are refused with the reason. (A forward's
-// own tile loop runs as a grid of its own: lower-tiles.mlir.)
+// merge on a tile of tokens that writes only its output (the lse dropped,
+// as canonicalization drops an unused result of the loop), the first r
+// token dimensions tiled, all but the last by 1, the others whole (each
+// tile [t, t + min(T, N - t)), the loop over t by T or over tile numbers
+// by 1), is launched with one block per tile of the merge kernel; the form
+// is checked against the op's TilingInterface. Other forms are refused
+// with the reason. (A forward's or merge's own tile loop that writes every
+// result runs as a grid of its own: lower-tiles.mlir.)
 
 // Three tiles of 8 of 24 rows (static: the size is the constant 8), the
 // merge's unused lse dropped from the loop; mapped to #gpu.block<x>, which

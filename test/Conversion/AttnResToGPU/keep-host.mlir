@@ -228,6 +228,35 @@ func.func @merge(%op: tensor<4x?x64xf32>, %lp: tensor<4x?xf32>,
 
 // -----
 
+// A weight a row group whose count K only the run time knows ([?, 64] over
+// [K, N, 64] rows): K must be the partials' first token dimension (checked
+// before the launch, which a mismatch skips), and the kernel's rows per
+// weight row are rows / max(K, 1).
+// CHECK: @attnres_refusal_{{[0-9]+}}("the output norm weight must have a row for each index of the partials' first token dimension, for kernel merge_groups_0_merge; the launch was skipped
+// CHECK-LABEL: func.func @merge_groups(
+// CHECK-SAME: %[[P:[^:]*]]: memref<3x?x?x64xf32>, %{{[^:]*}}: memref<3x?x?xf32>, %[[H:[^:]*]]: memref<?x64xbf16>
+// CHECK: %[[ROWS64:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[K:.*]] = memref.dim %[[H]], %c0{{.*}} : memref<?x64xbf16>
+// CHECK: %[[T0:.*]] = memref.dim %[[P]], %c1{{.*}} : memref<3x?x?x64xf32>
+// CHECK: %[[SAME:.*]] = arith.cmpi eq, %[[K]], %[[T0]] : index
+// CHECK: %[[DIFFER:.*]] = arith.xori %[[SAME]], %true{{.*}} : i1
+// CHECK: scf.if %[[DIFFER]] {
+// CHECK: func.call @attnresGpuRefuseLaunch
+// CHECK: %[[K64:.*]] = arith.index_cast %[[K]] : index to i64
+// CHECK: %[[GROUPS:.*]] = arith.maxui %[[K64]], %c1_i64{{.*}} : i64
+// CHECK: %[[PER:.*]] = arith.divui %[[ROWS64]], %[[GROUPS]] : i64
+// CHECK: gpu.launch_func  @attnres_kernels::@merge_groups_0_merge {{.*}}, %[[PER]] : i64)
+func.func @merge_groups(%op: tensor<3x?x?x64xf32>, %lp: tensor<3x?x?xf32>,
+                        %h: tensor<?x64xbf16>)
+    -> (tensor<?x?x64xbf16>, tensor<?x?xf32>) {
+  %o, %lse = attnres.partition_reduce softmax %op : tensor<3x?x?x64xf32>
+      lse(%lp : tensor<3x?x?xf32>) output_norm(%h : tensor<?x64xbf16>)
+      -> tensor<?x?x64xbf16>, tensor<?x?xf32>
+  return %o, %lse : tensor<?x?x64xbf16>, tensor<?x?xf32>
+}
+
+// -----
+
 // A sum partition_reduce: every element of the result, N * 16, in blocks
 // of 256.
 // CHECK-LABEL: func.func @finalize(

@@ -460,11 +460,11 @@ func.func @merge_tiles(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>,
 
 // -----
 
-// The merge of a two-query forward split over its sources, with a weight
-// a query ([2, 64] over [2, N, 64] rows), tiled by (1, 16): the tile's
-// weight is its query's row, a view of the whole weight at the tile's
-// first token offset; the thread code reads row r's weight at row
-// r / (2N / 2) of the whole one.
+// A merge of the user's own with a weight a row group ([2, 64] over
+// [2, N, 64] rows, the form a two-query forward's merge has), tiled by
+// (1, 16): the tile's weight is its group's row, a view of the whole
+// weight at the tile's first token offset; the thread code reads row r's
+// weight at row r / (2N / 2) of the whole one.
 // CHECK-LABEL: func.func @merge_queries(
 // CHECK: %[[ROWS:.*]] = arith.index_cast %{{.*}} : index to i64
 // CHECK: %[[PER:.*]] = arith.divui %[[ROWS]], %c2_i64 : i64
@@ -591,6 +591,77 @@ func.func @merge_weight_view(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>,
   }
   return
 }
+
+// -----
+
+// The sink of the next tile.
+#size = affine_map<(d0)[s0] -> (32, s0 - d0)>
+#next = affine_map<(d0) -> (d0 + 32)>
+func.func @merge_other_sink(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>,
+                            %sink: memref<?xf32>, %o: memref<?x64xbf16>,
+                            %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %p, %c1 : memref<3x?x64xf32>
+  scf.forall (%t) = (0) to (%n) step (32) {
+    %size = affine.min #size(%t)[%n]
+    %t1 = affine.apply #next(%t)
+    %ps = memref.subview %p[0, %t, 0] [3, %size, 64] [1, 1, 1]
+        : memref<3x?x64xf32> to memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %pls = memref.subview %pl[0, %t] [3, %size] [1, 1]
+        : memref<3x?xf32> to memref<3x?xf32, strided<[?, 1], offset: ?>>
+    %ss = memref.subview %sink[%t1] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the sink must be the same tile of tokens as the partials (token dimension 0)}}
+    attnres.partition_reduce_into softmax %ps : memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+        lse(%pls : memref<3x?xf32, strided<[?, 1], offset: ?>>)
+        sink(%ss : memref<?xf32, strided<[1], offset: ?>>)
+        outs(%os, %ls : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// Outputs allocated with the partials' token count (as bufferization
+// allocates a tile loop's outputs) need no check before the launch; the
+// caller's partial lses do.
+// CHECK: @attnres_refusal_{{[0-9]+}}("the buffer of the partial lses (token dimension 0) must have as many tokens as the partials' for kernel merge_allocated_kernel; the launch was skipped
+// CHECK-NOT: the buffer of o
+// CHECK-NOT: the buffer of lse
+// CHECK-LABEL: func.func @merge_allocated(
+// CHECK: gpu.launch
+// CHECK: gpu.terminator
+#size = affine_map<(d0)[s0] -> (32, s0 - d0)>
+func.func @merge_allocated(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>)
+    -> (memref<?x64xbf16>, memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %p, %c1 : memref<3x?x64xf32>
+  %o = gpu.alloc (%n) : memref<?x64xbf16>
+  %lse = gpu.alloc (%n) : memref<?xf32>
+  scf.forall (%t) = (0) to (%n) step (32) {
+    %size = affine.min #size(%t)[%n]
+    %ps = memref.subview %p[0, %t, 0] [3, %size, 64] [1, 1, 1]
+        : memref<3x?x64xf32> to memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %pls = memref.subview %pl[0, %t] [3, %size] [1, 1]
+        : memref<3x?xf32> to memref<3x?xf32, strided<[?, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    attnres.partition_reduce_into softmax %ps : memref<3x?x64xf32, strided<[?, 64, 1], offset: ?>>
+        lse(%pls : memref<3x?xf32, strided<[?, 1], offset: ?>>)
+        outs(%os, %ls : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return %o, %lse : memref<?x64xbf16>, memref<?xf32>
+}
+
+// -----
 
 // RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=forward-staged-batches=2 2>&1 | FileCheck %s --check-prefix=NO-ASYNC
 // NO-ASYNC: attnres-lower-tiles-to-gpu: staged batches need asynchronous copies (async-copies=1: NVIDIA sm_80 and later)
