@@ -70,6 +70,13 @@ static int misaligned(void) {
   return 0;
 }
 
+/* Whether `got`, read back from bf16, is `want` within bf16 rounding
+ * (bf16 keeps 8 bits: half an ulp is 2^-9 of the value; twice that, and
+ * 1e-6 near 0, leave room for the FP32 arithmetic). False for NaN. */
+static int withinBf16(double got, double want) {
+  return fabs(got - want) <= ldexp(fabs(want), -8) + 1e-6;
+}
+
 /* Calls `function` (@mix or @decode), or with `queries` > 1
  * `queriesFunction` (@queries), on `tokens` tokens of `sources` sources of
  * width `width` and checks o and lse (a row each per query) against
@@ -173,15 +180,13 @@ static int run(const char *name, Forward function,
         for (int64_t l = 0; l < sources; ++l)
           mixed += exp(logit[l] - expected) *
                    fromBf16(v[(l * tokens + n) * width + d]);
-        /* bf16 keeps 8 bits: half an ulp is 2^-9 of the value. */
         double got = fromBf16(o[row * width + d]);
-        double error = fabs(got - mixed);
-        double allowed = ldexp(fabs(mixed), -8) + 1e-6;
-        if (!(error <= allowed)) { /* NaN too */
+        if (!withinBf16(got, mixed)) {
           printf("host forward: %s: o[%lld][%lld][%lld] = %g, expected %g\n",
                  name, (long long)m, (long long)n, (long long)d, got, mixed);
           return 1;
         }
+        double error = got - mixed;
         errorSquares += error * error;
         referenceSquares += mixed * mixed;
       }
@@ -318,12 +323,12 @@ static int runMerge(const char *name, int norm, int64_t partitions,
     for (int64_t d = 0; d < W; ++d) {
       double want = norm ? merged[d] * rho * fromBf16(h[d]) : merged[d];
       double got = fromBf16(o[n * W + d]);
-      double error = fabs(got - want);
-      if (!(error <= ldexp(fabs(want), -8) + 1e-6)) {
+      if (!withinBf16(got, want)) {
         printf("host forward: %s: o[%lld][%lld] = %g, expected %g\n", name,
                (long long)n, (long long)d, got, want);
         return 1;
       }
+      double error = got - want;
       errorSquares += error * error;
       referenceSquares += want * want;
     }
