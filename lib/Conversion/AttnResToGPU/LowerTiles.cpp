@@ -249,12 +249,12 @@ void tileOperandsOf(Operation *tile, SmallVectorImpl<Tiled> &tiled,
   if (Value sink = merge.getSink())
     tiled.push_back({sink, "the sink", 0, 0});
   // A [K, D] weight follows the first token dimension (its tiling slices
-  // it so); a [D] one is whole.
+  // it so), K checked by the merge's host code (mergeArguments) and, when
+  // static, by the op's verifier; a [D] one is whole.
   Value weight = merge.getOutputNormWeight();
   if (weight && cast<MemRefType>(weight.getType()).getRank() == 2)
     tiled.push_back({weight, "the output norm weight", 0, 1,
-                     /*checkTokens=*/false}); // mergeArguments checks it
-
+                     /*checkTokens=*/false});
   else
     whole.push_back(weight);
   addOutputs(merge.getOutputBuffer(), merge.getLseBuffer(),
