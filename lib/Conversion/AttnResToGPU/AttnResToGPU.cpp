@@ -178,12 +178,12 @@ bool gpu_kernels::isIndexArithmetic(Operation *op) {
          llvm::all_of(op->getResultTypes(), isIndexLike);
 }
 
-/// The op a tile loop of attnres-lower-tiles-to-gpu tiles: a forward or a
-/// softmax merge (a sum's dimensions are not rows of tokens).
-static bool isTileLoopOp(Operation &op) {
+bool gpu_kernels::isLoweredTileOp(Operation *op) {
   if (auto merge = dyn_cast<PartitionReduceOp>(op))
     return merge.getKind() == ReduceKind::Softmax;
-  return isa<ForwardOp>(op);
+  if (auto merge = dyn_cast<PartitionReduceIntoOp>(op))
+    return merge.getKind() == ReduceKind::Softmax;
+  return isa<ForwardOp, ForwardIntoOp>(op);
 }
 
 /// Whether `loop` is a tile loop of one forward or merge that runs as a
@@ -193,7 +193,7 @@ static bool isTileLoopOp(Operation &op) {
 static Operation *firstOffTileLoop(scf::ForallOp loop) {
   int tiled = 0;
   for (Operation &op : loop.getBody()->without_terminator()) {
-    if (isTileLoopOp(op) && ++tiled == 1)
+    if (isLoweredTileOp(&op) && ++tiled == 1)
       continue;
     if (isa<tensor::ExtractSliceOp, tensor::DimOp>(op) ||
         isIndexArithmetic(&op))
@@ -209,8 +209,9 @@ static Operation *firstOffTileLoop(scf::ForallOp loop) {
 static bool writesTilesOfItsOp(scf::ForallOp loop) {
   if (!isa<func::FuncOp>(loop->getParentOp()) || loop.getNumResults() == 0)
     return false;
-  auto ops = llvm::make_filter_range(loop.getBody()->without_terminator(),
-                                     isTileLoopOp);
+  auto ops = llvm::make_filter_range(
+      loop.getBody()->without_terminator(),
+      [](Operation &op) { return isLoweredTileOp(&op); });
   if (ops.empty())
     return false;
   Operation *tiled = &*ops.begin();

@@ -1108,11 +1108,8 @@ struct LaunchKernelsPass
         return;
       // A forward's or softmax merge's tile loop runs as a grid of its own
       // (attnres-lower-tiles-to-gpu).
-      auto merge = dyn_cast<PartitionReduceIntoOp>(op);
       if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
-          loop &&
-          (isa<ForwardIntoOp>(op) ||
-           (merge && merge.getKind() == ReduceKind::Softmax)) &&
+          loop && isOpOnBuffers(op) && isLoweredTileOp(op) &&
           !op->hasAttr(kLaunchAttrName) &&
           isa<func::FuncOp>(loop->getParentOp()))
         return;

@@ -275,6 +275,11 @@ LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 /// a tile loop's body may hold next to its op (it runs on the device).
 bool isIndexArithmetic(Operation *op);
 
+/// The ops whose own tile loops attnres-lower-tiles-to-gpu runs as grids of
+/// blocks: a forward or a softmax merge, on tensors or on buffers (a sum's
+/// dimensions are not rows of tokens).
+bool isLoweredTileOp(Operation *op);
+
 /// An scf.forall at the top level of a function whose body is one
 /// attnres.forward or softmax attnres.partition_reduce on slices of tensors,
 /// with sizes and index arithmetic, and whose outputs are each written by

@@ -47,14 +47,6 @@ namespace {
 
 constexpr StringLiteral kPass = "attnres-lower-tiles-to-gpu";
 
-/// The ops whose tile loops the pass lowers: a forward and a softmax merge
-/// (a sum's dimensions are not rows of tokens).
-bool isTileOp(Operation *op) {
-  if (auto merge = dyn_cast<PartitionReduceIntoOp>(op))
-    return merge.getKind() == ReduceKind::Softmax;
-  return isa<ForwardIntoOp>(op);
-}
-
 /// Checks that a tile loop's body is one op the pass lowers and what may
 /// run next to it, else an error naming the first op of the body that
 /// cannot run on the device.
@@ -66,7 +58,7 @@ LogicalResult checkTileLoop(scf::ForallOp loop) {
               "(attnres-bufferize-host)";
   bool found = false;
   for (Operation &op : loop.getBody()->without_terminator()) {
-    if (isTileOp(&op) && !found) {
+    if (isLoweredTileOp(&op) && !found) {
       found = true;
       continue;
     }
@@ -523,7 +515,7 @@ struct LowerTilesPass
       for (Block &block : function.getBody())
         for (auto loop : block.getOps<scf::ForallOp>())
           if (llvm::any_of(loop.getBody()->without_terminator(),
-                           [](Operation &op) { return isTileOp(&op); }))
+                           [](Operation &op) { return isLoweredTileOp(&op); }))
             loops.push_back(loop);
     unsigned refusals = existingRefusals(module);
     for (scf::ForallOp loop : loops)
@@ -543,7 +535,7 @@ struct LowerTilesPass
     hoistHostSizes(*launch);
     Operation *tile = nullptr;
     launch->getBody().walk([&](Operation *op) {
-      if (isTileOp(op))
+      if (isLoweredTileOp(op))
         tile = op;
     });
     if (!tile || tile->getParentOp() != *launch)
