@@ -225,29 +225,97 @@ static bool writesTilesOfItsOp(scf::ForallOp loop) {
   });
 }
 
-/// Whether a tile loop is a piece of a forward split over its sources,
-/// which convert-attnres-to-gpu launches as the split's kernels: a partial
-/// forward whose outputs are stacked for the merge, or the merge of such
-/// stacked partials.
-static bool isSplitPiece(scf::ForallOp loop) {
-  auto stacked = [](Value value) {
-    if (auto slice = value.getDefiningOp<tensor::ExtractSliceOp>())
-      value = slice.getSource();
-    return isa_and_nonnull<tensor::ExpandShapeOp, tensor::ConcatOp>(
-        value.getDefiningOp());
-  };
-  for (Operation &op : loop.getBody()->without_terminator())
-    if (auto merge = dyn_cast<PartitionReduceOp>(op))
-      return stacked(merge.getPartials()) ||
-             (merge.getPartialLse() && stacked(merge.getPartialLse()));
-  return llvm::any_of(loop->getUsers(), [](Operation *user) {
-    return isa<tensor::ExpandShapeOp>(user);
-  });
+bool gpu_kernels::isLoweredTileLoop(scf::ForallOp loop) {
+  return writesTilesOfItsOp(loop) && !firstOffTileLoop(loop);
 }
 
-bool gpu_kernels::isLoweredTileLoop(scf::ForallOp loop) {
-  return writesTilesOfItsOp(loop) && !firstOffTileLoop(loop) &&
-         !isSplitPiece(loop);
+/// Whether `size` is all of dimension `dim` of `source` (a tensor or a
+/// buffer): its static size, a tensor.dim or memref.dim of it, or the size
+/// it was made with (tensor.empty, an allocation).
+static bool isWholeDim(OpFoldResult size, Value source, int64_t dim) {
+  auto type = cast<ShapedType>(source.getType());
+  if (!type.isDynamicDim(dim)) {
+    std::optional<int64_t> known = getConstantIntValue(size);
+    return known && *known == type.getDimSize(dim);
+  }
+  auto value = dyn_cast<Value>(size);
+  if (!value)
+    return false;
+  auto readOf = [&](auto read) {
+    std::optional<int64_t> index = getConstantIntValue(read.getIndex());
+    return read.getSource() == source && index && *index == dim;
+  };
+  if (auto read = value.getDefiningOp<tensor::DimOp>(); read && readOf(read))
+    return true;
+  if (auto read = value.getDefiningOp<memref::DimOp>(); read && readOf(read))
+    return true;
+  ValueRange made;
+  if (auto empty = source.getDefiningOp<tensor::EmptyOp>())
+    made = empty.getDynamicSizes();
+  else if (auto alloc = source.getDefiningOp<gpu::AllocOp>())
+    made = alloc.getDynamicSizes();
+  else if (auto alloc = source.getDefiningOp<memref::AllocOp>())
+    made = alloc.getDynamicSizes();
+  else
+    return false;
+  return made[type.getDynamicDimIndex(dim)] == value;
+}
+
+bool gpu_kernels::isConsecutiveRows(OffsetSizeAndStrideOpInterface slice,
+                                    Value source) {
+  if (!llvm::all_of(slice.getMixedStrides(),
+                    [](OpFoldResult stride) { return isOneInteger(stride); }))
+    return false;
+  SmallVector<OpFoldResult> offsets = slice.getMixedOffsets(),
+                            sizes = slice.getMixedSizes();
+  // Unit dimensions, then one cut anywhere, then whole dimensions.
+  size_t cut = 0;
+  while (cut < sizes.size() && isOneInteger(sizes[cut]))
+    ++cut;
+  for (size_t dim = cut + 1; dim < sizes.size(); ++dim)
+    if (!isZeroInteger(offsets[dim]) || !isWholeDim(sizes[dim], source, dim))
+      return false;
+  return true;
+}
+
+bool gpu_kernels::isDenseView(Value buffer) {
+  auto type = dyn_cast<MemRefType>(buffer.getType());
+  if (!type)
+    return false;
+  if (type.getLayout().isIdentity())
+    return true;
+  if (auto subview = buffer.getDefiningOp<memref::SubViewOp>())
+    return isDenseView(subview.getSource()) &&
+           isConsecutiveRows(subview, subview.getSource());
+  if (auto collapse = buffer.getDefiningOp<memref::CollapseShapeOp>())
+    return isDenseView(collapse.getSrc());
+  if (auto expand = buffer.getDefiningOp<memref::ExpandShapeOp>())
+    return isDenseView(expand.getSrc());
+  return false;
+}
+
+Value gpu_kernels::stackedPiece(Value stacked) {
+  auto expand = stacked.getDefiningOp<tensor::ExpandShapeOp>();
+  if (!expand)
+    return {};
+  SmallVector<int64_t> shape{1};
+  llvm::append_range(shape, expand.getSrcType().getShape());
+  if (expand.getResultType().getShape() != ArrayRef<int64_t>(shape))
+    return {};
+  return expand.getSrc();
+}
+
+SmallVector<Value> gpu_kernels::stackedPieces(tensor::ConcatOp concat) {
+  if (concat.getDim() != 0)
+    return {};
+  SmallVector<Value> pieces;
+  for (Value input : concat.getInputs()) {
+    Value piece = stackedPiece(input);
+    if (!piece)
+      return {};
+    pieces.push_back(piece);
+  }
+  return pieces;
 }
 
 LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
@@ -302,15 +370,25 @@ LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
          !llvm::any_of(op->getResultTypes(), isTensor)))
       return WalkResult::advance();
     // tensor.dim reads a size from the descriptor, not the data; the
-    // reshapes become views of the same buffer (attnres-split-reduction
-    // merges several token dimensions into one).
+    // reshapes and slices become views of the same buffer
+    // (attnres-split-reduction merges several token dimensions into one;
+    // attnres-split-sources slices packed sources); attnres-bufferize-host
+    // makes a stack of pieces (attnres-split-sources' partial results)
+    // a buffer that the pieces are written into.
     if (isa<tensor::DimOp, tensor::CollapseShapeOp, tensor::ExpandShapeOp>(op))
+      return WalkResult::advance();
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op);
+        slice && isConsecutiveRows(slice, slice.getSource()))
+      return WalkResult::advance();
+    if (auto concat = dyn_cast<tensor::ConcatOp>(op);
+        concat && !stackedPieces(concat).empty())
       return WalkResult::advance();
     op->emitError()
         << pass
         << ": keep-host=1 keeps every "
            "tensor in device memory, which only attnres ops, "
-           "tensor.dim and reshapes may use; '"
+           "tensor.dim, reshapes, slices of consecutive rows and stacks "
+           "(a tensor.concat of unit-dimension expansions) may use; '"
         << op->getName()
         << "' is none of them (keep-host=0 compiles the attnres ops "
            "alone)";

@@ -20,7 +20,12 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+
+#include <numeric>
 
 namespace mlir::attnres {
 #define GEN_PASS_DEF_ATTNRESBUFFERIZEHOST
@@ -167,6 +172,190 @@ void writeOutsInPlace(ModuleOp module) {
   }
 }
 
+/// Whether `a` and `b` are the same elements of one buffer: the same value,
+/// or equal views of the same one (during bufferization, a tensor's buffer
+/// may be read by several bufferization.to_buffer ops).
+bool isSameView(Value a, Value b) {
+  if (a == b)
+    return true;
+  auto bufferA = a.getDefiningOp<bufferization::ToBufferOp>();
+  auto bufferB = b.getDefiningOp<bufferization::ToBufferOp>();
+  if (bufferA && bufferB)
+    return bufferA.getTensor() == bufferB.getTensor() &&
+           a.getType() == b.getType();
+  auto x = a.getDefiningOp<memref::SubViewOp>();
+  auto y = b.getDefiningOp<memref::SubViewOp>();
+  if (!x || !y || x.getType() != y.getType() ||
+      !isSameView(x.getSource(), y.getSource()))
+    return false;
+  auto same = [](ArrayRef<OpFoldResult> u, ArrayRef<OpFoldResult> v) {
+    return llvm::equal(u, v, [](OpFoldResult p, OpFoldResult q) {
+      return isEqualConstantIntOrValue(p, q);
+    });
+  };
+  return same(x.getMixedOffsets(), y.getMixedOffsets()) &&
+         same(x.getMixedSizes(), y.getMixedSizes()) &&
+         same(x.getMixedStrides(), y.getMixedStrides());
+}
+
+/// The output of a tile loop that `piece` (one of its results) is written
+/// into: a tensor.empty the loop alone uses, or null.
+OpOperand *emptyOutputOf(Value piece) {
+  auto loop = piece.getDefiningOp<scf::ForallOp>();
+  if (!loop)
+    return nullptr;
+  OpOperand *output = loop.getTiedOpOperand(cast<OpResult>(piece));
+  auto empty = output->get().getDefiningOp<tensor::EmptyOp>();
+  return empty && empty->hasOneUse() ? output : nullptr;
+}
+
+/// A stack of pieces (attnres-split-sources' partial outputs or lses,
+/// stacked for the merge) as one tensor the pieces are inserted into, each
+/// right after it is made, and that a tile loop making a piece writes
+/// directly: its output becomes its slice of the stack, so that one-shot
+/// bufferization makes it a view of the stack's buffer. Left a
+/// tensor.concat, bufferization would give every piece a buffer of its own
+/// and copy them all. Pieces that no tile loop makes are copied into the
+/// stack (a device copy, which writeOutsInPlace removes where the piece's
+/// op can write the stack itself).
+void stackInPlace(tensor::ConcatOp concat) {
+  SmallVector<Value> pieces = stackedPieces(concat);
+  if (pieces.empty())
+    return;
+  Block *block = concat->getBlock();
+  auto producerOf = [&](Value piece) -> Operation * {
+    Operation *producer = piece.getDefiningOp();
+    return producer && producer->getBlock() == block ? producer : nullptr;
+  };
+  // Pieces made in the block, in the order they are made; the others (its
+  // arguments, values from outside) before them.
+  SmallVector<unsigned> order(pieces.size());
+  std::iota(order.begin(), order.end(), 0);
+  for (Value piece : pieces)
+    if (Operation *producer = producerOf(piece);
+        producer && !producer->isBeforeInBlock(concat))
+      return;
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    Operation *x = producerOf(pieces[a]), *y = producerOf(pieces[b]);
+    return y && (!x || x->isBeforeInBlock(y));
+  });
+
+  // The stack is made before the first piece, sized as it is (a loop's
+  // piece as its empty output, made before the loop).
+  IRRewriter rewriter(concat.getContext());
+  Location loc = concat.getLoc();
+  Value first = pieces[order.front()];
+  SmallVector<OpFoldResult> pieceSizes;
+  if (OpOperand *output = emptyOutputOf(first)) {
+    auto empty = output->get().getDefiningOp<tensor::EmptyOp>();
+    pieceSizes = empty.getMixedSizes();
+    rewriter.setInsertionPoint(empty);
+  } else if (Operation *producer = producerOf(first)) {
+    // Before the op, where its result's sizes can be told (so that it may
+    // write its piece of the stack in place: writeOutsInPlace), else after.
+    ReifiedRankedShapedTypeDims shapes;
+    rewriter.setInsertionPoint(producer);
+    if (succeeded(reifyResultShapes(rewriter, producer, shapes)))
+      pieceSizes = shapes[cast<OpResult>(first).getResultNumber()];
+    else
+      rewriter.setInsertionPointAfter(producer);
+  } else {
+    rewriter.setInsertionPointToStart(block);
+    if (Operation *definition = first.getDefiningOp();
+        definition && definition->getBlock() == block)
+      rewriter.setInsertionPointAfter(definition);
+  }
+  auto stackType = cast<RankedTensorType>(concat.getType());
+  if (pieceSizes.empty())
+    pieceSizes = tensor::getMixedSizes(rewriter, loc, first);
+  SmallVector<OpFoldResult> sliceSizes{rewriter.getIndexAttr(1)};
+  llvm::append_range(sliceSizes, pieceSizes);
+  SmallVector<OpFoldResult> stackSizes(sliceSizes);
+  stackSizes.front() = rewriter.getIndexAttr(pieces.size());
+  Value stack = tensor::EmptyOp::create(rewriter, loc, stackSizes,
+                                        stackType.getElementType())
+                    .getResult();
+  SmallVector<OpFoldResult> strides(stackType.getRank(),
+                                    rewriter.getIndexAttr(1));
+  auto offsetsOf = [&](unsigned index) {
+    SmallVector<OpFoldResult> offsets(stackType.getRank(),
+                                      rewriter.getIndexAttr(0));
+    offsets.front() = rewriter.getIndexAttr(index);
+    return offsets;
+  };
+
+  for (unsigned index : order) {
+    Value piece = pieces[index];
+    auto pieceType = cast<RankedTensorType>(piece.getType());
+    // The loop writes its slice of the stack; the stack's sizes (the first
+    // piece's) bound every piece, whose op checks its own sizes against
+    // that slice's.
+    if (OpOperand *output = emptyOutputOf(piece);
+        output && pieceType.getShape() == stackType.getShape().drop_front()) {
+      Operation *empty = output->get().getDefiningOp();
+      rewriter.setInsertionPoint(output->getOwner());
+      Value slice =
+          tensor::ExtractSliceOp::create(rewriter, loc, pieceType, stack,
+                                         offsetsOf(index), sliceSizes, strides);
+      output->set(slice);
+      rewriter.eraseOp(empty);
+    }
+    // After the piece and the stack so far (made after the first piece's
+    // op where no loop makes it).
+    Operation *producer = producerOf(piece);
+    if (producer && stack.getDefiningOp()->isBeforeInBlock(producer))
+      rewriter.setInsertionPointAfter(producer);
+    else
+      rewriter.setInsertionPointAfterValue(stack);
+    stack = tensor::InsertSliceOp::create(
+        rewriter, loc, piece, stack, offsetsOf(index), sliceSizes, strides);
+  }
+  SmallVector<Operation *> expansions;
+  for (Value input : concat.getInputs())
+    expansions.push_back(input.getDefiningOp());
+  rewriter.replaceOp(concat, stack);
+  // With the expansions go the sizes they read of the pieces: a size read
+  // of a piece's buffer would keep its op from writing the stack.
+  for (Operation *expansion : expansions) {
+    if (!expansion->use_empty())
+      continue;
+    SmallVector<Value> sizes(expansion->getOperands().drop_front());
+    rewriter.eraseOp(expansion);
+    for (Value size : sizes)
+      if (Operation *read = size.getDefiningOp<tensor::DimOp>();
+          read && read->use_empty())
+        rewriter.eraseOp(read);
+  }
+}
+
+/// Frees, at the end of the function, each device buffer bufferization
+/// allocated that the function does not return (a stack of partial
+/// results, say): one-shot bufferization allocates and leaves freeing to
+/// the caller's pipeline, and the kept host code is that pipeline. Every
+/// launch before the return has finished by then (the host code waits for
+/// each).
+void freeTemporaries(func::FuncOp function) {
+  for (Block &block : function.getBody()) {
+    auto ret = dyn_cast<func::ReturnOp>(block.getTerminator());
+    if (!ret)
+      continue;
+    llvm::DenseSet<Value> returned;
+    for (Value value : ret.getOperands())
+      returned.insert(bufferOf(value));
+    SmallVector<gpu::AllocOp> temporaries;
+    for (auto alloc : block.getOps<gpu::AllocOp>())
+      if (!alloc.getAsyncToken() && !returned.contains(alloc.getMemref()) &&
+          llvm::none_of(alloc.getMemref().getUsers(), [](Operation *user) {
+            return isa<gpu::DeallocOp, memref::DeallocOp>(user);
+          }))
+        temporaries.push_back(alloc);
+    OpBuilder b(ret);
+    for (gpu::AllocOp alloc : temporaries)
+      gpu::DeallocOp::create(b, alloc.getLoc(), /*asyncToken=*/Type(),
+                             ValueRange(), alloc.getMemref());
+  }
+}
+
 struct BufferizeHostPass
     : mlir::attnres::impl::AttnResBufferizeHostBase<BufferizeHostPass> {
   void getDependentDialects(DialectRegistry &registry) const override {
@@ -184,6 +373,13 @@ struct BufferizeHostPass
       hostOnly &= succeeded(checkKeptFunction(function, getArgument()));
     if (!hostOnly)
       return signalPassFailure();
+    SmallVector<tensor::ConcatOp> stacks;
+    getOperation().walk([&](tensor::ConcatOp concat) {
+      if (isa<func::FuncOp>(concat->getParentOp()))
+        stacks.push_back(concat);
+    });
+    for (tensor::ConcatOp concat : stacks)
+      stackInPlace(concat);
     bufferization::OneShotBufferizationOptions options;
     options.bufferizeFunctionBoundaries = true;
     options.setFunctionBoundaryTypeConversion(
@@ -199,6 +395,10 @@ struct BufferizeHostPass
     // a host loop over device memory.
     options.memCpyFn = [](OpBuilder &b, Location loc, Value from,
                           Value to) -> LogicalResult {
+      // A piece written in place into its stack (stackInPlace) is copied
+      // onto itself: nothing to do.
+      if (isSameView(from, to))
+        return success();
       gpu::MemcpyOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(), to,
                             from);
       return success();
@@ -208,6 +408,8 @@ struct BufferizeHostPass
                                                         state)))
       return signalPassFailure();
     writeOutsInPlace(getOperation());
+    for (auto function : getOperation().getOps<func::FuncOp>())
+      freeTemporaries(function);
     // A tile loop's op must write its tiles of the loop's outputs: a buffer
     // of its own would be copied on the host.
     WalkResult unwritten = getOperation().walk([&](Operation *op) {

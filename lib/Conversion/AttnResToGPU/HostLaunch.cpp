@@ -144,11 +144,20 @@ public:
     return buffer;
   }
 
-  /// The address of a buffer's first element, as the kernels take it.
+  /// The address of a buffer's first element, as the kernels take it (a
+  /// view's lies `offset` elements past its allocation's).
   Value addressOf(Value buffer) {
-    Value index =
+    Value address =
         memref::ExtractAlignedPointerAsIndexOp::create(b, loc, buffer);
-    return toI64(index);
+    auto type = cast<MemRefType>(buffer.getType());
+    if (!type.getLayout().isIdentity()) {
+      auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, buffer);
+      Value bytes =
+          arith::MulIOp::create(b, loc, metadata.getOffset(),
+                                index(type.getElementTypeBitWidth() / 8));
+      address = arith::AddIOp::create(b, loc, address, bytes);
+    }
+    return toI64(address);
   }
 
   /// Binds each present buffer's address to its kernel argument's name.
@@ -1026,15 +1035,17 @@ LogicalResult checkPlacement(ModuleOp module, Operation *op) {
               "(attnres.forward_into, ...); bufferize this op first "
               "(attnres-bufferize-host)";
   // Its kernels take a buffer's address and the op's sizes: the rows of
-  // every buffer must lie one after the other from its first element.
+  // every buffer must lie one after the other from its first element (a
+  // buffer, or consecutive rows of one: a partial forward's piece of the
+  // stack its merge reads).
   for (auto [index, operand] : llvm::enumerate(op->getOperands()))
-    if (auto type = dyn_cast<MemRefType>(operand.getType());
-        type && !type.getLayout().isIdentity())
+    if (isa<MemRefType>(operand.getType()) && !isDenseView(operand))
       return op->emitError()
              << "attnres-launch-kernels launches the kernels of whole "
-                "buffers, dense from their start (an identity layout); "
+                "buffers, whose elements lie one after the other (an "
+                "identity layout, or consecutive rows of such a buffer); "
                 "operand #"
-             << index << " is " << type;
+             << index << " is " << operand.getType();
   return success();
 }
 

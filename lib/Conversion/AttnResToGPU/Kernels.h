@@ -26,6 +26,12 @@
 namespace mlir::func {
 class FuncOp;
 } // namespace mlir::func
+namespace mlir {
+class OffsetSizeAndStrideOpInterface;
+} // namespace mlir
+namespace mlir::tensor {
+class ConcatOp;
+} // namespace mlir::tensor
 namespace mlir::scf {
 class ForallOp;
 } // namespace mlir::scf
@@ -283,12 +289,35 @@ bool isLoweredTileOp(Operation *op);
 /// An scf.forall at the top level of a function whose body is one
 /// attnres.forward or softmax attnres.partition_reduce on slices of tensors,
 /// with sizes and index arithmetic, and whose outputs are each written by
-/// one of the op's results (a tile of it), every result written; not a
-/// piece of a forward split over its sources (a partial forward whose
-/// outputs are stacked, or the merge of stacked partials), which
-/// convert-attnres-to-gpu launches as the split's kernels.
-/// attnres-lower-tiles-to-gpu runs it as a grid of blocks.
+/// one of the op's results (a tile of it), every result written.
+/// attnres-lower-tiles-to-gpu runs it as a grid of blocks (a piece of a
+/// forward split over its sources too: its partial forwards write their
+/// slices of the stacks the merge reads).
 bool isLoweredTileLoop(scf::ForallOp loop);
+
+/// Whether `slice` (a tensor.extract_slice or memref.subview of `source`)
+/// takes consecutive rows of it: unit strides, unit sizes up to one
+/// dimension it cuts anywhere, and every later dimension whole. Such a
+/// slice of a dense buffer is dense (a packed source's partition, a piece
+/// of a stack).
+bool isConsecutiveRows(OffsetSizeAndStrideOpInterface slice, Value source);
+
+/// Whether `buffer`'s elements lie one after the other in row-major order
+/// from its first element, which may be anywhere in its allocation: an
+/// identity layout, or views of consecutive rows and reshapes of such a
+/// buffer. The kernels address such a buffer from its first element.
+bool isDenseView(Value buffer);
+
+/// The piece a stack of one along a new leading dimension holds: the
+/// source of a tensor.expand_shape that adds a unit dimension in front;
+/// null for anything else.
+Value stackedPiece(Value stacked);
+
+/// The pieces a stack along a new leading dimension is made of: the
+/// sources of a tensor.concat along dimension 0 of unit-dimension
+/// expansions (attnres-split-sources stacks its partial results so); empty
+/// if `concat` is not such a stack.
+SmallVector<Value> stackedPieces(tensor::ConcatOp concat);
 
 /// The host code of a tile loop made `launch` (attnres-lower-tiles-to-gpu):
 /// `whole` is the tile's op (a forward_into or a softmax
@@ -316,9 +345,10 @@ Value allocateOnDevice(OpBuilder &b, Location loc, MemRefType type,
 /// and merged by a softmax partition_reduce) by the forward over all
 /// sources, mapped to P partitions (SplitDecompositions.cpp): the split
 /// forward kernels' partitions are the group's. A merge of forward results
-/// that differs from that form is an error. The pieces' tiles of
-/// absorbTileLoops (`tileTokens`) go to the forward: the partials' to its
-/// walks, the merge's to `mergeTileTokens`.
+/// that differs from that form is an error. Where the partials' or the
+/// merge's loops were absorbed (absorbTileLoops: loops that do not run as
+/// grids of their own), their tiles (`tileTokens`) go to the forward: the
+/// partials' to its walks, the merge's to `mergeTileTokens`.
 LogicalResult
 absorbSplitForwards(ModuleOp module,
                     llvm::DenseMap<Operation *, int64_t> &partitions,

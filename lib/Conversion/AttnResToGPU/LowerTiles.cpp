@@ -310,11 +310,14 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
     if (isInLaunch(root))
       return fail(operand.name + " must be views of the function's buffers, "
                                  "not of views in the loop");
-    auto rootType = cast<MemRefType>(root.getType());
-    if (!rootType.getLayout().isIdentity()) {
-      fail(operand.name + " must be views of buffers dense from their start "
-                          "(an identity layout), not of ")
-          << rootType;
+    // A root may itself be a view of consecutive rows (a packed source's
+    // partition, a partial forward's piece of its stack): the host
+    // addresses it from its first element.
+    if (!isDenseView(root)) {
+      fail(operand.name + " must be views of buffers whose elements lie "
+                          "one after the other (an identity layout, or "
+                          "consecutive rows of such a buffer), not of ")
+          << root.getType();
       return failure();
     }
     if (!llvm::all_of(subview.getMixedStrides(),

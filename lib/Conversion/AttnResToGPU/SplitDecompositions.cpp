@@ -408,15 +408,11 @@ SmallVector<Value> SplitForwardMatcher::unstack(Value stacked) {
     inputs.push_back(stacked);
   SmallVector<Value> pieces;
   for (Value input : inputs) {
-    auto expand = input.getDefiningOp<tensor::ExpandShapeOp>();
-    if (!expand || !expand->hasOneUse())
+    Value piece = stackedPiece(input);
+    if (!piece || !input.hasOneUse())
       return {};
-    SmallVector<int64_t> shape{1};
-    llvm::append_range(shape, expand.getSrcType().getShape());
-    if (expand.getResultType().getShape() != ArrayRef<int64_t>(shape))
-      return {};
-    pieces.push_back(expand.getSrc());
-    stacking.push_back(expand);
+    pieces.push_back(piece);
+    stacking.push_back(input.getDefiningOp());
   }
   if (concat)
     stacking.push_back(concat);
@@ -1159,9 +1155,9 @@ LogicalResult gpu_kernels::absorbTileLoops(
       return;
     auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
     // A forward's or merge's own tile loop runs as a grid of its own
-    // (attnres-lower-tiles-to-gpu); the tiles of a split forward's pieces
-    // (partials stacked for the merge, and that merge) run as the split's
-    // kernels.
+    // (attnres-lower-tiles-to-gpu), a split forward's partials and merge
+    // too; the others (a loop that drops one of its op's results, say) run
+    // as blocks of the op's kernels.
     if (loop && isLoweredTileLoop(loop))
       return;
     if (loop)

@@ -32,7 +32,7 @@ func.func @tokens_2d(%v: tensor<3x4x5x32xbf16>, %q: tensor<32xbf16>)
 // Device memory only: an op that would touch it on the host is refused, as
 // by convert-attnres-to-gpu (the pass may be run on its own).
 func.func @empty() -> tensor<8x64xf32> {
-  // expected-error @+1 {{attnres-bufferize-host: keep-host=1 keeps every tensor in device memory, which only attnres ops, tensor.dim and reshapes may use; 'tensor.empty' is none of them (keep-host=0 compiles the attnres ops alone)}}
+  // expected-error @+1 {{attnres-bufferize-host: keep-host=1 keeps every tensor in device memory, which only attnres ops, tensor.dim, reshapes, slices of consecutive rows and stacks (a tensor.concat of unit-dimension expansions) may use; 'tensor.empty' is none of them (keep-host=0 compiles the attnres ops alone)}}
   %e = tensor.empty() : tensor<8x64xf32>
   return %e : tensor<8x64xf32>
 }
@@ -141,4 +141,102 @@ func.func @tile_of_strided_columns(%v: tensor<3x?x256xbf16>,
     }
   }
   return %r#0, %r#1 : tensor<?x128xbf16>, tensor<?xf32>
+}
+
+// -----
+
+// attnres-split-sources' stacking (a tensor.concat of unit-dimension
+// expansions of the partial results) becomes one buffer per stack that each
+// partial forward writes its slice of, made before the first partial (its
+// sizes the op's result sizes), and is freed at the end of the function:
+// nothing is copied, and the merge reads the stacks.
+// CHECK-LABEL: func.func @stack_whole(
+// CHECK-SAME: %[[V:.*]]: memref<4x?x64xbf16>, %[[W:.*]]: memref<4x?x64xbf16>, %[[Q:.*]]: memref<64xbf16>)
+// CHECK-NOT: gpu.memcpy
+// CHECK: %[[N:.*]] = memref.dim %[[V]], %c1
+// CHECK: %[[OS:.*]] = gpu.alloc  (%[[N]]) : memref<2x?x64xf32>
+// CHECK: %[[M:.*]] = memref.dim %[[V]], %c1
+// CHECK: %[[LS:.*]] = gpu.alloc  (%[[M]]) : memref<2x?xf32>
+// CHECK: %[[O0:.*]] = memref.subview %[[OS]][0, 0, 0] [1, %[[N]], 64] [1, 1, 1] : memref<2x?x64xf32> to memref<?x64xf32, strided<[64, 1]>>
+// CHECK: %[[L0:.*]] = memref.subview %[[LS]][0, 0] [1, %[[M]]] [1, 1] : memref<2x?xf32> to memref<?xf32, strided<[1]>>
+// CHECK: attnres.forward_into packed(%[[V]] : memref<4x?x64xbf16>) query(%[[Q]] : memref<64xbf16>) save(lse) outs(%[[O0]], %[[L0]] :
+// CHECK: %[[O1:.*]] = memref.subview %[[OS]][1, 0, 0] [1, %[[N]], 64] [1, 1, 1] : memref<2x?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+// CHECK: %[[L1:.*]] = memref.subview %[[LS]][1, 0] [1, %[[M]]] [1, 1] : memref<2x?xf32> to memref<?xf32, strided<[1], offset: ?>>
+// CHECK: attnres.forward_into packed(%[[W]] : memref<4x?x64xbf16>) query(%[[Q]] : memref<64xbf16>) save(lse) outs(%[[O1]], %[[L1]] :
+// CHECK: attnres.partition_reduce_into softmax %[[OS]] : memref<2x?x64xf32> lse(%[[LS]] : memref<2x?xf32>)
+// CHECK-NOT: gpu.memcpy
+// CHECK: gpu.dealloc  %[[OS]]
+// CHECK: gpu.dealloc  %[[LS]]
+// CHECK: return
+func.func @stack_whole(%v: tensor<4x?x64xbf16>, %w: tensor<4x?x64xbf16>,
+                       %q: tensor<64xbf16>) -> tensor<?x64xbf16> {
+  %c0 = arith.constant 0 : index
+  %o0, %l0 = attnres.forward packed(%v : tensor<4x?x64xbf16>)
+      query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+  %o1, %l1 = attnres.forward packed(%w : tensor<4x?x64xbf16>)
+      query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
+  %n0 = tensor.dim %o0, %c0 : tensor<?x64xf32>
+  %n1 = tensor.dim %o1, %c0 : tensor<?x64xf32>
+  %e0 = tensor.expand_shape %o0 [[0, 1], [2]] output_shape [1, %n0, 64]
+      : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %e1 = tensor.expand_shape %o1 [[0, 1], [2]] output_shape [1, %n1, 64]
+      : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %os = tensor.concat dim(0) %e0, %e1
+      : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<2x?x64xf32>
+  %f0 = tensor.expand_shape %l0 [[0, 1]] output_shape [1, %n0]
+      : tensor<?xf32> into tensor<1x?xf32>
+  %f1 = tensor.expand_shape %l1 [[0, 1]] output_shape [1, %n1]
+      : tensor<?xf32> into tensor<1x?xf32>
+  %ls = tensor.concat dim(0) %f0, %f1
+      : (tensor<1x?xf32>, tensor<1x?xf32>) -> tensor<2x?xf32>
+  %o, %lse = attnres.partition_reduce softmax %os : tensor<2x?x64xf32>
+      lse(%ls : tensor<2x?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+// A stack of the caller's tensors: they are copied into it on the device
+// (gpu.memcpy), and it is freed after the merge.
+// CHECK-LABEL: func.func @stack_arguments(
+// CHECK-SAME: %[[A:.*]]: memref<?x64xf32>, %[[B:.*]]: memref<?x64xf32>, %[[LA:.*]]: memref<?xf32>, %[[LB:.*]]: memref<?xf32>)
+// CHECK: %[[OS:.*]] = gpu.alloc  (%{{.*}}) : memref<2x?x64xf32>
+// CHECK: %[[S0:.*]] = memref.subview %[[OS]][0, 0, 0]
+// CHECK: gpu.memcpy  %[[S0]], %[[A]]
+// CHECK: %[[S1:.*]] = memref.subview %[[OS]][1, 0, 0]
+// CHECK: gpu.memcpy  %[[S1]], %[[B]]
+// CHECK: attnres.partition_reduce_into softmax %[[OS]]
+// CHECK: gpu.dealloc  %[[OS]]
+func.func @stack_arguments(%a: tensor<?x64xf32>, %b: tensor<?x64xf32>,
+                           %la: tensor<?xf32>, %lb: tensor<?xf32>)
+    -> tensor<?x64xbf16> {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?x64xf32>
+  %e0 = tensor.expand_shape %a [[0, 1], [2]] output_shape [1, %n, 64]
+      : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %e1 = tensor.expand_shape %b [[0, 1], [2]] output_shape [1, %n, 64]
+      : tensor<?x64xf32> into tensor<1x?x64xf32>
+  %os = tensor.concat dim(0) %e0, %e1
+      : (tensor<1x?x64xf32>, tensor<1x?x64xf32>) -> tensor<2x?x64xf32>
+  %f0 = tensor.expand_shape %la [[0, 1]] output_shape [1, %n]
+      : tensor<?xf32> into tensor<1x?xf32>
+  %f1 = tensor.expand_shape %lb [[0, 1]] output_shape [1, %n]
+      : tensor<?xf32> into tensor<1x?xf32>
+  %ls = tensor.concat dim(0) %f0, %f1
+      : (tensor<1x?xf32>, tensor<1x?xf32>) -> tensor<2x?xf32>
+  %o, %lse = attnres.partition_reduce softmax %os : tensor<2x?x64xf32>
+      lse(%ls : tensor<2x?xf32>) -> tensor<?x64xbf16>, tensor<?xf32>
+  return %o : tensor<?x64xbf16>
+}
+
+// -----
+
+// A concatenation that is not a stack (along tokens) would be copied on
+// the host's orders piece by piece: refused, as other tensor ops are.
+func.func @concat_tokens(%a: tensor<?x64xf32>, %b: tensor<?x64xf32>)
+    -> tensor<?x64xf32> {
+  // expected-error @+1 {{attnres-bufferize-host: keep-host=1 keeps every tensor in device memory, which only attnres ops, tensor.dim, reshapes, slices of consecutive rows and stacks (a tensor.concat of unit-dimension expansions) may use; 'tensor.concat' is none of them (keep-host=0 compiles the attnres ops alone)}}
+  %ab = tensor.concat dim(0) %a, %b
+      : (tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %ab : tensor<?x64xf32>
 }

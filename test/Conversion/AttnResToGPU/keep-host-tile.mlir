@@ -4,7 +4,7 @@
 // RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse | FileCheck %s --check-prefix=TWO
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
 // RUN:   --attnres-tile=tile-sizes=1,40 --convert-attnres-to-gpu="keep-host=1 clusters=1" --attnres-bufferize-host --attnres-launch-kernels \
-// RUN:   --canonicalize --cse | FileCheck %s --check-prefix=SPLIT
+// RUN:   --canonicalize --cse | FileCheck %s --check-prefixes=SPLIT,INPLACE
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
 // RUN:   --transform-preload-library=transform-library-paths=%S/Inputs/tile-forwards-16.transform.mlir \
 // RUN:   --transform-interpreter --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse \
@@ -12,25 +12,32 @@
 // RUN: attnres-opt %s --split-input-file --attnres-tile=tile-sizes=1,40 \
 // RUN:   --canonicalize --cse --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse \
 // RUN:   | FileCheck %s --check-prefix=TWO
+// The merges alone tiled (a transform script): the partial forwards are
+// launched whole, each writing its slice of the stacks in place, and the
+// merge's loop reads them.
+// RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=2 \
+// RUN:   --transform-preload-library=transform-library-paths=%S/Inputs/tile-merges-1-16.transform.mlir \
+// RUN:   --transform-interpreter --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels --canonicalize --cse \
+// RUN:   | FileCheck %s --check-prefix=MERGES
 // A tile of 7 covers a split forward's first token dimension whole (the 4
-// rows of @layer's, the 2 queries of @queries' merge): one iteration, whose
-// body reads the size of the stacked partials it slices. That read goes
-// with the loop, so that the stacking is the merge's alone and the split
-// is launched as its kernels.
+// rows of @layer's, the 2 queries of @queries' merge): one iteration, which
+// canonicalization folds after bufferization; the pieces still write and
+// read the stacks in place.
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
 // RUN:   --attnres-tile=tile-sizes=7 --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels \
-// RUN:   --canonicalize --cse | FileCheck %s --check-prefix=COVER
+// RUN:   --canonicalize --cse | FileCheck %s --check-prefixes=COVER,INPLACE
 
 // attnres-tile's loops reach the GPU. A forward's or softmax merge's own
 // tile loop stays a loop, which bufferization puts on views of the buffers
 // and attnres-lower-tiles-to-gpu makes a grid of blocks (lower-tiles.mlir):
-// the conversion emits no kernel for it. The tiles of a split forward's
-// pieces are launched as blocks of its kernels: the kernels see the token
-// dimensions as one row index, so a tile is consecutive rows: a run is the
-// last tiled token dimension with the whole ones after it (dim_rows rows)
-// cut into tiles of tile_rows rows (the last one shorter); block x takes
-// tile x % tiles of run x / tiles and walks it a row group at
-// a time (an scf.for ending each step with a barrier).
+// the conversion emits no kernel for it. So do the tile loops of a split
+// forward's pieces: each partial forward's loop writes its piece of the
+// stacks (attnres-bufferize-host allocates the stacked partial outputs and
+// lses once and gives each partial its slice, in place of the
+// tensor.concat), the merge's loop reads them, and the stacks are freed
+// after it. Nothing is copied: without the in-place stacks, bufferization
+// would copy every piece into a concatenation.
+// INPLACE-NOT: gpu.memcpy
 
 // ONE-LABEL: func.func @rows(
 // ONE: scf.forall (%{{.*}}) = (0) to (%{{.*}}) step (40) {
@@ -40,15 +47,31 @@
 // TWO-LABEL: func.func @rows(
 // TWO: scf.forall (%{{.*}}) in (%{{.*}}) {
 // TWO-NOT: gpu.func
-// The partial forwards of packed sources (slices of the sources' buffer)
-// tiled by a transform script's tile_using_forall (over ceil(N / 16) tile
-// numbers): nothing of its loops or of the slices stays on the host.
+// The partial forwards of packed sources (views of the sources' buffer:
+// partition 0's first source, partition 1's two) tiled by a transform
+// script's tile_using_forall (over ceil(N / 16) tile numbers), each loop
+// writing its piece of the stack; the merge, untiled, is launched whole
+// over the stacks.
 // SCRIPT-LABEL: func.func @rows(
-// SCRIPT-NOT: scf.forall
+// SCRIPT: %[[N:.*]] = memref.dim %arg0, %c1 : memref<3x?x256xbf16>
+// SCRIPT: %[[V0:.*]] = memref.subview %arg0[0, 0, 0] [1, %[[N]], 256] [1, 1, 1] : memref<3x?x256xbf16> to memref<1x?x256xbf16, strided<[?, 256, 1]>>
+// SCRIPT: %[[OS:.*]] = gpu.alloc  (%[[N]]) : memref<2x?x256xf32>
+// SCRIPT: %[[LS:.*]] = gpu.alloc  (%[[N]]) : memref<2x?xf32>
+// SCRIPT: %[[O0:.*]] = memref.subview %[[OS]][0, 0, 0] [1, %[[N]], 256] [1, 1, 1] : memref<2x?x256xf32> to memref<?x256xf32, strided<[256, 1]>>
+// SCRIPT: scf.forall
+// SCRIPT: memref.subview %[[V0]][0, %{{.*}}, 0]
+// SCRIPT: memref.subview %[[O0]][%{{.*}}, 0]
+// SCRIPT: attnres.forward_into packed(
+// SCRIPT: %[[V1:.*]] = memref.subview %arg0[1, 0, 0] [2, %[[N]], 256] [1, 1, 1] : memref<3x?x256xbf16> to memref<2x?x256xbf16, strided<[?, 256, 1], offset: ?>>
+// SCRIPT: %[[O1:.*]] = memref.subview %[[OS]][1, 0, 0] [1, %[[N]], 256] [1, 1, 1] : memref<2x?x256xf32> to memref<?x256xf32, strided<[256, 1], offset: ?>>
+// SCRIPT: scf.forall
+// SCRIPT: memref.subview %[[V1]][0, %{{.*}}, 0]
+// SCRIPT: memref.subview %[[O1]][%{{.*}}, 0]
+// SCRIPT: attnres.forward_into packed(
 // SCRIPT-NOT: tensor.extract_slice
-// SCRIPT: gpu.launch_func  @attnres_kernels::@rows_0_forward_partial {{.*}} %c2_i64 : i64, %c16_i64 : i64, %{{.*}} : i64)
 // SCRIPT: gpu.launch_func  @attnres_kernels::@rows_0_merge
-// SCRIPT: , tile_dims = 1 : i64, tile_tokens = 16 : i64
+// SCRIPT: gpu.dealloc  %[[OS]]
+// SCRIPT: gpu.dealloc  %[[LS]]
 func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
     -> (tensor<?x256xbf16>, tensor<?xf32>) {
   %o, %lse = attnres.forward packed(%v : tensor<3x?x256xbf16>)
@@ -68,19 +91,44 @@ func.func @rows(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
 // ONE: attnres.forward_into sources(%{{.*}}, %{{.*}} : memref<?x?x1024xbf16, strided<[?, 1024, 1], offset: ?>>)
 // ONE-NOT: gpu.func
 // SPLIT-LABEL: func.func @layer(
-// SPLIT-NOT: scf.forall
-// SPLIT: %[[S:.*]] = memref.dim %arg0, %c1 : memref<4x?x1024xbf16>
-// SPLIT: %[[TILES:.*]] = arith.ceildivui %[[S]], %c40 : index
-// SPLIT: %[[RUNS:.*]] = arith.divui
-// SPLIT: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
-// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_forward_partial blocks in (%[[BLOCKS]], %c2, %c1) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
-// SPLIT: gpu.launch_func  @attnres_kernels::@layer_0_merge blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
-// SPLIT: merge_tile_dims = 2 : i64, merge_tile_tokens = 40 : i64
-// SPLIT-SAME: , tile_dims = 2 : i64, tile_tokens = 40 : i64
-// SPLIT-NOT: forward_cluster
+// SPLIT: %[[N:.*]] = memref.dim %arg0, %c1 : memref<4x?x1024xbf16>
+// SPLIT: %[[OS:.*]] = gpu.alloc  (%[[N]]) : memref<2x4x?x1024xf32>
+// SPLIT: %[[LS:.*]] = gpu.alloc  (%[[N]]) : memref<2x4x?xf32>
+// SPLIT: %[[O0:.*]] = memref.subview %[[OS]][0, 0, 0, 0] [1, 4, %[[N]], 1024] [1, 1, 1, 1] : memref<2x4x?x1024xf32> to memref<4x?x1024xf32, strided<[?, 1024, 1]>>
+// SPLIT: %[[L0:.*]] = memref.subview %[[LS]][0, 0, 0] [1, 4, %[[N]]] [1, 1, 1]
+// SPLIT: scf.forall (%[[B:.*]], %[[T:.*]]) = (0, 0) to (4, %[[N]]) step (1, 40) {
+// SPLIT: %[[ROWS:.*]] = affine.min
+// SPLIT: %[[OT:.*]] = memref.subview %[[O0]][%[[B]], %[[T]], 0] [1, %[[ROWS]], 1024]
+// SPLIT: %[[LT:.*]] = memref.subview %[[L0]][%[[B]], %[[T]]] [1, %[[ROWS]]]
+// SPLIT: attnres.forward_into sources(%{{.*}}) query(%arg2 : memref<1024xbf16>) save(lse) outs(%[[OT]], %[[LT]] :
+// SPLIT: %[[O1:.*]] = memref.subview %[[OS]][1, 0, 0, 0] [1, 4, %[[N]], 1024] [1, 1, 1, 1] : memref<2x4x?x1024xf32> to memref<4x?x1024xf32, strided<[?, 1024, 1], offset: ?>>
+// SPLIT: scf.forall
+// SPLIT: memref.subview %[[O1]][
+// SPLIT: attnres.forward_into sources(
+// SPLIT: scf.forall (%[[B:.*]], %[[T:.*]]) = (0, 0) to (4, %[[N]]) step (1, 40) {
+// SPLIT: %[[PT:.*]] = memref.subview %[[OS]][0, %[[B]], %[[T]], 0] [2, 1, %{{.*}}, 1024]
+// SPLIT: %[[PL:.*]] = memref.subview %[[LS]][0, %[[B]], %[[T]]] [2, 1, %{{.*}}]
+// SPLIT: attnres.partition_reduce_into softmax %[[PT]] : {{.*}} lse(%[[PL]] :
+// SPLIT: gpu.dealloc  %[[OS]]
+// SPLIT: gpu.dealloc  %[[LS]]
+// SPLIT-NOT: attnres_kernels
+// MERGES-LABEL: func.func @layer(
+// MERGES: %[[OS:.*]] = gpu.alloc  (%{{.*}}) : memref<2x4x?x1024xf32>
+// MERGES: %[[O0:.*]] = memref.subview %[[OS]][0, 0, 0, 0] [1, 4, %{{.*}}, 1024]
+// MERGES: memref.extract_aligned_pointer_as_index %[[O0]]
+// MERGES: gpu.launch_func  @attnres_kernels::@layer_0_forward
+// MERGES: %[[O1:.*]] = memref.subview %[[OS]][1, 0, 0, 0] [1, 4, %{{.*}}, 1024]
+// MERGES: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[O1]]
+// MERGES: %{{.*}}, %[[OFFSET:.*]], %{{.*}}:3, %{{.*}}:3 = memref.extract_strided_metadata %[[O1]]
+// MERGES: gpu.launch_func  @attnres_kernels::@layer_1_forward
+// MERGES: scf.forall (%{{.*}}, %{{.*}}) in (4, %{{.*}}) {
+// MERGES: memref.subview %[[OS]][0,
+// MERGES: attnres.partition_reduce_into softmax
+// MERGES: gpu.dealloc  %[[OS]]
 // COVER-LABEL: func.func @layer(
-// COVER: gpu.launch_func  @attnres_kernels::@layer_0_forward_partial blocks in (%{{.*}}, %c2, %c1)
-// COVER: gpu.launch_func  @attnres_kernels::@layer_0_merge
+// COVER: gpu.alloc  (%{{.*}}) : memref<2x4x?x1024xf32>
+// COVER-COUNT-2: attnres.forward_into sources(
+// COVER: attnres.partition_reduce_into softmax
 func.func @layer(%v: tensor<4x?x1024xbf16>, %w: tensor<4x?x1024xbf16>,
                  %q: tensor<1024xbf16>, %h: tensor<1024xbf16>)
     -> (tensor<4x?x1024xbf16>, tensor<4x?xf32>, tensor<4x?x1024xbf16>) {
@@ -113,19 +161,18 @@ func.func @merge(%p: tensor<3x?x64xf32>, %l: tensor<3x?xf32>)
 // one token (their one token dimension by 1) and the merge's 40 rows of one
 // query (2 runs of N rows).
 // SPLIT-LABEL: func.func @queries(
-// SPLIT-NOT: scf.forall
-// SPLIT: %[[N:.*]] = memref.dim %arg0, %c1 : memref<4x?x128xbf16>
-// SPLIT: %[[NONZERO:.*]] = arith.maxui %[[N]], %c1 : index
-// SPLIT: %[[TILES:.*]] = arith.ceildivui %[[N]], %c40 : index
-// SPLIT: %[[RUNS:.*]] = arith.divui %{{.*}}, %[[NONZERO]] : index
-// SPLIT: %[[BLOCKS:.*]] = arith.muli %[[TILES]], %[[RUNS]] : index
-// SPLIT: gpu.launch_func  @attnres_kernels::@queries_0_forward_partial {{.*}} %c2_i64 : i64, %c1_i64 : i64, %{{.*}} : i64)
-// SPLIT: gpu.launch_func  @attnres_kernels::@queries_0_merge blocks in (%[[BLOCKS]], %c1, %c1) {{.*}} %c2_i64 : i64, %c40_i64 : i64, %{{.*}} : i64)
-// SPLIT: merge_tile_dims = 2 : i64, merge_tile_tokens = 40 : i64
-// SPLIT-SAME: , tile_dims = 1 : i64, tile_tokens = 1 : i64
+// SPLIT: %[[OS:.*]] = gpu.alloc  (%{{.*}}) : memref<2x2x?x128xf32>
+// SPLIT: scf.forall (%{{.*}}) in (%{{.*}}) {
+// SPLIT: attnres.forward_into packed(%{{.*}}) query(%arg1 : memref<2x128xbf16>) save(lse) outs(%{{.*}}, %{{.*}} : memref<2x1x128xf32, strided<[?, 128, 1], offset: ?>>, memref<2x1xf32, strided<[?, 1], offset: ?>>)
+// SPLIT: scf.forall (%{{.*}}) in (%{{.*}}) {
+// SPLIT: attnres.forward_into packed(
+// SPLIT: scf.forall (%{{.*}}, %{{.*}}) = (0, 0) to (2, %{{.*}}) step (1, 40) {
+// SPLIT: memref.subview %[[OS]][0, %{{.*}}, %{{.*}}, 0] [2, 1, %{{.*}}, 128]
+// SPLIT: attnres.partition_reduce_into softmax
 // COVER-LABEL: func.func @queries(
-// COVER: gpu.launch_func  @attnres_kernels::@queries_0_forward_partial blocks in (%{{.*}}, %c3, %c1)
-// COVER: gpu.launch_func  @attnres_kernels::@queries_0_merge
+// COVER: gpu.alloc  (%{{.*}}) : memref<3x2x?x128xf32>
+// COVER-COUNT-3: attnres.forward_into packed(
+// COVER: attnres.partition_reduce_into softmax
 func.func @queries(%v: tensor<4x?x128xbf16>, %q: tensor<2x128xbf16>)
     -> (tensor<2x?x128xbf16>, tensor<2x?xf32>) {
   %o, %lse = attnres.forward packed(%v : tensor<4x?x128xbf16>)

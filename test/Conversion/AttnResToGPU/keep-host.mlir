@@ -278,7 +278,7 @@ func.func @finalize(%partials: tensor<7x?x16xf32>) -> tensor<?x16xbf16> {
 // ops and tensor.dim that uses one would touch device memory on the host.
 func.func @slice(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>)
     -> tensor<?x64xf32> {
-  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 keeps every tensor in device memory, which only attnres ops, tensor.dim and reshapes may use; 'tensor.extract_slice' is none of them (keep-host=0 compiles the attnres ops alone)}}
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 keeps every tensor in device memory, which only attnres ops, tensor.dim, reshapes, slices of consecutive rows and stacks (a tensor.concat of unit-dimension expansions) may use; 'tensor.extract_slice' is none of them (keep-host=0 compiles the attnres ops alone)}}
   %low = tensor.extract_slice %v[0, 0, 0] [2, 16, 64] [1, 1, 1]
       : tensor<4x?x64xf32> to tensor<2x16x64xf32>
   %o, %lse = attnres.forward packed(%low : tensor<2x16x64xf32>)

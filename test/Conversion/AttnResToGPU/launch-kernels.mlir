@@ -251,7 +251,7 @@ func.func @nested(%p: memref<3x?x8xf32>, %s: memref<?x8xf32>, %c: i1) {
 // An op on views (a tile of a buffer): its kernels address whole buffers
 // from their first element.
 func.func @view(%p: memref<3x?x8xf32, strided<[?, 8, 1], offset: ?>>, %s: memref<?x8xf32>) {
-  // expected-error @+1 {{attnres-launch-kernels launches the kernels of whole buffers, dense from their start (an identity layout); operand #0 is 'memref<3x?x8xf32, strided<[?, 8, 1], offset: ?>>'}}
+  // expected-error @+1 {{attnres-launch-kernels launches the kernels of whole buffers, whose elements lie one after the other (an identity layout, or consecutive rows of such a buffer); operand #0 is 'memref<3x?x8xf32, strided<[?, 8, 1], offset: ?>>'}}
   attnres.partition_reduce_into sum %p : memref<3x?x8xf32, strided<[?, 8, 1], offset: ?>> outs(%s : memref<?x8xf32>) {attnres.launch = {num_partitions = 3 : i64, sum = "k"}}
   return
 }

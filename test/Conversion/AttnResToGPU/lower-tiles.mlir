@@ -384,7 +384,7 @@ func.func @view_of_a_view(%v: memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
         : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
     %ls = memref.subview %lse[%t] [%size] [1]
         : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
-    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the sources must be views of buffers dense from their start (an identity layout), not of 'memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>'}}
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the sources must be views of buffers whose elements lie one after the other (an identity layout, or consecutive rows of such a buffer), not of 'memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>'}}
     attnres.forward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
         query(%q : memref<64xf32>)
         outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
@@ -662,6 +662,81 @@ func.func @merge_allocated(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>)
 }
 
 // -----
+
+// A split forward's piece: its loop reads a partition of packed sources
+// and writes its slices of the stacks the merge reads, views of consecutive
+// rows made before the loop. The whole buffers are those views: the host
+// addresses each from its first element, its allocation's address plus its
+// offset in elements times their bytes (2 for bf16, 4 for f32).
+// CHECK-LABEL: func.func @stack_piece(
+// CHECK: %[[PART:.*]] = memref.subview %arg0[3, 0, 0] [2, %{{.*}}, 64] [1, 1, 1]
+// CHECK: %[[O1:.*]] = memref.subview %arg2[1, 0, 0] [1, %{{.*}}, 64] [1, 1, 1]
+// CHECK: %[[L1:.*]] = memref.subview %arg3[1, 0] [1, %{{.*}}] [1, 1]
+// CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[PART]]
+// CHECK: %{{.*}}, %[[OFFSET:.*]], %{{.*}}:3, %{{.*}}:3 = memref.extract_strided_metadata %[[PART]]
+// CHECK: %[[BYTES:.*]] = arith.muli %[[OFFSET]], %c2 : index
+// CHECK: arith.addi %[[BASE]], %[[BYTES]] : index
+// CHECK: %[[OBASE:.*]] = memref.extract_aligned_pointer_as_index %[[O1]]
+// CHECK: %{{.*}}, %[[OOFFSET:.*]], %{{.*}}:2, %{{.*}}:2 = memref.extract_strided_metadata %[[O1]]
+// CHECK: %[[OBYTES:.*]] = arith.muli %[[OOFFSET]], %c4 : index
+// CHECK: arith.addi %[[OBASE]], %[[OBYTES]] : index
+// CHECK: memref.extract_strided_metadata %[[L1]]
+// CHECK: gpu.launch
+// CHECK: gpu.terminator
+#size = affine_map<(d0)[s0] -> (32, s0 - d0)>
+func.func @stack_piece(%v: memref<5x?x64xbf16>, %q: memref<64xbf16>,
+                       %os: memref<2x?x64xf32>, %ls: memref<2x?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<5x?x64xbf16>
+  %part = memref.subview %v[3, 0, 0] [2, %n, 64] [1, 1, 1]
+      : memref<5x?x64xbf16> to memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+  %o1 = memref.subview %os[1, 0, 0] [1, %n, 64] [1, 1, 1]
+      : memref<2x?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+  %l1 = memref.subview %ls[1, 0] [1, %n] [1, 1]
+      : memref<2x?xf32> to memref<?xf32, strided<[1], offset: ?>>
+  scf.forall (%t) = (0) to (%n) step (32) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %part[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>> to memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %ot = memref.subview %o1[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xf32, strided<[64, 1], offset: ?>> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %lt = memref.subview %l1[%t] [%size] [1]
+        : memref<?xf32, strided<[1], offset: ?>> to memref<?xf32, strided<[1], offset: ?>>
+    attnres.forward_into packed(%vs : memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xbf16>) save(lse)
+        outs(%ot, %lt : memref<?x64xf32, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// A view before the loop whose rows are not consecutive (the first 16
+// tokens of each source) is no buffer the kernel can address from its
+// first element.
+#size = affine_map<(d0)[s0] -> (8, s0 - d0)>
+func.func @gapped_view(%v: memref<2x?x64xbf16>, %q: memref<64xbf16>,
+                       %o: memref<16x64xbf16>, %lse: memref<16xf32>) {
+  %c16 = arith.constant 16 : index
+  %first = memref.subview %v[0, 0, 0] [2, 16, 64] [1, 1, 1]
+      : memref<2x?x64xbf16> to memref<2x16x64xbf16, strided<[?, 64, 1]>>
+  scf.forall (%t) = (0) to (%c16) step (8) {
+    %size = affine.min #size(%t)[%c16]
+    %vs = memref.subview %first[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x16x64xbf16, strided<[?, 64, 1]>> to memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<16x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<16xf32> to memref<?xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: the sources must be views of buffers whose elements lie one after the other (an identity layout, or consecutive rows of such a buffer), not of 'memref<2x16x64xbf16, strided<[?, 64, 1]>>'}}
+    attnres.forward_into packed(%vs : memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xbf16>)
+        outs(%os, %ls : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
 
 // RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=forward-staged-batches=2 2>&1 | FileCheck %s --check-prefix=NO-ASYNC
 // NO-ASYNC: attnres-lower-tiles-to-gpu: staged batches need asynchronous copies (async-copies=1: NVIDIA sm_80 and later)
