@@ -95,13 +95,14 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     B blocks of tokens (its partial gradients summed by `partition_reduce
     sum` after the loop) as the backward kernel on the loop's B blocks
     (block b covers the tokens of iteration b) and its finalize; the P
-    partial forwards of `attnres-split-sources` and their softmax merge as
-    the forward split over P partitions of the sources (partition p of the
-    kernels reads the sources of partial forward p); attnres-tile's loop
-    around such a piece as its kernels with one block per tile of tokens,
-    as is a merge's loop that writes only some of its results. A forward's
-    or softmax merge's own tile loop that writes every result is left a
-    loop, with no kernel, for `attnres-lower-tiles-to-gpu`. Each is checked
+    partial forwards of `attnres-split-sources` and their softmax merge,
+    all untiled, as the forward split over P partitions of the sources
+    (partition p of the kernels reads the sources of partial forward p). A
+    tile loop of a forward or softmax merge that writes every result of
+    its op (a split forward's pieces included) is left a loop, with no
+    kernel, for `attnres-lower-tiles-to-gpu`; a merge's loop that writes
+    only some of its results runs as the merge kernel with one block per
+    tile of tokens. Each is checked
     to be of exactly its form; another is an
     error, as is the split loop without keep-host (a bundle's backward is
     launched whole, its blocks chosen per call). A loop may carry the
@@ -231,12 +232,17 @@ def AttnResBufferizeHost : Pass<"attnres-bufferize-host", "::mlir::ModuleOp"> {
     op on buffers (`attnres.forward_into`, ...) with its attributes, the
     kernels it names among them, reading its operands' buffers in place and
     writing into a new buffer a result. The kept functions hold only attnres
-    ops, `tensor.dim` and reshapes (`convert-attnres-to-gpu` checks it), so
-    those are the only buffers; and the tile loops of forwards and softmax
-    merges, which stay loops: each tile's op reads its slices of the operands in place, as
-    views, and writes into its tiles of the loop's outputs (the views
-    bufferization would copy a new buffer into), for
-    `attnres-lower-tiles-to-gpu`.
+    ops, `tensor.dim`, reshapes, slices of consecutive rows and stacks
+    (`convert-attnres-to-gpu` checks it), so those are the only buffers;
+    and the tile loops of forwards and softmax merges, which stay loops:
+    each tile's op reads its slices of the operands in place, as views, and
+    writes into its tiles of the loop's outputs (the views bufferization
+    would copy a new buffer into), for `attnres-lower-tiles-to-gpu`. A
+    stack of `attnres-split-sources` (a `tensor.concat` of unit-dimension
+    expansions of the partial results) becomes one buffer that each
+    partial forward (its tile loop, or the op itself) writes its slice of
+    in place, freed, like every buffer the pass allocates that the
+    function does not return, at the end of the function.
   }];
   let dependentDialects = [
     "::mlir::bufferization::BufferizationDialect",
@@ -314,12 +320,16 @@ def AttnResLowerTilesToGPU
     tokens (a forward's sources, a merge's partials, partial lses and sink,
     a `[K, D]` output norm weight of a merge, and `o`, `lse`, `o_pre`, its
     residual) a `memref.subview` with unit strides of a dense buffer of the
-    function, all at the same token offsets and sizes, whole in their other
+    function (an identity layout, or a view of consecutive rows of one made
+    before the loop, addressed from its offset), all at the same token
+    offsets and sizes, whole in their other
     dimensions, the buffers' token counts the sources' or partials'
     (checked before the launch where only the run time knows them); the
     query and the other norm weights whole dense buffers; the token
     dimensions tiled before the last one the tile cuts of size 1, the ones
-    after it whole. Another form is an error naming what differs.
+    after it whole. The loop may carry the mapping attnres-map-to-blocks
+    gives it (its iterations the blocks of one grid dimension); another
+    form or mapping is an error naming what differs.
   }];
   let options = [
     Option<"subgroupSize", "subgroup-size", "int64_t", /*default=*/"32",

@@ -530,6 +530,10 @@ struct LowerTilesPass
                       unsigned &refusals) {
     if (failed(checkTileLoop(loop)))
       return failure();
+    // The iterations run as the blocks of one grid dimension; a loop mapped
+    // otherwise (to threads, say) asks for what this does not do.
+    if (std::string mapped; !hasRealizedMapping(loop, /*linear=*/true, mapped))
+      return loop.emitError() << kPass << ": " << mapped;
     std::string kernel =
         (loop->getParentOfType<func::FuncOp>().getSymName() + "_kernel").str();
     FailureOr<gpu::LaunchOp> launch = launchOf(loop);

@@ -663,6 +663,32 @@ func.func @merge_allocated(%p: memref<3x?x64xf32>, %pl: memref<3x?xf32>)
 
 // -----
 
+// The iterations run as the blocks of one grid dimension: a loop mapped to
+// threads asks for something else.
+#size = affine_map<(d0)[s0] -> (8, s0 - d0)>
+func.func @mapped_to_threads(%v: memref<2x?x64xbf16>, %q: memref<64xbf16>,
+                             %o: memref<?x64xbf16>, %lse: memref<?xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xbf16>
+  // expected-error @+1 {{attnres-lower-tiles-to-gpu: the loop is mapped to [#gpu.thread<x>], but its iterations run as the blocks of one grid dimension: leave it unmapped or map it to [#gpu.block<linear_dim_0>]}}
+  scf.forall (%t) = (0) to (%n) step (8) {
+    %size = affine.min #size(%t)[%n]
+    %vs = memref.subview %v[0, %t, 0] [2, %size, 64] [1, 1, 1]
+        : memref<2x?x64xbf16> to memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %os = memref.subview %o[%t, 0] [%size, 64] [1, 1]
+        : memref<?x64xbf16> to memref<?x64xbf16, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%t] [%size] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    attnres.forward_into packed(%vs : memref<2x?x64xbf16, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xbf16>)
+        outs(%os, %ls : memref<?x64xbf16, strided<[64, 1], offset: ?>>,
+                        memref<?xf32, strided<[1], offset: ?>>)
+  } {mapping = [#gpu.thread<x>]}
+  return
+}
+
+// -----
+
 // A split forward's piece: its loop reads a partition of packed sources
 // and writes its slices of the stacks the merge reads, views of consecutive
 // rows made before the loop. The whole buffers are those views: the host
