@@ -199,14 +199,14 @@ bool isSameView(Value a, Value b) {
 }
 
 /// The output of a tile loop that `piece` (one of its results) is written
-/// into: a tensor.empty the loop alone uses, or null.
+/// into, where it is a tensor.empty (which CSE may have made one for
+/// several loops), or null.
 OpOperand *emptyOutputOf(Value piece) {
   auto loop = piece.getDefiningOp<scf::ForallOp>();
   if (!loop)
     return nullptr;
   OpOperand *output = loop.getTiedOpOperand(cast<OpResult>(piece));
-  auto empty = output->get().getDefiningOp<tensor::EmptyOp>();
-  return empty && empty->hasOneUse() ? output : nullptr;
+  return output->get().getDefiningOp<tensor::EmptyOp>() ? output : nullptr;
 }
 
 /// A stack of pieces (attnres-split-sources' partial outputs or lses,
@@ -215,9 +215,9 @@ OpOperand *emptyOutputOf(Value piece) {
 /// directly: its output becomes its slice of the stack, so that one-shot
 /// bufferization makes it a view of the stack's buffer. Left a
 /// tensor.concat, bufferization would give every piece a buffer of its own
-/// and copy them all. Pieces that no tile loop makes are copied into the
-/// stack (a device copy, which writeOutsInPlace removes where the piece's
-/// op can write the stack itself).
+/// and copy them all. A piece that no tile loop makes is copied into the
+/// stack, a copy writeOutsInPlace removes where the piece's op can write
+/// the stack itself (a copy that remains is refused: refuseViewCopies).
 void stackInPlace(tensor::ConcatOp concat) {
   SmallVector<Value> pieces = stackedPieces(concat);
   if (pieces.empty())
@@ -240,6 +240,7 @@ void stackInPlace(tensor::ConcatOp concat) {
     return y && (!x || x->isBeforeInBlock(y));
   });
 
+  auto stackType = cast<RankedTensorType>(concat.getType());
   // The stack is made before the first piece, sized as it is (a loop's
   // piece as its empty output, made before the loop).
   IRRewriter rewriter(concat.getContext());
@@ -265,11 +266,17 @@ void stackInPlace(tensor::ConcatOp concat) {
         definition && definition->getBlock() == block)
       rewriter.setInsertionPointAfter(definition);
   }
-  auto stackType = cast<RankedTensorType>(concat.getType());
   if (pieceSizes.empty())
     pieceSizes = tensor::getMixedSizes(rewriter, loc, first);
+  // The stack's type is the concat's: where it states a size, that one.
   SmallVector<OpFoldResult> sliceSizes{rewriter.getIndexAttr(1)};
-  llvm::append_range(sliceSizes, pieceSizes);
+  for (auto [dim, size] : llvm::enumerate(pieceSizes))
+    sliceSizes.push_back(
+        stackType.isDynamicDim(dim + 1)
+            ? size
+            : rewriter.getIndexAttr(stackType.getDimSize(dim + 1)));
+  auto sliceType = RankedTensorType::get(stackType.getShape().drop_front(),
+                                         stackType.getElementType());
   SmallVector<OpFoldResult> stackSizes(sliceSizes);
   stackSizes.front() = rewriter.getIndexAttr(pieces.size());
   Value stack = tensor::EmptyOp::create(rewriter, loc, stackSizes,
@@ -291,14 +298,15 @@ void stackInPlace(tensor::ConcatOp concat) {
     // piece's) bound every piece, whose op checks its own sizes against
     // that slice's.
     if (OpOperand *output = emptyOutputOf(piece);
-        output && pieceType.getShape() == stackType.getShape().drop_front()) {
+        output && pieceType == sliceType) {
       Operation *empty = output->get().getDefiningOp();
       rewriter.setInsertionPoint(output->getOwner());
       Value slice =
           tensor::ExtractSliceOp::create(rewriter, loc, pieceType, stack,
                                          offsetsOf(index), sliceSizes, strides);
       output->set(slice);
-      rewriter.eraseOp(empty);
+      if (empty->use_empty())
+        rewriter.eraseOp(empty);
     }
     // After the piece and the stack so far (made after the first piece's
     // op where no loop makes it).
@@ -307,6 +315,10 @@ void stackInPlace(tensor::ConcatOp concat) {
       rewriter.setInsertionPointAfter(producer);
     else
       rewriter.setInsertionPointAfterValue(stack);
+    // A piece of other static sizes than the stack's is cast to them (a
+    // view), and copied.
+    if (pieceType != sliceType)
+      piece = tensor::CastOp::create(rewriter, loc, sliceType, piece);
     stack = tensor::InsertSliceOp::create(
         rewriter, loc, piece, stack, offsetsOf(index), sliceSizes, strides);
   }
@@ -326,6 +338,91 @@ void stackInPlace(tensor::ConcatOp concat) {
           read && read->use_empty())
         rewriter.eraseOp(read);
   }
+}
+
+/// Lets each op on buffers outside a tile loop read a view of consecutive
+/// rows in place (a packed source's partition) where bufferization copies
+/// it into a new buffer for the op alone (ops outside tile loops take
+/// whole buffers, which such a view is: attnres-launch-kernels addresses
+/// it from its offset). Between the copy and the op only sizes, views,
+/// allocations and copies into other buffers.
+void readViewsInPlace(ModuleOp module) {
+  SmallVector<Operation *> ops;
+  module.walk([&](Operation *op) {
+    if (mlir::attnres::isOpOnBuffers(op) &&
+        !isa<scf::ForallOp>(op->getParentOp()))
+      ops.push_back(op);
+  });
+  for (Operation *op : ops) {
+    unsigned outCount =
+        op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
+            .asArrayRef()
+            .back();
+    unsigned firstOut = op->getNumOperands() - outCount;
+    for (unsigned index = 0; index < firstOut; ++index) {
+      Value copied = op->getOperand(index);
+      auto alloc = copied.getDefiningOp<gpu::AllocOp>();
+      if (!alloc || alloc.getAsyncToken() ||
+          alloc->getBlock() != op->getBlock())
+        continue;
+      Operation *copy = nullptr;
+      bool onlyThese = true;
+      for (Operation *user : copied.getUsers()) {
+        if (user == op)
+          continue;
+        if (copyEnds(user).second == copied && !copy)
+          copy = user;
+        else
+          onlyThese = false;
+      }
+      if (!onlyThese || !copy || copy->getBlock() != op->getBlock() ||
+          !copy->isBeforeInBlock(op) ||
+          llvm::count(op->getOperands(), copied) != 1)
+        continue;
+      Value view = copyEnds(copy).first;
+      if (!isDenseView(view))
+        continue;
+      Value buffer = bufferOf(view);
+      bool untouched = true;
+      for (Operation *between = copy->getNextNode(); between != op;
+           between = between->getNextNode()) {
+        if (isMemoryEffectFree(between) ||
+            isa<ViewLikeOpInterface, memref::DimOp, gpu::AllocOp>(between))
+          continue;
+        auto [from, to] = copyEnds(between);
+        untouched &= from && bufferOf(to) != buffer;
+      }
+      for (Value out : op->getOperands().drop_front(firstOut))
+        untouched &= bufferOf(out) != buffer;
+      if (!untouched)
+        continue;
+      op->setOperand(index, view);
+      copy->erase();
+      alloc->erase();
+    }
+  }
+}
+
+/// Refuses a copy into or out of a view that remains: upstream's
+/// gpu.memcpy lowering takes a buffer from its allocation's start, so such
+/// a copy would read or write the wrong elements.
+LogicalResult refuseViewCopies(ModuleOp module, StringRef pass) {
+  WalkResult result = module.walk([&](gpu::MemcpyOp copy) {
+    auto identity = [](Value buffer) {
+      return cast<MemRefType>(buffer.getType()).getLayout().isIdentity();
+    };
+    if (identity(copy.getSrc()) && identity(copy.getDst()))
+      return WalkResult::advance();
+    copy.emitError()
+        << pass
+        << ": keep-host=1 copies whole device buffers only; here a copy "
+           "into or out of a view remains (a piece of a stack that its op "
+           "cannot write in place: an argument of the function, a result "
+           "also used besides the stack; or a slice of a buffer that is "
+           "returned)";
+    return WalkResult::interrupt();
+  });
+  return failure(result.wasInterrupted());
 }
 
 /// Frees, at the end of the function, each device buffer bufferization
@@ -408,6 +505,7 @@ struct BufferizeHostPass
                                                         state)))
       return signalPassFailure();
     writeOutsInPlace(getOperation());
+    readViewsInPlace(getOperation());
     for (auto function : getOperation().getOps<func::FuncOp>())
       freeTemporaries(function);
     // A tile loop's op must write its tiles of the loop's outputs: a buffer
@@ -430,7 +528,8 @@ struct BufferizeHostPass
         }
       return WalkResult::advance();
     });
-    if (unwritten.wasInterrupted())
+    if (unwritten.wasInterrupted() ||
+        failed(refuseViewCopies(getOperation(), getArgument())))
       signalPassFailure();
   }
 };

@@ -422,11 +422,20 @@ SmallVector<Value> SplitForwardMatcher::unstack(Value stacked) {
 bool SplitForwardMatcher::mergesForwards() {
   if (merge.getKind() != ReduceKind::Softmax)
     return false;
-  Value piece = merge.getPartials();
-  if (auto concat = piece.getDefiningOp<tensor::ConcatOp>())
-    piece = concat.getInputs().front();
-  auto expand = piece.getDefiningOp<tensor::ExpandShapeOp>();
-  return expand && expand.getSrc().getDefiningOp<ForwardOp>();
+  SmallVector<Value> inputs{merge.getPartials()};
+  if (auto concat = merge.getPartials().getDefiningOp<tensor::ConcatOp>())
+    inputs.assign(concat.getInputs().begin(), concat.getInputs().end());
+  // A piece made by a tile loop runs as that loop's grid
+  // (attnres-lower-tiles-to-gpu), and so does every other piece: the merge
+  // is launched on its own.
+  bool forwards = false;
+  for (Value input : inputs) {
+    Value piece = stackedPiece(input);
+    if (piece && piece.getDefiningOp<scf::ForallOp>())
+      return false;
+    forwards |= piece && piece.getDefiningOp<ForwardOp>();
+  }
+  return forwards;
 }
 
 LogicalResult SplitForwardMatcher::check() {
