@@ -44,6 +44,15 @@ Value bufferOf(Value value) {
   return value;
 }
 
+/// The position of the first of an op on buffers' outs (its last operand
+/// segment).
+unsigned firstOutOf(Operation *op) {
+  return op->getNumOperands() -
+         op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
+             .asArrayRef()
+             .back();
+}
+
 /// The source and target of a copy (gpu.memcpy without a token, or
 /// memref.copy); nulls for any other op.
 std::pair<Value, Value> copyEnds(Operation *op) {
@@ -84,10 +93,7 @@ Operation *copyIntoView(Operation *op, Value out) {
   if (!copy || copy->getBlock() != op->getBlock() ||
       !op->isBeforeInBlock(copy) || llvm::count(op->getOperands(), out) != 1)
     return nullptr;
-  ValueRange outs = op->getOperands().take_back(
-      op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
-          .asArrayRef()
-          .back());
+  ValueRange outs = op->getOperands().drop_front(firstOutOf(op));
   Value view = copyEnds(copy).second;
   if (!mlir::attnres::hasContiguousRows(cast<MemRefType>(view.getType())))
     return nullptr;
@@ -141,11 +147,7 @@ void writeOutsInPlace(ModuleOp module) {
       ops.push_back(op);
   });
   for (Operation *op : ops) {
-    unsigned outCount =
-        op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
-            .asArrayRef()
-            .back();
-    unsigned firstOut = op->getNumOperands() - outCount;
+    unsigned firstOut = firstOutOf(op);
     for (unsigned index = firstOut; index < op->getNumOperands(); ++index) {
       Value out = op->getOperand(index);
       Operation *copy = copyIntoView(op, out);
@@ -354,11 +356,7 @@ void readViewsInPlace(ModuleOp module) {
       ops.push_back(op);
   });
   for (Operation *op : ops) {
-    unsigned outCount =
-        op->getAttrOfType<DenseI32ArrayAttr>("operandSegmentSizes")
-            .asArrayRef()
-            .back();
-    unsigned firstOut = op->getNumOperands() - outCount;
+    unsigned firstOut = firstOutOf(op);
     for (unsigned index = 0; index < firstOut; ++index) {
       Value copied = op->getOperand(index);
       auto alloc = copied.getDefiningOp<gpu::AllocOp>();
