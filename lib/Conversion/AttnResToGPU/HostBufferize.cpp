@@ -275,7 +275,7 @@ void stackInPlace(tensor::ConcatOp concat) {
   for (auto [dim, size] : llvm::enumerate(pieceSizes))
     sliceSizes.push_back(
         stackType.isDynamicDim(dim + 1)
-            ? size
+            ? OpFoldResult(getValueOrCreateConstantIndexOp(rewriter, loc, size))
             : rewriter.getIndexAttr(stackType.getDimSize(dim + 1)));
   auto sliceType = RankedTensorType::get(stackType.getShape().drop_front(),
                                          stackType.getElementType());
@@ -402,14 +402,22 @@ void readViewsInPlace(ModuleOp module) {
 }
 
 /// Refuses a copy into or out of a view that remains: upstream's
-/// gpu.memcpy lowering takes a buffer from its allocation's start, so such
-/// a copy would read or write the wrong elements.
+/// gpu.memcpy lowering takes a buffer from its allocation's aligned start,
+/// which is right for a whole buffer and for a dense view at offset 0 as
+/// the target (slice 0 of a stack); a source must be a whole buffer there.
 LogicalResult refuseViewCopies(ModuleOp module, StringRef pass) {
+  auto addressedRight = [](Value buffer, bool target) {
+    auto type = cast<MemRefType>(buffer.getType());
+    if (type.getLayout().isIdentity())
+      return true;
+    SmallVector<int64_t> strides;
+    int64_t offset;
+    return target && isDenseView(buffer) &&
+           succeeded(type.getStridesAndOffset(strides, offset)) && offset == 0;
+  };
   WalkResult result = module.walk([&](gpu::MemcpyOp copy) {
-    auto identity = [](Value buffer) {
-      return cast<MemRefType>(buffer.getType()).getLayout().isIdentity();
-    };
-    if (identity(copy.getSrc()) && identity(copy.getDst()))
+    if (addressedRight(copy.getSrc(), /*target=*/false) &&
+        addressedRight(copy.getDst(), /*target=*/true))
       return WalkResult::advance();
     copy.emitError()
         << pass

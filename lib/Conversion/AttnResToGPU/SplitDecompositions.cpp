@@ -425,17 +425,14 @@ bool SplitForwardMatcher::mergesForwards() {
   SmallVector<Value> inputs{merge.getPartials()};
   if (auto concat = merge.getPartials().getDefiningOp<tensor::ConcatOp>())
     inputs.assign(concat.getInputs().begin(), concat.getInputs().end());
-  // A piece made by a tile loop runs as that loop's grid
-  // (attnres-lower-tiles-to-gpu), and so does every other piece: the merge
-  // is launched on its own.
-  bool forwards = false;
-  for (Value input : inputs) {
+  // Every piece a forward's result; where one is not (a tile loop's, which
+  // runs as that loop's grid: attnres-lower-tiles-to-gpu; the caller's
+  // tensor) the pieces run one by one and the merge is launched on its
+  // own.
+  return llvm::all_of(inputs, [](Value input) {
     Value piece = stackedPiece(input);
-    if (piece && piece.getDefiningOp<scf::ForallOp>())
-      return false;
-    forwards |= piece && piece.getDefiningOp<ForwardOp>();
-  }
-  return forwards;
+    return piece && piece.getDefiningOp<ForwardOp>();
+  });
 }
 
 LogicalResult SplitForwardMatcher::check() {
