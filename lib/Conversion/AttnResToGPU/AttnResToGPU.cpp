@@ -249,16 +249,23 @@ static bool isWholeDim(OpFoldResult size, Value source, int64_t dim) {
     return true;
   if (auto read = value.getDefiningOp<memref::DimOp>(); read && readOf(read))
     return true;
-  ValueRange made;
-  if (auto empty = source.getDefiningOp<tensor::EmptyOp>())
-    made = empty.getDynamicSizes();
-  else if (auto alloc = source.getDefiningOp<gpu::AllocOp>())
-    made = alloc.getDynamicSizes();
-  else if (auto alloc = source.getDefiningOp<memref::AllocOp>())
-    made = alloc.getDynamicSizes();
+  return madeWithSize(source, dim) == value;
+}
+
+Value gpu_kernels::madeWithSize(Value value, int64_t dim) {
+  auto type = cast<ShapedType>(value.getType());
+  if (!type.isDynamicDim(dim))
+    return {};
+  ValueRange sizes;
+  if (auto empty = value.getDefiningOp<tensor::EmptyOp>())
+    sizes = empty.getDynamicSizes();
+  else if (auto alloc = value.getDefiningOp<gpu::AllocOp>())
+    sizes = alloc.getDynamicSizes();
+  else if (auto alloc = value.getDefiningOp<memref::AllocOp>())
+    sizes = alloc.getDynamicSizes();
   else
-    return false;
-  return made[type.getDynamicDimIndex(dim)] == value;
+    return {};
+  return sizes[type.getDynamicDimIndex(dim)];
 }
 
 bool gpu_kernels::isConsecutiveRows(OffsetSizeAndStrideOpInterface slice,

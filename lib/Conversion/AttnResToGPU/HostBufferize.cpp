@@ -187,17 +187,9 @@ bool isSameView(Value a, Value b) {
            a.getType() == b.getType();
   auto x = a.getDefiningOp<memref::SubViewOp>();
   auto y = b.getDefiningOp<memref::SubViewOp>();
-  if (!x || !y || x.getType() != y.getType() ||
-      !isSameView(x.getSource(), y.getSource()))
-    return false;
-  auto same = [](ArrayRef<OpFoldResult> u, ArrayRef<OpFoldResult> v) {
-    return llvm::equal(u, v, [](OpFoldResult p, OpFoldResult q) {
-      return isEqualConstantIntOrValue(p, q);
-    });
-  };
-  return same(x.getMixedOffsets(), y.getMixedOffsets()) &&
-         same(x.getMixedSizes(), y.getMixedSizes()) &&
-         same(x.getMixedStrides(), y.getMixedStrides());
+  return x && y && x.getType() == y.getType() &&
+         isSameView(x.getSource(), y.getSource()) &&
+         x.isSameAs(y, isEqualConstantIntOrValue);
 }
 
 /// The output of a tile loop that `piece` (one of its results) is written

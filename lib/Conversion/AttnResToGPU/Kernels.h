@@ -302,6 +302,11 @@ bool isLoweredTileLoop(scf::ForallOp loop);
 /// of a stack).
 bool isConsecutiveRows(OffsetSizeAndStrideOpInterface slice, Value source);
 
+/// The size dynamic dimension `dim` of `value` was made with: an operand of
+/// the tensor.empty, gpu.alloc or memref.alloc that made it; null for a
+/// static dimension or any other producer.
+Value madeWithSize(Value value, int64_t dim);
+
 /// Whether `buffer`'s elements lie one after the other in row-major order
 /// from its first element, which may be anywhere in its allocation: an
 /// identity layout, or views of consecutive rows and reshapes of such a

@@ -257,18 +257,8 @@ void tileOperandsOf(Operation *tile, SmallVectorImpl<Tiled> &tiled,
 /// by construction: `buffer` allocated with that size (as bufferization
 /// allocates a tile loop's outputs from the sizes of its inputs).
 bool allocatedWith(Value buffer, int64_t dim, Value other, int64_t otherDim) {
-  auto type = cast<MemRefType>(buffer.getType());
-  if (!type.isDynamicDim(dim))
-    return false;
-  ValueRange sizes;
-  if (auto alloc = buffer.getDefiningOp<gpu::AllocOp>())
-    sizes = alloc.getDynamicSizes();
-  else if (auto alloc = buffer.getDefiningOp<memref::AllocOp>())
-    sizes = alloc.getDynamicSizes();
-  else
-    return false;
-  auto read =
-      sizes[type.getDynamicDimIndex(dim)].getDefiningOp<memref::DimOp>();
+  Value size = madeWithSize(buffer, dim);
+  auto read = size ? size.getDefiningOp<memref::DimOp>() : memref::DimOp();
   return read && read.getSource() == other &&
          read.getConstantIndex() == otherDim;
 }
