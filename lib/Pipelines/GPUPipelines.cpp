@@ -222,6 +222,7 @@ buildLowerToGPUPipeline(OpPassManager &pm,
   tiles.subgroupSize = kernels.subgroupSize;
   tiles.asyncCopies = kernels.asyncCopies;
   tiles.mergeLoadsInFlight = kernels.mergeLoadsInFlight;
+  tiles.backwardStagedBatches = kernels.backwardStagedBatches;
   pm.addPass(attnres::createAttnResLowerTilesToGPU(tiles));
   pm.addPass(createGpuKernelOutliningPass());
   pm.addNestedPass<func::FuncOp>(createGpuAsyncRegionPass());

@@ -358,6 +358,18 @@ def AttnResLowerTilesToGPU
     Option<"unrollSources", "unroll-sources", "int64_t", /*default=*/"0",
            "Unroll the walk over the sources at compile time up to this many "
            "sources">,
+    Option<"backwardThreadsPerRow", "backward-threads-per-row", "int64_t",
+           /*default=*/"0", "The same for a backward's tiles">,
+    Option<"backwardSourceBatch", "backward-source-batch", "int64_t",
+           /*default=*/"0", "The same for a backward's tiles">,
+    Option<"backwardPrefetch", "backward-prefetch", "int64_t",
+           /*default=*/"-1",
+           "The same for a backward's tiles: 1 or 0; -1 chooses (on for one "
+           "query)">,
+    Option<"backwardStagedBatches", "backward-staged-batches", "int64_t",
+           /*default=*/"-1",
+           "The same for a backward's tiles, in [-1, 8]; -1 chooses (as "
+           "convert-attnres-to-gpu)">,
     Option<"mergeLoadsInFlight", "merge-loads-in-flight", "int64_t",
            /*default=*/"0",
            "Partial rows a merge of more than 16 partitions loads before it "

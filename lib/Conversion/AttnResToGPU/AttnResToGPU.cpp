@@ -33,8 +33,6 @@ Type elementOf(Value value) {
   return value ? getElementTypeOrSelf(value.getType()) : Type();
 }
 
-int64_t bytesOf(Type type) { return type.getIntOrFloatBitWidth() / 8; }
-
 /// The description of a kernel as an attribute of its gpu.func.
 DictionaryAttr describe(Builder &b, const KernelInfo &info) {
   SmallVector<Attribute> arguments;
@@ -183,7 +181,7 @@ bool gpu_kernels::isLoweredTileOp(Operation *op) {
     return merge.getKind() == ReduceKind::Softmax;
   if (auto merge = dyn_cast<PartitionReduceIntoOp>(op))
     return merge.getKind() == ReduceKind::Softmax;
-  return isa<ForwardOp, ForwardIntoOp>(op);
+  return isa<ForwardOp, ForwardIntoOp, BackwardOp, BackwardIntoOp>(op);
 }
 
 /// Whether `loop` is a tile loop of one forward or merge that runs as a
@@ -451,6 +449,28 @@ AttnResSpec gpu_kernels::forwardSpec(Operation *op) {
             forward.getOPreResidual());
 }
 
+AttnResSpec gpu_kernels::backwardSpec(Operation *op) {
+  auto of = [](auto backward, Value gradQuery, Value gradKeyNorm,
+               Value gradOutputNorm) {
+    AttnResSpec spec = commonSpec(backward);
+    spec.grad = elementOf(backward.getGradOutput());
+    spec.saved = elementOf(backward.getSavedOutput());
+    spec.readResidual = static_cast<bool>(backward.getSavedResidual());
+    spec.readGradLse = static_cast<bool>(backward.getGradLse());
+    spec.gradQuery = elementOf(gradQuery);
+    spec.gradKeyNorm = elementOf(gradKeyNorm);
+    spec.gradOutputNorm = elementOf(gradOutputNorm);
+    return spec;
+  };
+  if (auto backward = dyn_cast<BackwardIntoOp>(op))
+    return of(backward, backward.getGradQueryBuffer(),
+              backward.getGradKeyNormWeightBuffer(),
+              backward.getGradOutputNormWeightBuffer());
+  auto backward = cast<BackwardOp>(op);
+  return of(backward, backward.getGradQuery(), backward.getGradKeyNormWeight(),
+            backward.getGradOutputNormWeight());
+}
+
 MergeSpec gpu_kernels::mergeSpec(Operation *op, int64_t loadsInFlight) {
   auto of = [&](auto merge, Value output, Value oPre, Value residual) {
     MergeSpec spec;
@@ -584,6 +604,23 @@ struct ConvertAttnResToGPUPass
                                      mergeTileTokens)))) ||
         failed(absorbSplitBackwards(module, keepHost, splitBlocks)))
       return signalPassFailure();
+    if (keepHost && backwardPartitions) {
+      // A split backward's tiles each walk every source of their tokens.
+      WalkResult split = module.walk([&](scf::ForallOp loop) {
+        if (!isLoweredTileLoop(loop) ||
+            !llvm::any_of(loop.getBody()->getOperations(),
+                          [](Operation &op) { return isa<BackwardOp>(op); }))
+          return WalkResult::advance();
+        loop.emitError() << "convert-attnres-to-gpu: backward-partitions "
+                            "splits the sources of a backward launched "
+                            "whole; this one is attnres-split-reduction's "
+                            "loop, whose blocks each walk every source of "
+                            "their tokens";
+        return WalkResult::interrupt();
+      });
+      if (split.wasInterrupted())
+        return signalPassFailure();
+    }
     if (keepHost) {
       bool hostOnly = true;
       for (auto function : module.getOps<func::FuncOp>())
@@ -681,10 +718,11 @@ struct ConvertAttnResToGPUPass
 
   /// The choices the options make (KernelChoices.cpp).
   KernelChoices choices() const {
-    return KernelChoices{subgroupSize,        maxBlockThreads,
-                         unrollSources,       forwardThreadsPerRow,
-                         forwardSourceBatch,  forwardPrefetch,
-                         forwardStagedBatches};
+    return KernelChoices{
+        subgroupSize,         maxBlockThreads,       unrollSources,
+        forwardThreadsPerRow, forwardSourceBatch,    forwardPrefetch,
+        forwardStagedBatches, backwardThreadsPerRow, backwardSourceBatch,
+        backwardPrefetch,     backwardStagedBatches, asyncCopies};
   }
   FailureOr<RowLayout> layoutFor(Operation *op, int64_t width,
                                  ArrayRef<Type> streamed, int64_t lanes,
@@ -744,32 +782,6 @@ struct ConvertAttnResToGPUPass
     if (blocks > 0)
       lastKernel->setAttr("nvvm.minctasm",
                           OpBuilder(lastKernel).getI32IntegerAttr(blocks));
-  }
-
-  /// The backward's staged batches (none where rows are read in vectors of
-  /// under 4 bytes, which a copy cannot move): as asked, else (async copies,
-  /// one query) the most batches up to 3 whose ring fits next to the row sums
-  /// (measured on the H200: 0.80-0.84 of the floor -> 0.84-0.89 at the
-  /// training shapes, docs/Performance.md), at least 2; 2 where a block
-  /// works on one row and a batch takes at most 4 KiB of the ring (D = 2048
-  /// on 128 lanes: 0.85-0.86 against 0.82-0.83 with 3 at (8, 8192, 2048)).
-  int64_t backwardStaging(const RowLayout &layout, Type value, int64_t batch,
-                          int64_t numQueries) const {
-    int64_t vectorBytes = layout.vectorWidth * bytesOf(value);
-    if (vectorBytes < 4)
-      return 0;
-    if (backwardStagedBatches >= 0)
-      return backwardStagedBatches;
-    if (!asyncCopies || numQueries != 1)
-      return 0;
-    int64_t slotBytes = layout.chunks * layout.blockThreads() * vectorBytes;
-    // A kilobyte for the row sums.
-    int64_t fits = (kMaxWorkgroupBytes - 1024) / (batch * slotBytes);
-    constexpr int64_t kSmallSlotBytes = 4 * 1024;
-    bool smallRow =
-        layout.rowsPerBlock == 1 && batch * slotBytes <= kSmallSlotBytes;
-    int64_t staged = std::min<int64_t>(smallRow ? 2 : 3, fits);
-    return staged >= 2 ? staged : 0;
   }
 
   /// Tiles a merge row of `width` columns splits into: the largest count
@@ -890,36 +902,13 @@ struct ConvertAttnResToGPUPass
 
   DictionaryAttr convertBackward(OpBuilder &b, BackwardOp op,
                                  const std::string &prefix) {
-    AttnResSpec spec = commonSpec(op);
-    spec.grad = elementOf(op.getGradOutput());
-    spec.saved = elementOf(op.getSavedOutput());
-    spec.readResidual = static_cast<bool>(op.getSavedResidual());
-    spec.readGradLse = static_cast<bool>(op.getGradLse());
-    spec.gradQuery = elementOf(op.getGradQuery());
-    spec.gradKeyNorm = elementOf(op.getGradKeyNormWeight());
-    spec.gradOutputNorm = elementOf(op.getGradOutputNormWeight());
-    FailureOr<RowLayout> layoutOr = layoutFor(
-        op, spec.width, {spec.value, spec.grad, spec.saved},
-        backwardThreadsPerRow, spec.numQueries + (spec.outputNorm ? 1 : 0));
+    AttnResSpec spec = backwardSpec(op);
+    FailureOr<RowLayout> layoutOr =
+        choices().backwardLayout(op, getArgument(), spec);
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
-    // Prefetching holds another batch of rows: only where a thread holds
-    // one query's rows (with an output norm too: measured faster, 0.65 vs
-    // 0.52 of the floor at L = 10, N = 32768, D = 4096).
-    bool prefetchRows =
-        backwardPrefetch >= 0 ? backwardPrefetch > 0 : spec.numQueries == 1;
-    // Staged, a batch of one source (as fast as two, and a longer ring).
-    int64_t batch = backwardSourceBatch;
-    if (batch == 0 &&
-        backwardStaging(layout, spec.value, 1, spec.numQueries) > 0)
-      batch = 1;
-    SourceSchedule schedule =
-        scheduleFor(batch, prefetchRows, spec.numSources,
-                    backwardStaging(layout, spec.value,
-                                    std::min<int64_t>(batch > 0 ? batch : 2,
-                                                      spec.numSources),
-                                    spec.numQueries));
+    SourceSchedule schedule = choices().backwardSchedule(spec, layout);
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "backward", spec);
     facts.append("grad_type", b.getStringAttr(typeName(spec.grad)));

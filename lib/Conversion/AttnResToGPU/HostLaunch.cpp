@@ -592,6 +592,59 @@ MergeArguments mergeArguments(HostLauncher &host, PartitionReduceIntoOp op,
   return arguments;
 }
 
+/// What every backward kernel takes of `op` (a whole backward's, a tile's
+/// of a split one): its token count N, and its arguments by name: the
+/// device tables of the sources' and of their gradients' rows (each row
+/// checked against `vectorWidth` elements, in a refusal naming `kernel`),
+/// the buffers' addresses and N.
+struct BackwardArguments {
+  Value tokens, tokens64;
+  llvm::StringMap<Value> values;
+};
+
+BackwardArguments backwardArguments(HostLauncher &host, BackwardIntoOp op,
+                                    int64_t vectorWidth, StringRef kernel) {
+  OpBuilder &b = host.builder();
+  Location loc = op.getLoc();
+  BackwardArguments arguments;
+  Value first = op.getSources().front();
+  Value tokens = arguments.tokens =
+      tokenCount(host, b, loc, first, op.getPacked());
+  Value tokens64 = arguments.tokens64 = host.toI64(tokens);
+
+  SmallVector<Value> sourceBuffers(op.getSources());
+  SmallVector<Value> gradientBuffers(op.getGradSourceBuffers());
+  llvm::StringMap<Value> &values = arguments.values;
+  host.bindAddresses(values, {{"query", op.getQuery()},
+                              {"key_norm", op.getKeyNormWeight()},
+                              {"output_norm", op.getOutputNormWeight()},
+                              {"grad", op.getGradOutput()},
+                              {"lse", op.getLse()},
+                              {"saved", op.getSavedOutput()},
+                              {"saved_residual", op.getSavedResidual()},
+                              {"grad_lse", op.getGradLse()},
+                              {"dq", op.getGradQueryBuffer()},
+                              {"dg", op.getGradKeyNormWeightBuffer()},
+                              {"dh", op.getGradOutputNormWeightBuffer()}});
+
+  MemRefType sourceType = op.getSourceType();
+  int64_t elementBytes = bytesOf(sourceType.getElementType());
+  int64_t rowElementBytes = sourceType.getShape().back() * elementBytes;
+  int64_t L = op.getNumSourceValues();
+  SmallVector<Value> rows =
+      sourceRows(host, b, loc, sourceBuffers, op.getPacked(), L, tokens64,
+                 rowElementBytes, vectorWidth * elementBytes, kernel);
+  // The gradient rows are written as the source rows are read.
+  SmallVector<Value> gradientRows =
+      sourceRows(host, b, loc, gradientBuffers, op.getPacked(), L, tokens64,
+                 rowElementBytes, vectorWidth * elementBytes, kernel,
+                 "the gradient row of source ");
+  values["sources"] = host.addressOf(host.table(rows));
+  values["grad_sources"] = host.addressOf(host.table(gradientRows));
+  values["num_tokens"] = tokens64;
+  return arguments;
+}
+
 } // namespace
 
 LogicalResult gpu_kernels::launchTile(
@@ -607,6 +660,10 @@ LogicalResult gpu_kernels::launchTile(
   if (auto forward = dyn_cast<ForwardIntoOp>(whole)) {
     values = forwardArguments(host, forward, vectorWidth, kernel).values;
     madeHere.insert("sources");
+  } else if (auto backward = dyn_cast<BackwardIntoOp>(whole)) {
+    values = backwardArguments(host, backward, vectorWidth, kernel).values;
+    madeHere.insert("sources");
+    madeHere.insert("grad_sources");
   } else {
     values =
         mergeArguments(host, cast<PartitionReduceIntoOp>(whole), kernel).values;
@@ -784,39 +841,11 @@ LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
   Location loc = op.getLoc();
   const IRIntegers &a = host.arithmetic();
 
-  Value first = op.getSources().front();
-  Value tokens = tokenCount(host, b, loc, first, op.getPacked());
-  Value tokens64 = host.toI64(tokens);
-
-  SmallVector<Value> sourceBuffers(op.getSources());
-  SmallVector<Value> gradientBuffers(op.getGradSourceBuffers());
-  llvm::StringMap<Value> values;
-  host.bindAddresses(values, {{"query", op.getQuery()},
-                              {"key_norm", op.getKeyNormWeight()},
-                              {"output_norm", op.getOutputNormWeight()},
-                              {"grad", op.getGradOutput()},
-                              {"lse", op.getLse()},
-                              {"saved", op.getSavedOutput()},
-                              {"saved_residual", op.getSavedResidual()},
-                              {"grad_lse", op.getGradLse()},
-                              {"dq", op.getGradQueryBuffer()},
-                              {"dg", op.getGradKeyNormWeightBuffer()},
-                              {"dh", op.getGradOutputNormWeightBuffer()}});
-
-  MemRefType sourceType = op.getSourceType();
-  int64_t elementBytes = bytesOf(sourceType.getElementType());
-  int64_t rowElementBytes = sourceType.getShape().back() * elementBytes;
+  BackwardArguments arguments =
+      backwardArguments(host, op, info.vectorWidth, info.name);
+  Value tokens = arguments.tokens, tokens64 = arguments.tokens64;
+  llvm::StringMap<Value> &values = arguments.values;
   int64_t L = op.getNumSourceValues();
-  SmallVector<Value> rows =
-      sourceRows(host, b, loc, sourceBuffers, op.getPacked(), L, tokens64,
-                 rowElementBytes, info.vectorWidth * elementBytes, info.name);
-  // The gradient rows are written as the source rows are read.
-  SmallVector<Value> gradientRows =
-      sourceRows(host, b, loc, gradientBuffers, op.getPacked(), L, tokens64,
-                 rowElementBytes, info.vectorWidth * elementBytes, info.name,
-                 "the gradient row of source ");
-  values["sources"] = host.addressOf(host.table(rows));
-  values["grad_sources"] = host.addressOf(host.table(gradientRows));
 
   // Blocks B and source partitions P by the runtime's rules, from the
   // device's occupancy of the backward kernel; the workspace of their
@@ -851,7 +880,6 @@ LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
   Value base = host.addressOf(workspace);
   values["partial_da"] = base;
   values["partial_dh"] = a.add(base, layout.dhOffset);
-  values["num_tokens"] = tokens64;
   values["num_blocks"] = blocks;
   values["num_partitions"] = partitions;
   values["num_partial_rows"] = partialRows;

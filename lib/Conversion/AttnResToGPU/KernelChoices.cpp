@@ -110,3 +110,56 @@ FailureOr<RowLayout> KernelChoices::mergeLayout(Operation *op, StringRef pass,
                    {Float32Type::get(op->getContext()), output},
                    /*lanes=*/0);
 }
+
+FailureOr<RowLayout>
+KernelChoices::backwardLayout(Operation *op, StringRef pass,
+                              const AttnResSpec &spec) const {
+  return layoutFor(op, pass, spec.width, {spec.value, spec.grad, spec.saved},
+                   backwardThreadsPerRow,
+                   spec.numQueries + (spec.outputNorm ? 1 : 0));
+}
+
+/// Prefetching holds another batch of rows: only where a thread holds one
+/// query's rows (with an output norm too: measured faster, 0.65 vs 0.52 of
+/// the floor at L = 10, N = 32768, D = 4096). Staged, a batch of one source
+/// (as fast as two, and a longer ring).
+SourceSchedule KernelChoices::backwardSchedule(const AttnResSpec &spec,
+                                               const RowLayout &layout) const {
+  bool prefetchRows =
+      backwardPrefetch >= 0 ? backwardPrefetch > 0 : spec.numQueries == 1;
+  int64_t batch = backwardSourceBatch;
+  if (batch == 0 && backwardStaging(layout, spec.value, 1, spec.numQueries) > 0)
+    batch = 1;
+  return scheduleFor(
+      batch, prefetchRows, spec.numSources,
+      backwardStaging(layout, spec.value,
+                      std::min<int64_t>(batch > 0 ? batch : 2, spec.numSources),
+                      spec.numQueries));
+}
+
+/// None where rows are read in vectors of under 4 bytes, which a copy cannot
+/// move; as asked; else (async copies, one query) the most batches up to 3
+/// whose ring fits next to the row sums (measured on the H200: 0.80-0.84 of
+/// the floor -> 0.84-0.89 at the training shapes, docs/Performance.md), at
+/// least 2; 2 where a block works on one row and a batch takes at most 4 KiB
+/// of the ring (D = 2048 on 128 lanes: 0.85-0.86 against 0.82-0.83 with 3 at
+/// (8, 8192, 2048)).
+int64_t KernelChoices::backwardStaging(const RowLayout &layout, Type value,
+                                       int64_t batch,
+                                       int64_t numQueries) const {
+  int64_t vectorBytes = layout.vectorWidth * bytesOf(value);
+  if (vectorBytes < 4)
+    return 0;
+  if (backwardStagedBatches >= 0)
+    return backwardStagedBatches;
+  if (!asyncCopies || numQueries != 1)
+    return 0;
+  int64_t slotBytes = layout.chunks * layout.blockThreads() * vectorBytes;
+  // A kilobyte for the row sums.
+  int64_t fits = (kMaxWorkgroupBytes - 1024) / (batch * slotBytes);
+  constexpr int64_t kSmallSlotBytes = 4 * 1024;
+  bool smallRow =
+      layout.rowsPerBlock == 1 && batch * slotBytes <= kSmallSlotBytes;
+  int64_t staged = std::min<int64_t>(smallRow ? 2 : 3, fits);
+  return staged >= 2 ? staged : 0;
+}

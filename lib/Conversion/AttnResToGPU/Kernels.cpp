@@ -247,23 +247,28 @@ int keyNormBuffer(KernelBuilder &k, const AttnResSpec &spec) {
 }
 
 /// `a[m][c]`: the chunk vectors of g * q[m] laid over the key coordinates of
-/// a row (zero elsewhere).
-SmallVector<SmallVector<Value>> keyQuery(KernelEmitter &e,
-                                         const AttnResSpec &spec, Value query,
-                                         Value keyNorm,
-                                         ArrayRef<Value> keyMasks) {
+/// a row (zero elsewhere); without a key norm weight, q[m]. `query` may be
+/// any [rows, R] buffer of `element`s read as the query is (the key norm
+/// weight, as one row).
+SmallVector<SmallVector<Value>>
+keyQuery(KernelEmitter &e, const AttnResSpec &spec, Value query, Value keyNorm,
+         ArrayRef<Value> keyMasks, Type element = {}, int64_t rows = 0) {
   OpBuilder &b = e.b;
   int64_t width = e.layout.vectorWidth;
   int64_t keyStart = spec.width - spec.rank;
-  SmallVector<SmallVector<Value>> a(spec.numQueries);
+  if (!element) {
+    element = spec.query;
+    rows = spec.numQueries;
+  }
+  SmallVector<SmallVector<Value>> a(rows);
   if (vectorQueryLoads(spec)) {
     for (int64_t c = 0; c < e.layout.chunks; ++c) {
       Value start = e.mulI(e.vectorIndex[c], e.constI64(width));
       Value weight =
           keyNorm ? e.loadVector(keyNorm, start, spec.keyNorm) : Value();
-      for (int64_t m = 0; m < spec.numQueries; ++m) {
+      for (int64_t m = 0; m < rows; ++m) {
         Value vector = e.loadVector(
-            query, e.addI(e.constI64(m * spec.width), start), spec.query);
+            query, e.addI(e.constI64(m * spec.width), start), element);
         if (weight)
           vector = e.mul(vector, weight);
         a[m].push_back(e.select(keyMasks[c], vector, e.zeroVector()));
@@ -281,15 +286,15 @@ SmallVector<SmallVector<Value>> keyQuery(KernelEmitter &e,
           e.constI64(0));
       coordinates.push_back(r);
     }
-    for (int64_t m = 0; m < spec.numQueries; ++m) {
+    for (int64_t m = 0; m < rows; ++m) {
       Value vector = e.zeroVector();
       for (int64_t j = 0; j < width; ++j) {
         Value r = coordinates[j];
-        Value element = e.loadScalar(
-            query, e.addI(e.constI64(m * spec.rank), r), spec.query);
+        Value value =
+            e.loadScalar(query, e.addI(e.constI64(m * spec.rank), r), element);
         if (keyNorm)
-          element = e.mul(element, e.loadScalar(keyNorm, r, spec.keyNorm));
-        vector = vector::InsertOp::create(b, e.loc, element, vector,
+          value = e.mul(value, e.loadScalar(keyNorm, r, spec.keyNorm));
+        vector = vector::InsertOp::create(b, e.loc, value, vector,
                                           ArrayRef<int64_t>{j});
       }
       a[m].push_back(e.select(keyMasks[c], vector, e.zeroVector()));
@@ -1715,12 +1720,43 @@ SmallVector<Value> combineRowGroups(KernelEmitter &e, ArrayRef<Value> values,
     }
   return totals;
 }
+
+/// Stores the key coordinates of a row's chunk vectors where `writer`
+/// holds: row `row()` of a buffer of rows of R (whole vector rows where the
+/// key is the row, R = D; else element by element, the key being the last R
+/// coordinates).
+void storeKeyRow(KernelEmitter &e, const AttnResSpec &spec,
+                 ArrayRef<Value> chunks, ArrayRef<Value> keyMasks, Value base,
+                 function_ref<Value()> row, Type element, Value writer) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  int64_t R = spec.rank, D = spec.width;
+  if (R == D) {
+    storeRow(e, chunks, base, row(), element, writer);
+    return;
+  }
+  for (int64_t c = 0; c < e.layout.chunks; ++c) {
+    for (int64_t j = 0; j < e.layout.vectorWidth; ++j) {
+      Value isKey =
+          vector::ExtractOp::create(b, loc, keyMasks[c], ArrayRef<int64_t>{j});
+      e.ifThen(arith::AndIOp::create(b, loc, isKey, writer), [&] {
+        Value d = vector::ExtractOp::create(b, loc, e.elementIndex[c],
+                                            ArrayRef<int64_t>{j});
+        Value r = arith::SubIOp::create(b, loc, d, e.constI64(D - R));
+        Value index = e.addI(e.mulI(row(), e.constI64(R)), r);
+        Value value =
+            vector::ExtractOp::create(b, loc, chunks[c], ArrayRef<int64_t>{j});
+        e.storeScalar(value, base, index, element);
+      });
+    }
+  }
+}
 } // namespace
 
 KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
-    RowLayout layout, SourceSchedule schedule) {
-  KernelBuilder k(b, loc, name, "backward");
+    RowLayout layout, SourceSchedule schedule, const LaunchBody *into) {
+  KernelBuilder k(b, loc, name, "backward", into);
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
   int64_t weightRows = spec.perQueryOutputNorm ? M : 1;
@@ -1740,17 +1776,32 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                                         : -1;
   int gradLseIn = spec.readGradLse ? k.buffer("grad_lse", f32, "[M, N]") : -1;
   unsigned gradSources = k.table("grad_sources", spec.value, "L x [N, D]");
-  unsigned partialDa =
-      k.buffer("partial_da", f32, "[P * B * partial_rows_per_block, M, R]");
-  int partialDh = spec.outputNorm
-                      ? k.buffer("partial_dh", f32,
-                                 spec.perQueryOutputNorm
-                                     ? "[P * B * partial_rows_per_block, M, D]"
-                                     : "[P * B * partial_rows_per_block, 1, D]")
-                      : -1;
+  // The whole kernel's blocks write partial rows of da (and dh) for its
+  // finalize; a tile (a block of a split backward's loop) writes its own
+  // rows of the partial gradients dq, dg and dh, which the loop's sums add.
+  int partialDa = -1, partialDh = -1, tileDq = -1, tileDg = -1, tileDh = -1;
+  if (!into) {
+    partialDa =
+        k.buffer("partial_da", f32, "[P * B * partial_rows_per_block, M, R]");
+    partialDh = spec.outputNorm
+                    ? k.buffer("partial_dh", f32,
+                               spec.perQueryOutputNorm
+                                   ? "[P * B * partial_rows_per_block, M, D]"
+                                   : "[P * B * partial_rows_per_block, 1, D]")
+                    : -1;
+  } else {
+    tileDq = k.buffer("dq", spec.gradQuery, "[tiles, M, R]");
+    tileDg =
+        spec.gradKeyNorm ? k.buffer("dg", spec.gradKeyNorm, "[tiles, R]") : -1;
+    tileDh =
+        spec.gradOutputNorm
+            ? k.buffer("dh", spec.gradOutputNorm,
+                       spec.perQueryOutputNorm ? "[tiles, M, D]" : "[tiles, D]")
+            : -1;
+  }
   unsigned tokens = k.scalar("num_tokens");
-  unsigned blocks = k.scalar("num_blocks");
-  unsigned partitions = k.scalar("num_partitions");
+  int blocks = into ? -1 : k.scalar("num_blocks");
+  int partitions = into ? -1 : k.scalar("num_partitions");
 
   KernelEmitter e(b, loc, layout);
   int64_t S = SourceWalker::batchFor(schedule, L);
@@ -1765,7 +1816,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
           std::max(withStaging(schedule, e, layout, spec.value, L),
                    combine ? combineFloats(layout, values) : 0));
   e.setUpThreads(k.workgroup());
-  Value N = k.arg(tokens), B = k.arg(blocks), P = k.arg(partitions);
+  Value N = k.arg(tokens);
+  Value B = into ? Value() : k.arg(blocks);
+  Value P = into ? Value() : k.arg(partitions);
   // The key coordinates of each chunk; the walks need them only when the
   // key is not the whole row.
   SmallVector<Value> allKeyMasks = e.keyMasks(R);
@@ -1775,17 +1828,31 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   auto a = keyQuery(e, spec, k.arg(query),
                     keyNorm >= 0 ? k.arg(keyNorm) : Value(), allKeyMasks);
 
-  // The tokens of this block (blockIdx.x) and the trips every row group
-  // makes over them; the sources of its partition (blockIdx.y).
+  // The tokens of this block (blockIdx.x; a tile's rows) and the trips
+  // every row group makes over them; the sources of its partition
+  // (blockIdx.y; a tile walks them all).
   Value G = e.constI64(layout.rowsPerBlock);
-  Value chunk = e.ceilDivI(N, B);
-  Value start = e.minI(e.mulI(e.blockX, chunk), N);
-  Value stop = e.minI(e.addI(start, chunk), N);
-  Value trips = e.ceilDivI(chunk, G);
+  Value start, stop, trips;
+  if (into) {
+    start = into->firstRow;
+    stop = e.addI(start, into->rowCount);
+    trips = e.ceilDivI(into->rowCount, G);
+  } else {
+    Value chunk = e.ceilDivI(N, B);
+    start = e.minI(e.mulI(e.blockX, chunk), N);
+    stop = e.minI(e.addI(start, chunk), N);
+    trips = e.ceilDivI(chunk, G);
+  }
   Value lastRow = e.addI(N, e.constI64(-1));
-  Value sourceBegin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
-  Value sourceEnd =
-      e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
+  Value sourceBegin, sourceEnd;
+  if (into) {
+    sourceBegin = e.constI64(0);
+    sourceEnd = e.constI64(L);
+  } else {
+    sourceBegin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
+    sourceEnd =
+        e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
+  }
   int64_t width = layout.vectorWidth;
   Value zero = e.zeroVector();
   Value zeroF = e.constF32(0.0);
@@ -1979,42 +2046,64 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   for (int64_t i = 0; i < values; ++i)
     partials.push_back(rows.getResult(daAt + i));
   assert(dhAt == daAt + M * C && "dh follows da in the carried values");
-  Value writer, partialRow = e.addI(e.mulI(e.blockY, B), e.blockX);
+  assert((!into || backwardPartialRowsPerBlock(spec, layout) == 1) &&
+         "a tile writes one row of each partial gradient");
+  Value writer,
+      partialRow = into ? into->tileRow : e.addI(e.mulI(e.blockY, B), e.blockX);
   if (combine) {
     partials = combineRowGroups(e, partials, k.workgroup());
     writer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, e.group,
                                    e.constI64(0));
   } else {
     writer = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
-    partialRow = e.addI(e.mulI(partialRow, G), e.group);
+    if (!into)
+      partialRow = e.addI(e.mulI(partialRow, G), e.group);
   }
-  for (int64_t m = 0; m < M; ++m) {
-    if (R == D) {
-      storeRow(e, ArrayRef<Value>(partials).slice(m * C, C), k.arg(partialDa),
-               e.addI(e.mulI(partialRow, e.constI64(M)), e.constI64(m)), f32,
-               writer);
-      continue;
-    }
-    for (int64_t c = 0; c < C; ++c) {
-      Value da = partials[m * C + c];
-      for (int64_t j = 0; j < width; ++j) {
-        Value isKey = vector::ExtractOp::create(b, loc, keyMasks[c],
-                                                ArrayRef<int64_t>{j});
-        e.ifThen(arith::AndIOp::create(b, loc, isKey, writer), [&] {
-          Value d = vector::ExtractOp::create(b, loc, e.elementIndex[c],
-                                              ArrayRef<int64_t>{j});
-          Value r = arith::SubIOp::create(b, loc, d, e.constI64(D - R));
-          Value index = e.addI(
-              e.mulI(e.addI(e.mulI(partialRow, e.constI64(M)), e.constI64(m)),
-                     e.constI64(R)),
-              r);
-          Value value =
-              vector::ExtractOp::create(b, loc, da, ArrayRef<int64_t>{j});
-          e.storeScalar(value, k.arg(partialDa), index, f32);
-        });
+  auto queryRow = [&](int64_t m) {
+    return [&, m] {
+      return e.addI(e.mulI(partialRow, e.constI64(M)), e.constI64(m));
+    };
+  };
+  if (into) {
+    // The tile's share of the gradients: dq[m] = da[m] * g over the key
+    // coordinates, dg = sum_m da[m] * q[m], dh as the rows left it.
+    SmallVector<Value> g;
+    if (keyNorm >= 0)
+      g = keyQuery(e, spec, k.arg(keyNorm), Value(), allKeyMasks, spec.keyNorm,
+                   1)
+              .front();
+    SmallVector<SmallVector<Value>> q;
+    if (tileDg >= 0)
+      q = keyQuery(e, spec, k.arg(query), Value(), allKeyMasks, spec.query, M);
+    SmallVector<Value> dg(C, zero);
+    for (int64_t m = 0; m < M; ++m) {
+      SmallVector<Value> dq;
+      for (int64_t c = 0; c < C; ++c) {
+        Value da = partials[m * C + c];
+        dq.push_back(g.empty() ? da : e.mul(da, g[c]));
+        if (tileDg >= 0)
+          dg[c] = e.add(dg[c], e.mul(da, q[m][c]));
       }
+      storeKeyRow(e, spec, dq, allKeyMasks, k.arg(tileDq), queryRow(m),
+                  spec.gradQuery, writer);
     }
+    if (tileDg >= 0)
+      storeKeyRow(
+          e, spec, dg, allKeyMasks, k.arg(tileDg), [&] { return partialRow; },
+          spec.gradKeyNorm, writer);
+    for (int64_t w = 0; tileDh >= 0 && w < weightRows; ++w) {
+      Value outRow =
+          e.addI(e.mulI(partialRow, e.constI64(weightRows)), e.constI64(w));
+      storeRow(e, ArrayRef<Value>(partials).slice(M * C + w * C, C),
+               k.arg(tileDh), outRow, spec.gradOutputNorm, writer);
+    }
+    KernelInfo info = k.finish();
+    info.vectorWidth = layout.vectorWidth;
+    return info;
   }
+  for (int64_t m = 0; m < M; ++m)
+    storeKeyRow(e, spec, ArrayRef<Value>(partials).slice(m * C, C), keyMasks,
+                k.arg(partialDa), queryRow(m), f32, writer);
   if (partialDh >= 0) {
     Value firstPartition = arith::CmpIOp::create(
         b, loc, arith::CmpIPredicate::eq, e.blockY, e.constI64(0));

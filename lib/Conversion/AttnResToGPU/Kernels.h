@@ -61,6 +61,8 @@ struct AttnResSpec {
 
 /// The spec of a forward's kernels (an attnres.forward or forward_into).
 AttnResSpec forwardSpec(Operation *forward);
+/// The spec of a backward's kernels (an attnres.backward or backward_into).
+AttnResSpec backwardSpec(Operation *backward);
 
 /// The choices the kernels are made with, from the target and the options
 /// of convert-attnres-to-gpu (attnres-lower-tiles-to-gpu takes the
@@ -71,6 +73,9 @@ struct KernelChoices {
   int64_t subgroupSize = 32, maxBlockThreads = 1024, unrollSources = 0;
   int64_t forwardThreadsPerRow = 0, forwardSourceBatch = 0;
   int64_t forwardPrefetch = -1, forwardStagedBatches = 0;
+  int64_t backwardThreadsPerRow = 0, backwardSourceBatch = 0;
+  int64_t backwardPrefetch = -1, backwardStagedBatches = -1;
+  bool asyncCopies = false;
 
   /// The row layout of a kernel streaming `streamed` types. `lanes` is the
   /// threads-per-row option; when it is 0, a forward or backward kernel
@@ -96,6 +101,14 @@ struct KernelChoices {
                                      const AttnResSpec &spec) const;
   SourceSchedule forwardSchedule(const AttnResSpec &spec,
                                  const RowLayout &layout) const;
+  /// The layout of a backward kernel, and its walk over the sources.
+  FailureOr<RowLayout> backwardLayout(Operation *op, StringRef pass,
+                                      const AttnResSpec &spec) const;
+  SourceSchedule backwardSchedule(const AttnResSpec &spec,
+                                  const RowLayout &layout) const;
+  /// The backward's staged batches of `batch` sources.
+  int64_t backwardStaging(const RowLayout &layout, Type value, int64_t batch,
+                          int64_t numQueries) const;
   /// The layout of a merge kernel over rows of `width` elements: FP32
   /// partial rows in, `output` rows out.
   FailureOr<RowLayout> mergeLayout(Operation *op, StringRef pass, int64_t width,
@@ -171,6 +184,8 @@ struct LaunchBody {
   Operation *at;
   llvm::StringMap<Value> arguments;
   Value firstRow, rowCount;
+  /// A backward's tile: the row it writes of each partial gradient.
+  Value tileRow = {};
 };
 
 /// Sets the alignment of each address argument of `info` (bound to
@@ -199,9 +214,14 @@ KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
 KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
                            const MergeSpec &spec, RowLayout layout,
                            const LaunchBody *into = nullptr);
+/// A backward kernel; with `into`, its code goes into that launch body: a
+/// tile of a split backward's loop, which walks every source of its rows
+/// and writes row `tileRow` of the partial gradients (dq, dg, dh), its row
+/// groups added first (backwardPartialRowsPerBlock must be 1).
 KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,
                               const AttnResSpec &spec, RowLayout layout,
-                              SourceSchedule schedule);
+                              SourceSchedule schedule,
+                              const LaunchBody *into = nullptr);
 /// Partial rows of the query / weight gradients a backward block writes: 1
 /// where its row groups add theirs in the block first, else one a group.
 int64_t backwardPartialRowsPerBlock(const AttnResSpec &spec,

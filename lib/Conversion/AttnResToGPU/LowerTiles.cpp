@@ -67,10 +67,37 @@ LogicalResult checkTileLoop(scf::ForallOp loop) {
     return op.emitError()
            << kPass
            << ": a tile loop runs on the device as a grid of blocks; its "
-              "body may hold one attnres.forward_into or softmax "
-              "attnres.partition_reduce_into, views of buffers and index "
-              "arithmetic; '"
+              "body may hold one attnres.forward_into, backward_into or "
+              "softmax attnres.partition_reduce_into, views of buffers and "
+              "index arithmetic; '"
            << op.getName() << "' is none of them";
+  }
+  return success();
+}
+
+/// A backward's tile writes one row of each partial gradient, its own: the
+/// loop has one dimension, whose index is the row of the tile's views of
+/// them (two tiles writing one row would race).
+LogicalResult checkPartialRows(scf::ForallOp loop) {
+  for (Operation &op : loop.getBody()->without_terminator()) {
+    auto backward = dyn_cast<BackwardIntoOp>(op);
+    if (!backward)
+      continue;
+    for (Value partial :
+         {backward.getGradQueryBuffer(), backward.getGradKeyNormWeightBuffer(),
+          backward.getGradOutputNormWeightBuffer()}) {
+      if (!partial)
+        continue;
+      auto subview = partial.getDefiningOp<memref::SubViewOp>();
+      Value row = subview ? dyn_cast<Value>(subview.getMixedOffsets().front())
+                          : Value();
+      if (loop.getRank() != 1 || !row || row != loop.getInductionVar(0))
+        return backward.emitError()
+               << kPass
+               << ": a backward's tile writes its own row of each partial "
+                  "gradient: the loop must have one dimension, and its "
+                  "index must be the row of the tile's views of them";
+    }
   }
   return success();
 }
@@ -158,6 +185,9 @@ struct TileRows {
   /// the run time knows (index values before the launch), with what each
   /// pair is.
   SmallVector<std::tuple<Value, Value, std::string>> equalSizes;
+  /// A backward's tile: the row it writes of the partial gradients (an
+  /// index in the launch body).
+  OpFoldResult tileRow;
 };
 
 bool isConstant(OpFoldResult value, int64_t constant) {
@@ -210,10 +240,13 @@ struct Tiled {
 };
 
 /// The operands of `tile` with token dimensions, the first the one whose
-/// token dimensions are the op's (a forward's first source, a merge's
-/// partials), and the operands it reads whole, the same for every tile.
+/// token dimensions are the op's (a forward's or backward's first source, a
+/// merge's partials), the operands it reads whole, the same for every tile,
+/// and those of which it writes one row (a split backward's partial
+/// gradients).
 void tileOperandsOf(Operation *tile, SmallVectorImpl<Tiled> &tiled,
-                    SmallVectorImpl<Value> &whole) {
+                    SmallVectorImpl<Value> &whole,
+                    SmallVectorImpl<std::pair<Value, StringRef>> &rows) {
   auto addOutputs = [&](Value o, Value lse, Value oPre, Value residual,
                         int64_t lead) {
     tiled.push_back({o, "o", lead, 1});
@@ -233,6 +266,33 @@ void tileOperandsOf(Operation *tile, SmallVectorImpl<Tiled> &tiled,
                        SmallVector<Value>{forward.getQuery(),
                                           forward.getKeyNormWeight(),
                                           forward.getOutputNormWeight()});
+    return;
+  }
+  if (auto backward = dyn_cast<BackwardIntoOp>(tile)) {
+    int64_t lead = backward.getPacked() ? 1 : 0;
+    for (Value source : backward.getSources())
+      tiled.push_back({source, "the sources", lead, 1});
+    int64_t queries = backward.isMultiQuery() ? 1 : 0;
+    tiled.push_back(
+        {backward.getGradOutput(), "the output gradient", queries, 1});
+    tiled.push_back({backward.getLse(), "lse", queries, 0});
+    if (Value saved = backward.getSavedOutput())
+      tiled.push_back({saved, "the saved o_pre", queries, 1});
+    if (Value residual = backward.getSavedResidual())
+      tiled.push_back({residual, "the saved residual", queries, 1});
+    if (Value gradLse = backward.getGradLse())
+      tiled.push_back({gradLse, "the lse gradient", queries, 0});
+    for (Value gradient : backward.getGradSourceBuffers())
+      tiled.push_back({gradient, "the source gradients", lead, 1});
+    llvm::append_range(whole,
+                       SmallVector<Value>{backward.getQuery(),
+                                          backward.getKeyNormWeight(),
+                                          backward.getOutputNormWeight()});
+    rows.emplace_back(backward.getGradQueryBuffer(), "the query gradient");
+    if (Value dg = backward.getGradKeyNormWeightBuffer())
+      rows.emplace_back(dg, "the key norm weight's gradient");
+    if (Value dh = backward.getGradOutputNormWeightBuffer())
+      rows.emplace_back(dh, "the output norm weight's gradient");
     return;
   }
   auto merge = cast<PartitionReduceIntoOp>(tile);
@@ -274,7 +334,8 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
   };
   SmallVector<Tiled> tiled;
   SmallVector<Value> wholeOperands;
-  tileOperandsOf(tile, tiled, wholeOperands);
+  SmallVector<std::pair<Value, StringRef>> tileRowOperands;
+  tileOperandsOf(tile, tiled, wholeOperands, tileRowOperands);
 
   // Every other operand is read whole, the same for every tile, from its
   // first element.
@@ -282,7 +343,7 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
     if (operand &&
         (isInLaunch(operand) ||
          !cast<MemRefType>(operand.getType()).getLayout().isIdentity()))
-      return fail(isa<ForwardIntoOp>(tile)
+      return fail(!isa<PartitionReduceIntoOp>(tile)
                       ? "the query and the norm weights must be whole "
                         "buffers, dense from their start (an identity "
                         "layout), the same for every tile"
@@ -439,9 +500,50 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
   result.first = toI64(firstRow);
   result.count = toI64(count);
 
+  // A backward's tile writes one row of each partial gradient: the same
+  // row of each, a view of a dense buffer's [1, ...] slice at that row,
+  // whole in the other dimensions. The op over the whole buffers takes
+  // their first rows (the same type), the kernel's stores offset by the
+  // tile's row.
+  IRMapping whole;
+  for (auto [value, name] : tileRowOperands) {
+    auto subview = value.getDefiningOp<memref::SubViewOp>();
+    if (!subview || !isInLaunch(value) || isInLaunch(subview.getSource()))
+      return fail(name + " must be a view (memref.subview) of a buffer of the "
+                         "function, the tile's row of it");
+    Value root = subview.getSource();
+    auto rootType = cast<MemRefType>(root.getType());
+    SmallVector<OpFoldResult> offsets = subview.getMixedOffsets(),
+                              sizes = subview.getMixedSizes();
+    bool oneRow =
+        isDenseView(root) &&
+        rootType.getRank() == cast<MemRefType>(value.getType()).getRank() + 1 &&
+        isConstant(sizes[0], 1) &&
+        llvm::all_of(subview.getMixedStrides(),
+                     [](OpFoldResult s) { return isConstant(s, 1); });
+    for (int64_t dim = 1; oneRow && dim < rootType.getRank(); ++dim)
+      oneRow = isConstant(offsets[dim], 0) &&
+               isWholeDim(sizes[dim], root, dim, {{root, 0}}, 0);
+    if (!oneRow)
+      return fail(name + " must be one row of a dense buffer (a view of its " +
+                  "[1, ...] slice, whole in every other dimension, unit " +
+                  "strides) that the tile writes");
+    if (!result.tileRow) {
+      result.tileRow = offsets[0];
+    } else if (!sameValue(result.tileRow, offsets[0])) {
+      return fail("the partial gradients must be the same row of their "
+                  "buffers");
+    }
+    // The first row at a dynamic offset has the type of the tile's row.
+    SmallVector<OpFoldResult> firstRow(offsets.size(), host.getIndexAttr(0));
+    firstRow[0] = arith::ConstantIndexOp::create(host, loc, 0).getResult();
+    whole.map(value, memref::SubViewOp::create(
+                         host, loc, cast<MemRefType>(value.getType()), root,
+                         firstRow, sizes, subview.getMixedStrides()));
+  }
+
   // The op over the whole buffers: the tile's op with each view's buffer
   // in its place.
-  IRMapping whole;
   for (auto [operand, view] : llvm::zip_equal(tiled, views))
     whole.map(operand.value, view.root);
   result.whole = host.clone(*tile, whole);
@@ -491,6 +593,16 @@ struct LowerTilesPass
                   "NVIDIA sm_80 and later)");
     if (mergeLoadsInFlight < 0)
       return fail("merge-loads-in-flight must be >= 0");
+    if (backwardSourceBatch < 0 || backwardThreadsPerRow < 0)
+      return fail("backward-source-batch and backward-threads-per-row must "
+                  "be >= 0");
+    if (backwardPrefetch < -1 || backwardPrefetch > 1)
+      return fail("backward-prefetch must be -1 (chosen), 0 or 1");
+    if (backwardStagedBatches < -1 || backwardStagedBatches > 8)
+      return fail("backward-staged-batches must be in [-1, 8]");
+    if (backwardStagedBatches > 0 && !asyncCopies)
+      return fail("staged batches need asynchronous copies (async-copies=1: "
+                  "NVIDIA sm_80 and later)");
     return success();
   }
 
@@ -498,10 +610,11 @@ struct LowerTilesPass
     ModuleOp module = getOperation();
     if (failed(checkOptions(module.getLoc())))
       return signalPassFailure();
-    KernelChoices choices =
-        KernelChoices{subgroupSize,         maxBlockThreads,    unrollSources,
-                      forwardThreadsPerRow, forwardSourceBatch, forwardPrefetch,
-                      forwardStagedBatches};
+    KernelChoices choices = KernelChoices{
+        subgroupSize,         maxBlockThreads,       unrollSources,
+        forwardThreadsPerRow, forwardSourceBatch,    forwardPrefetch,
+        forwardStagedBatches, backwardThreadsPerRow, backwardSourceBatch,
+        backwardPrefetch,     backwardStagedBatches, asyncCopies};
 
     SmallVector<scf::ForallOp> loops;
     for (auto function : module.getOps<func::FuncOp>())
@@ -518,7 +631,7 @@ struct LowerTilesPass
 
   LogicalResult lower(scf::ForallOp loop, const KernelChoices &choices,
                       unsigned &refusals) {
-    if (failed(checkTileLoop(loop)))
+    if (failed(checkTileLoop(loop)) || failed(checkPartialRows(loop)))
       return failure();
     // The iterations run as the blocks of one grid dimension; a loop mapped
     // otherwise (to threads, say) asks for what this does not do.
@@ -562,6 +675,27 @@ struct LowerTilesPass
         return emitForwardKernel(b, loc, kernel, spec, layout, schedule,
                                  ForwardKind::Whole, &body);
       };
+    } else if (auto backward = dyn_cast<BackwardIntoOp>(rows->whole)) {
+      AttnResSpec spec = backwardSpec(backward);
+      FailureOr<RowLayout> layout =
+          choices.backwardLayout(backward, getArgument(), spec);
+      if (failed(layout))
+        return failure();
+      // A tile adds its row groups' shares into one row of each gradient.
+      if (backwardPartialRowsPerBlock(spec, *layout) != 1)
+        return tile->emitError()
+               << kPass << ": a backward tile writes one row of each partial "
+               << "gradient, which its " << layout->rowsPerBlock
+               << " row groups would add in more workgroup memory than a "
+                  "block may have; give a row more lanes "
+                  "(backward-threads-per-row)";
+      SourceSchedule schedule = choices.backwardSchedule(spec, *layout);
+      vectorWidth = layout->vectorWidth;
+      emitCode = [&, spec, layout = *layout, schedule](OpBuilder &b,
+                                                       const LaunchBody &body) {
+        return emitBackwardKernel(b, loc, kernel, spec, layout, schedule,
+                                  &body);
+      };
     } else {
       MergeSpec spec = mergeSpec(rows->whole, mergeLoadsInFlight);
       FailureOr<RowLayout> layout = choices.mergeLayout(
@@ -578,6 +712,10 @@ struct LowerTilesPass
         [&](const llvm::StringMap<Value> &arguments) -> FailureOr<KernelInfo> {
       LaunchBody body{*launch, tile, arguments, rows->first, rows->count};
       OpBuilder b(tile);
+      if (rows->tileRow)
+        body.tileRow = arith::IndexCastOp::create(
+            b, loc, b.getI64Type(),
+            getValueOrCreateConstantIndexOp(b, loc, rows->tileRow));
       KernelInfo info = emitCode(b, body);
       if (info.workgroupBytes > kMaxWorkgroupBytes)
         return tile->emitError() << kPass << ": the tile's thread code needs "

@@ -1070,6 +1070,10 @@ LogicalResult gpu_kernels::absorbSplitBackwards(
         "(AttnresBackwardArgs.blocks); attnres-split-reduction's loop runs on "
         "the GPU with keep-host=1");
   for (auto [loop, tile] : loops) {
+    // A loop of whole tiles stays a loop: attnres-lower-tiles-to-gpu runs
+    // it as a grid of its own, its sums launched as ops of their own.
+    if (isLoweredTileLoop(loop))
+      continue;
     SplitBackwardMatcher matcher(loop, tile);
     if (failed(matcher.check()))
       return refuseForm(loop,

@@ -1,7 +1,9 @@
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=3 \
-// RUN:   --attnres-split-reduction=blocks=5 \
 // RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1 backward-partitions=2" --attnres-bufferize-host --attnres-launch-kernels \
 // RUN:   | FileCheck %s
+// RUN: not attnres-opt %s --split-input-file --attnres-split-reduction=blocks=5 \
+// RUN:   --convert-attnres-to-gpu="keep-host=1 backward-partitions=2" 2>&1 \
+// RUN:   | FileCheck %s --check-prefix=SPLIT
 // RUN: attnres-opt %s --split-input-file --attnres-split-sources=partitions=1 \
 // RUN:   --convert-attnres-to-gpu="keep-host=1 async-copies=1 clusters=1" --attnres-bufferize-host --attnres-launch-kernels \
 // RUN:   | FileCheck %s --check-prefix=ONE
@@ -43,12 +45,14 @@ func.func @forward(%v: tensor<8x?x4096xbf16>, %q: tensor<4096xbf16>)
 
 // -----
 
-// The backward on 5 x 2 blocks (5 blocks of tokens from
-// attnres-split-reduction's loop): its grid and integer arguments are the
-// constants, and its workspace 2 * 5 partial rows.
+// The backward on 2 partitions of its sources: the partition count is the
+// constant (its blocks of tokens the runtime's rule, from the device's
+// occupancy). attnres-split-reduction's loop is not partitioned: its
+// blocks each walk every source.
 // CHECK-LABEL: func.func @backward(
-// CHECK-NOT: attnresGpuResidentBlocks
-// CHECK: gpu.launch_func  @attnres_kernels::@backward_0_backward blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in ({{.*}}) args({{.*}}, %c5_i64{{.*}} : i64, %c2_i64{{.*}} : i64)
+// CHECK: call @attnresGpuResidentBlocks
+// CHECK: gpu.launch_func  @attnres_kernels::@backward_0_backward blocks in (%{{.*}}, %{{.*}}, %{{.*}}) threads in ({{.*}}) args({{.*}}, %{{.*}} : i64, %c2_i64{{.*}} : i64)
+// SPLIT: error: convert-attnres-to-gpu: backward-partitions splits the sources of a backward launched whole; this one is attnres-split-reduction's loop, whose blocks each walk every source of their tokens
 // TOO-MANY: error: convert-attnres-to-gpu: backward-partitions = 9 is more than the op's 8 sources
 func.func @backward(%v: tensor<8x?x64xf32>, %q: tensor<64xf32>,
                     %do: tensor<?x64xf32>, %lse: tensor<?xf32>)

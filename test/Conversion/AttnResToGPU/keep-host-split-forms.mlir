@@ -1,24 +1,31 @@
 // RUN: attnres-opt %s --split-input-file --verify-diagnostics \
-// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host --attnres-launch-kernels | FileCheck %s
+// RUN:   --convert-attnres-to-gpu="keep-host=1" --attnres-bufferize-host \
+// RUN:   --attnres-launch-kernels --attnres-lower-tiles-to-gpu | FileCheck %s
 
-// The split passes' output, written out by hand. Under keep-host a loop over
-// B blocks of tokens whose body is one backward on the tokens of block b
-// (min(b * ceil(N / B), N), min(ceil(N / B), N - first) of them), with its
-// partial gradients summed after the loop, is launched as the backward
-// kernel on B blocks and its finalize; P forwards over consecutive
-// partitions of the sources, merged by a softmax partition_reduce, as the
-// forward split over P partitions. Other forms are refused with the reason.
+// The split passes' output, written out by hand. Under keep-host a loop
+// whose body is one backward on slices of tokens, each of its results
+// inserted whole (the source gradients at the slice's tokens, the partial
+// gradients at a row of their own), is lowered as it is: a grid of one
+// block an iteration, each the backward's thread code over its tokens,
+// writing its rows of the partial gradients, which the sums after the loop
+// add (sum kernels). Any bounds the loop computes are its own; what the
+// kernels need is refused with the reason (a mapping other than to
+// blocks, tiles sharing a row). P forwards over consecutive partitions of
+// the sources, merged by a softmax partition_reduce, run as the forward
+// split over P partitions; other forms are refused.
 
 // Five blocks of ceil(16 / 5) = 4 tokens (the last one empty), written
 // with the bounds composed differently from the pass (one affine.apply for
 // the chunk, results in the other order), mapped to the blocks as
 // attnres-map-to-blocks maps it.
 // CHECK-LABEL: func.func @five_blocks(
+// CHECK: %[[DQ:.*]] = gpu.alloc () : memref<5x64xf32>
 // CHECK-NOT: scf.forall
-// CHECK: gpu.launch_func  @attnres_kernels::@five_blocks_0_backward blocks in ({{.*}}) threads in ({{.*}}) args({{.*}}, %c5_i64{{.*}} : i64, %{{.*}} : i64)
-// CHECK: gpu.launch_func  @attnres_kernels::@five_blocks_0_finalize
-// CHECK-NOT: _sum
+// CHECK: gpu.launch blocks
+// CHECK: gpu.launch_func  @attnres_kernels::@five_blocks_0_sum
+// CHECK: gpu.dealloc %[[DQ]]
 // CHECK: return
+// CHECK-NOT: gpu.func @five_blocks_0_backward
 #chunk = affine_map<()[s0] -> (s0 ceildiv 5)>
 #first = affine_map<(d0)[s0, s1] -> (s1, d0 * s0)>
 #count = affine_map<()[s0, s1, s2] -> (s1 - s2, s0)>
@@ -65,7 +72,7 @@ func.func @on_threads(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
   %n = arith.constant 16 : index
   %dv0 = tensor.empty() : tensor<4x16x64xf32>
   %dq0 = tensor.empty() : tensor<5x64xf32>
-  // expected-error @+1 {{here the loop is mapped to [#gpu.thread<x>], but its iterations run as the blocks of one grid dimension: leave it unmapped or map it to [#gpu.block<x>]}}
+  // expected-error @+1 {{attnres-lower-tiles-to-gpu: the loop is mapped to [#gpu.thread<x>], but its iterations run as the blocks of one grid dimension: leave it unmapped or map it to [#gpu.block<linear_dim_0>]}}
   %r:2 = scf.forall (%b) in (5) shared_outs(%dv = %dv0, %dq = %dq0)
       -> (tensor<4x16x64xf32>, tensor<5x64xf32>) {
     %chunk = affine.apply #chunk()[%n]
@@ -93,18 +100,22 @@ func.func @on_threads(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
 
 // -----
 
-// Blocks of ceil(N / 7) tokens in a loop of 8: the last block's tokens
-// would be another's, and the kernel's block 7 would cover none.
+// Blocks of ceil(N / 7) tokens in a loop of 8 (not the pass's rule): the
+// last block's tokens are none, and its rows of the partial gradients
+// zero; the loop's own bounds are what its blocks walk.
+// CHECK-LABEL: func.func @eight_blocks(
+// CHECK: gpu.alloc () : memref<8x64xf32>
+// CHECK: gpu.launch blocks
+// CHECK: gpu.launch_func  @attnres_kernels::@eight_blocks_0_sum
 #first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
 #count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
-func.func @wrong_chunk(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
+func.func @eight_blocks(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
                        %do: tensor<?x64xf32>, %lse: tensor<?xf32>)
     -> (tensor<4x?x64xf32>, tensor<64xf32>) {
   %c1 = arith.constant 1 : index
   %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
   %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
   %dq0 = tensor.empty() : tensor<8x64xf32>
-  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches an scf.forall around a backward as the backward kernel's blocks, which needs the form of attnres-split-reduction; here the block's first token is not the rule's (min(b * ceil(N / B), N) and min(ceil(N / B), N - first))}}
   %r:2 = scf.forall (%b) in (8) shared_outs(%dv = %dv0, %dq = %dq0)
       -> (tensor<4x?x64xf32>, tensor<8x64xf32>) {
     %first = affine.min #first(%b)[%n]
@@ -131,8 +142,8 @@ func.func @wrong_chunk(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
 
 // -----
 
-// Every block's query gradient written to row 0: not the kernel's partial
-// rows.
+// Every block's query gradient written to row 0: the blocks would race
+// on it.
 #first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
 #count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
 func.func @partial_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
@@ -142,7 +153,6 @@ func.func @partial_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
   %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
   %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
   %dq0 = tensor.empty() : tensor<7x64xf32>
-  // expected-error @+1 {{here result 1 of the backward is not inserted at its block's place}}
   %r:2 = scf.forall (%b) in (7) shared_outs(%dv = %dv0, %dq = %dq0)
       -> (tensor<4x?x64xf32>, tensor<7x64xf32>) {
     %first = affine.min #first(%b)[%n]
@@ -153,6 +163,7 @@ func.func @partial_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
         : tensor<?x64xf32> to tensor<?x64xf32>
     %ls = tensor.extract_slice %lse[%first] [%count] [1]
         : tensor<?xf32> to tensor<?xf32>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a backward's tile writes its own row of each partial gradient: the loop must have one dimension, and its index must be the row of the tile's views of them}}
     %gv, %gq = attnres.backward packed(%vs : tensor<4x?x64xf32>)
         query(%q : tensor<64xf32>) grad(%dos : tensor<?x64xf32>)
         lse(%ls : tensor<?xf32>) -> tensor<4x?x64xf32>, tensor<64xf32>
@@ -169,8 +180,11 @@ func.func @partial_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
 
 // -----
 
-// Seven blocks writing rows of an eight-row tensor: the sum would add a row
-// no block wrote; the kernel's finalize adds exactly B rows.
+// Seven blocks writing rows of an eight-row tensor, the caller's: the sum
+// adds the eighth row as the caller gave it (the IR's meaning, lowered).
+// CHECK-LABEL: func.func @extra_row(
+// CHECK: gpu.launch blocks
+// CHECK: gpu.launch_func  @attnres_kernels::@extra_row_0_sum
 #first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
 #count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
 func.func @extra_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
@@ -180,7 +194,6 @@ func.func @extra_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
   %c1 = arith.constant 1 : index
   %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
   %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
-  // expected-error @+1 {{here the partial gradients of result 1 have 8 rows for the loop's 7 blocks}}
   %r:2 = scf.forall (%b) in (7) shared_outs(%dv = %dv0, %dq = %dq0)
       -> (tensor<4x?x64xf32>, tensor<8x64xf32>) {
     %first = affine.min #first(%b)[%n]
@@ -207,8 +220,13 @@ func.func @extra_row(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
 
 // -----
 
-// The partial rows returned instead of summed: the kernel keeps them in its
-// workspace.
+// The partial rows returned instead of summed: the caller gets the
+// blocks' rows.
+// CHECK-LABEL: func.func @unsummed(
+// CHECK: %[[ROWS:.*]] = gpu.alloc () : memref<7x64xf32>
+// CHECK: gpu.launch blocks
+// CHECK-NOT: gpu.dealloc %[[ROWS]]
+// CHECK: return %{{.*}}, %[[ROWS]] :
 #first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
 #count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
 func.func @unsummed(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
@@ -218,7 +236,6 @@ func.func @unsummed(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
   %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
   %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
   %dq0 = tensor.empty() : tensor<7x64xf32>
-  // expected-error @+1 {{here the partial gradients of result 1 are not summed by one partition_reduce sum}}
   %r:2 = scf.forall (%b) in (7) shared_outs(%dv = %dv0, %dq = %dq0)
       -> (tensor<4x?x64xf32>, tensor<7x64xf32>) {
     %first = affine.min #first(%b)[%n]

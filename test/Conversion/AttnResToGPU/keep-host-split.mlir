@@ -7,19 +7,27 @@
 // RUN: not attnres-opt %s --split-input-file --attnres-split-reduction=blocks=7 \
 // RUN:   --convert-attnres-to-gpu 2>&1 | FileCheck %s --check-prefix=BUNDLE
 
-// attnres-split-reduction's decomposition reaches the GPU: its loop over 7
-// blocks of tokens becomes the backward kernel's grid (7 blocks, the
-// kernel's num_blocks argument 7), its partial gradients the kernel's
-// workspace rows, their partition_reduce sums its finalize. Nothing of the
-// loop or the sums is left on the host, and no sum kernel is emitted.
+// attnres-split-reduction's decomposition reaches the GPU as it is: its
+// loop over 7 blocks of tokens stays a loop (attnres-lower-tiles-to-gpu
+// makes it a grid of 7 blocks, each the backward's thread code over its
+// tokens), writing one row of each partial gradient (query, key norm
+// weight) into a [7, R] buffer; the partition_reduce sums after it are
+// launched as sum kernels, and the partial rows freed at the end. The
+// backward kernel of the whole op (and its finalize) is not emitted.
 // CHECK-LABEL: func.func @list(
-// CHECK-NOT: scf.forall
-// CHECK: call @attnresGpuResidentBlocks
-// CHECK: gpu.launch_func  @attnres_kernels::@list_0_backward blocks in ({{.*}}) threads in ({{.*}}) args({{.*}}, %c7_i64{{.*}} : i64, %{{.*}} : i64)
-// CHECK: gpu.launch_func  @attnres_kernels::@list_0_finalize
-// CHECK-NOT: partition_reduce
+// CHECK-DAG: %[[DQ:.*]] = gpu.alloc () : memref<7x16xf32>
+// CHECK-DAG: %[[DG:.*]] = gpu.alloc () : memref<7x16xf32>
+// CHECK: scf.forall (%[[B:.*]]) in (7) {
+// CHECK: memref.subview %[[DQ]][%[[B]], 0] [1, 16] [1, 1]
+// CHECK: memref.subview %[[DG]][%[[B]], 0] [1, 16] [1, 1]
+// CHECK: attnres.backward_into sources(
+// CHECK: }
+// CHECK: gpu.launch_func  @attnres_kernels::@list_0_sum
+// CHECK: gpu.launch_func  @attnres_kernels::@list_1_sum
+// CHECK-DAG: gpu.dealloc %[[DQ]]
+// CHECK-DAG: gpu.dealloc %[[DG]]
 // CHECK: return
-// CHECK-NOT: gpu.func @list_{{.*}}_sum
+// CHECK-NOT: gpu.func @list_0_backward
 // The bundle's backward is launched whole, its blocks chosen per call: the
 // loop cannot be kept there.
 // BUNDLE: error: convert-attnres-to-gpu: a bundle's backward is launched whole by the runtime, which picks its blocks per call (AttnresBackwardArgs.blocks); attnres-split-reduction's loop runs on the GPU with keep-host=1
@@ -38,13 +46,15 @@ func.func @list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xbf
 
 // Two token dimensions: the pass merges them into one for the loop, which
 // under keep-host is a view of the same device buffer; the source gradient
-// comes back reshaped. Two queries and a per-query output norm: three
-// partial gradients (query, output-norm weight), one finalize.
+// comes back reshaped. Two queries and a per-query output norm: two
+// partial gradients of [7, 2, 32] (query, output-norm weight), two sums.
 // CHECK-LABEL: func.func @packed_tokens_2d(
 // CHECK: memref.collapse_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] : memref<3x4x5x32xbf16> into memref<3x20x32xbf16>
-// CHECK-NOT: scf.forall
-// CHECK: gpu.launch_func  @attnres_kernels::@packed_tokens_2d_0_backward blocks in ({{.*}}) threads in ({{.*}}) args({{.*}}, %c7_i64{{.*}} : i64, %{{.*}} : i64)
-// CHECK: gpu.launch_func  @attnres_kernels::@packed_tokens_2d_0_finalize
+// CHECK: gpu.alloc () : memref<7x2x32xf32>
+// CHECK: scf.forall (%{{.*}}) in (7) {
+// CHECK: attnres.backward_into packed(
+// CHECK: gpu.launch_func  @attnres_kernels::@packed_tokens_2d_0_sum
+// CHECK: gpu.launch_func  @attnres_kernels::@packed_tokens_2d_1_sum
 // CHECK: memref.expand_shape %{{.*}} {{\[\[}}0], [1, 2], [3]] output_shape [3, 4, 5, 32] : memref<3x20x32xbf16> into memref<3x4x5x32xbf16>
 // CHECK: return
 func.func @packed_tokens_2d(%v: tensor<3x4x5x32xbf16>, %q: tensor<2x32xbf16>,

@@ -238,7 +238,7 @@ func.func @copy_in_body(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
         query(%q : memref<64xf32>)
         outs(%os, %ls : memref<?x64xf32, strided<[64, 1], offset: ?>>,
                         memref<?xf32, strided<[1], offset: ?>>)
-    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile loop runs on the device as a grid of blocks; its body may hold one attnres.forward_into or softmax attnres.partition_reduce_into, views of buffers and index arithmetic; 'memref.copy' is none of them}}
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile loop runs on the device as a grid of blocks; its body may hold one attnres.forward_into, backward_into or softmax attnres.partition_reduce_into, views of buffers and index arithmetic; 'memref.copy' is none of them}}
     memref.copy %ls, %tmp : memref<?xf32, strided<[1], offset: ?>> to memref<?xf32>
   }
   return
