@@ -40,7 +40,7 @@ def AttnResMapToBlocks : Pass<"attnres-map-to-blocks"> {
       last fastest; dimension i of r is `#gpu.block<linear_dim_{r-1-i}>`
       (block x takes tile `x mod T` of run `x / T`).
     * attnres-split-reduction's loop (a backward over a block of tokens):
-      `#gpu.block<x>`, the backward kernel's blocks of tokens.
+      `#gpu.block<x>`, a block of the grid a block of tokens.
 
     Loops already mapped, and loops around anything else, are left alone.
     The conversion accepts a loop unmapped or mapped this way (a loop of
@@ -89,20 +89,22 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     its kernels and launch counts (an `attnres.launch` attribute), which
     `attnres-bufferize-host` keeps on the op on buffers and
     `attnres-launch-kernels` replaces by the host code that launches
-    them. The split passes' decompositions run as the kernels that
-    implement them, on the grid the IR states: a
-    backward that `attnres-split-reduction` split into an `scf.forall` over
-    B blocks of tokens (its partial gradients summed by `partition_reduce
-    sum` after the loop) as the backward kernel on the loop's B blocks
-    (block b covers the tokens of iteration b) and its finalize; the P
-    partial forwards of `attnres-split-sources` and their softmax merge,
-    all untiled, as the forward split over P partitions of the sources
-    (partition p of the kernels reads the sources of partial forward p). A
-    tile loop of a forward or softmax merge that writes every result of
-    its op (a split forward's pieces included) is left a loop, with no
-    kernel, for `attnres-lower-tiles-to-gpu`; a merge's loop that writes
-    only some of its results runs as the merge kernel with one block per
-    tile of tokens. Each is checked
+    them. The split passes' decompositions run on the grid the IR states:
+    the P partial forwards of `attnres-split-sources` and their softmax
+    merge, all untiled, as the forward split over P partitions of the
+    sources (partition p of the kernels reads the sources of partial
+    forward p). A loop around one forward, backward or softmax merge that
+    writes every result of its op (attnres-tile's loops, a split forward's
+    tiled pieces, `attnres-split-reduction`'s loop over B blocks of tokens,
+    each writing its tokens' source gradients and a row of each partial
+    gradient) is left a loop, with no kernel, for
+    `attnres-lower-tiles-to-gpu`; the `partition_reduce sum`s of a split
+    backward's partial gradients are launched as sum kernels. A merge's
+    loop that writes only some of its results runs as the merge kernel
+    with one block per tile of tokens, and a split backward's loop of
+    another form as the backward kernel on the loop's B blocks and its
+    finalize (`backward-partitions` applies to whole backwards only). Each
+    is checked
     to be of exactly its form; another is an
     error, as is the split loop without keep-host (a bundle's backward is
     launched whole, its blocks chosen per call). A loop may carry the
@@ -294,18 +296,20 @@ def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
 
 def AttnResLowerTilesToGPU
     : Pass<"attnres-lower-tiles-to-gpu", "::mlir::ModuleOp"> {
-  let summary = "Run each tile loop of a forward or merge as a gpu.launch, one block a tile, with the tile's thread code";
+  let summary = "Run each tile loop of a forward, backward or merge as a gpu.launch, one block a tile, with the tile's thread code";
   let description = [{
     The tile loops of `keep-host=1`, after `attnres-bufferize-host`: a
-    top-level `scf.forall` whose body is one `attnres.forward_into` or
-    softmax `attnres.partition_reduce_into` on views of the function's
-    buffers (a tile of `attnres-tile` or of a transform script, bufferized
-    in place) becomes a `gpu.launch` through
+    top-level `scf.forall` whose body is one `attnres.forward_into`,
+    `attnres.backward_into` or softmax `attnres.partition_reduce_into` on
+    views of the function's buffers (a tile of `attnres-tile` or of a
+    transform script, `attnres-split-reduction`'s block of tokens,
+    bufferized in place) becomes a `gpu.launch` through
     upstream's loop mappings (`scf.forall` to `scf.parallel`, its
     dimensions collapsed into one, `convert-parallel-loops-to-gpu` on
     `#gpu.loop_dim_map<processor = block_x>`): one block an iteration.
     The tile's op inside the launch is then lowered to the thread code of
-    its kernel (the forward's or the merge's) over the tile's rows, its
+    its kernel (the forward's, the backward's or the merge's) over the
+    tile's rows, its
     lanes and row sums as the kernel's (`docs/GPU.md`), reading the
     operands through the host's addresses (and a forward's table of source
     rows), which the launch captures. The host code before the launch
@@ -317,9 +321,10 @@ def AttnResLowerTilesToGPU
     `gpu.launch_func`.
 
     A tile must be consecutive rows of its buffers: each operand with
-    tokens (a forward's sources, a merge's partials, partial lses and sink,
-    a `[K, D]` output norm weight of a merge, and `o`, `lse`, `o_pre`, its
-    residual) a `memref.subview` with unit strides of a dense buffer of the
+    tokens (a forward's or backward's sources, a merge's partials, partial
+    lses and sink, a `[K, D]` output norm weight of a merge, `o`, `lse`,
+    `o_pre`, its residual, a backward's output and lse gradients and its
+    source gradients) a `memref.subview` with unit strides of a dense buffer of the
     function (an identity layout, or a view of consecutive rows of one made
     before the loop, addressed from its offset), all at the same token
     offsets and sizes, whole in their other
@@ -327,7 +332,12 @@ def AttnResLowerTilesToGPU
     (checked before the launch where only the run time knows them); the
     query and the other norm weights whole dense buffers; the token
     dimensions tiled before the last one the tile cuts of size 1, the ones
-    after it whole. The loop may carry the mapping attnres-map-to-blocks
+    after it whole. A backward's tile walks every source of its rows and
+    writes one row of each of its partial query and weight gradients (dq =
+    da * g, dg = sum over queries of da * q, dh; the sums after the loop
+    add them): each a view of the `[1, ...]` slice at the loop's index of a
+    dense buffer, whole in the other dimensions, the loop of one
+    dimension. The loop may carry the mapping attnres-map-to-blocks
     gives it (its iterations the blocks of one grid dimension); another
     form or mapping is an error naming what differs.
   }];

@@ -184,9 +184,9 @@ bool gpu_kernels::isLoweredTileOp(Operation *op) {
   return isa<ForwardOp, ForwardIntoOp, BackwardOp, BackwardIntoOp>(op);
 }
 
-/// Whether `loop` is a tile loop of one forward or merge that runs as a
-/// grid of blocks (attnres-lower-tiles-to-gpu), with the first op of its
-/// body that cannot run there: the op, slices of tensors, sizes and index
+/// Whether `loop` is a tile loop of one forward, backward or merge that runs as
+/// a grid of blocks (attnres-lower-tiles-to-gpu), with the first op of its body
+/// that cannot run there: the op, slices of tensors, sizes and index
 /// arithmetic.
 static Operation *firstOffTileLoop(scf::ForallOp loop) {
   int tiled = 0;
@@ -201,9 +201,10 @@ static Operation *firstOffTileLoop(scf::ForallOp loop) {
   return tiled == 1 ? nullptr : loop.getOperation();
 }
 
-/// Whether `loop` has the form of a tile loop around a forward or merge: at
-/// the top level of a function, its outputs each written by one result of
-/// the op of its body (a tile of it) and nothing else, every result written.
+/// Whether `loop` has the form of a tile loop around a forward, backward or
+/// merge: at the top level of a function, its outputs each written by one
+/// result of the op of its body (a tile of it) and nothing else, every result
+/// written.
 static bool writesTilesOfItsOp(scf::ForallOp loop) {
   if (!isa<func::FuncOp>(loop->getParentOp()) || loop.getNumResults() == 0)
     return false;
@@ -326,8 +327,8 @@ SmallVector<Value> gpu_kernels::stackedPieces(tensor::ConcatOp concat) {
 LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
                                              StringRef pass) {
   auto isTensor = [](Type type) { return isa<TensorType>(type); };
-  // A forward's or merge's tile loop runs on the device as a whole (one
-  // block a tile), checked as such once its body has been walked past.
+  // A forward's, backward's or merge's tile loop runs on the device as a whole
+  // (one block a tile), checked as such once its body has been walked past.
   auto tileLoopOf = [&](Operation *op) -> scf::ForallOp {
     auto loop = dyn_cast<scf::ForallOp>(op);
     if (!loop || loop->getParentOp() != function || !writesTilesOfItsOp(loop))
@@ -343,10 +344,11 @@ LogicalResult gpu_kernels::checkKeptFunction(func::FuncOp function,
       if (Operation *off = firstOffTileLoop(loop)) {
         off->emitError()
             << pass
-            << ": keep-host=1 runs a tile loop of a forward or merge as a "
-               "grid of blocks, whose body may hold one attnres.forward or "
-               "softmax attnres.partition_reduce, slices of tensors and "
-               "index arithmetic; '"
+            << ": keep-host=1 runs a tile loop of a forward, backward or "
+               "merge as a grid of blocks, whose body may hold one "
+               "attnres.forward, attnres.backward or softmax "
+               "attnres.partition_reduce, slices of tensors and index "
+               "arithmetic; '"
             << off->getName() << "' is none of them";
         return WalkResult::interrupt();
       }
@@ -602,9 +604,20 @@ struct ConvertAttnResToGPUPass
          (failed(absorbTileLoops(module, tileTokens)) ||
           failed(absorbSplitForwards(module, splitPartitions, tileTokens,
                                      mergeTileTokens)))) ||
-        failed(absorbSplitBackwards(module, keepHost, splitBlocks)))
+        failed(absorbSplitBackwards(
+            module, keepHost, splitBlocks,
+            [&](scf::ForallOp loop, Operation *backward) {
+              // Tiles whose row groups would need more workgroup memory to
+              // add their partial rows than the kernel allows run as the
+              // backward kernel, which writes a row per group.
+              AttnResSpec spec = backwardSpec(backward);
+              FailureOr<RowLayout> layout =
+                  choices().backwardLayout(backward, getArgument(), spec);
+              return succeeded(layout) &&
+                     lowersBackwardTiles(loop, spec, *layout);
+            })))
       return signalPassFailure();
-    if (keepHost && backwardPartitions) {
+    if (keepHost && backwardPartitions > 1) {
       // A split backward's tiles each walk every source of their tokens.
       WalkResult split = module.walk([&](scf::ForallOp loop) {
         if (!isLoweredTileLoop(loop) ||
@@ -640,8 +653,8 @@ struct ConvertAttnResToGPUPass
       functions.push_back(function);
       int index = 0;
       function.walk([&](Operation *op) {
-        // The forwards and merges of the tile loops that remain run as
-        // grids of their own (attnres-lower-tiles-to-gpu).
+        // The forwards, backwards and merges of the tile loops that remain
+        // run as grids of their own (attnres-lower-tiles-to-gpu).
         if (keepHost && isa<scf::ForallOp>(op->getParentOp()))
           return;
         std::string prefix = (function.getSymName() + "_" + Twine(index)).str();
@@ -670,7 +683,8 @@ struct ConvertAttnResToGPUPass
     if (!ok || kernelTooLarge)
       return signalPassFailure();
     if (ops.empty()) {
-      // Tile loops of forwards and merges are attnres-lower-tiles-to-gpu's.
+      // Tile loops of forwards, backwards and merges are
+      // attnres-lower-tiles-to-gpu's.
       bool tileLoops = false;
       module.walk(
           [&](scf::ForallOp loop) { tileLoops |= isLoweredTileLoop(loop); });

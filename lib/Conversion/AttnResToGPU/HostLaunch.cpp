@@ -1145,8 +1145,8 @@ struct LaunchKernelsPass
       if (!annotated || !(isOpOnBuffers(op) ||
                           isa<ForwardOp, BackwardOp, PartitionReduceOp>(op)))
         return;
-      // A forward's or softmax merge's tile loop runs as a grid of its own
-      // (attnres-lower-tiles-to-gpu).
+      // A forward's, backward's or softmax merge's tile loop runs as a grid of
+      // its own (attnres-lower-tiles-to-gpu).
       if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
           loop && isOpOnBuffers(op) && isLoweredTileOp(op) &&
           !op->hasAttr(kLaunchAttrName) &&

@@ -291,9 +291,9 @@ struct LaunchCounts {
 /// host, a loop of launches writing into host buffers), so it is an error
 /// (naming `pass`), as is an attnres op inside a region (an scf.if, say),
 /// whose operands would be such slices. One region is let through: a tile
-/// loop of a forward or merge (isLoweredTileLoop), which runs on the device
-/// as a whole. Checked by convert-attnres-to-gpu once the split passes' loops
-/// are absorbed; attnres-bufferize-host then puts every such tensor in
+/// loop of a forward, backward or merge (isLoweredTileLoop), which runs on the
+/// device as a whole. Checked by convert-attnres-to-gpu once the split passes'
+/// loops are absorbed; attnres-bufferize-host then puts every such tensor in
 /// device memory.
 LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 
@@ -302,12 +302,14 @@ LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 bool isIndexArithmetic(Operation *op);
 
 /// The ops whose own tile loops attnres-lower-tiles-to-gpu runs as grids of
-/// blocks: a forward or a softmax merge, on tensors or on buffers (a sum's
-/// dimensions are not rows of tokens).
+/// blocks: a forward, a backward (attnres-split-reduction's block of tokens)
+/// or a softmax merge, on tensors or on buffers (a sum's dimensions are not
+/// rows of tokens).
 bool isLoweredTileOp(Operation *op);
 
 /// An scf.forall at the top level of a function whose body is one
-/// attnres.forward or softmax attnres.partition_reduce on slices of tensors,
+/// attnres.forward, attnres.backward or softmax attnres.partition_reduce on
+/// slices of tensors,
 /// with sizes and index arithmetic, and whose outputs are each written by
 /// one of the op's results (a tile of it), every result written.
 /// attnres-lower-tiles-to-gpu runs it as a grid of blocks (a piece of a
@@ -345,7 +347,7 @@ Value stackedPiece(Value stacked);
 SmallVector<Value> stackedPieces(tensor::ConcatOp concat);
 
 /// The host code of a tile loop made `launch` (attnres-lower-tiles-to-gpu):
-/// `whole` is the tile's op (a forward_into or a softmax
+/// `whole` is the tile's op (a forward_into, a backward_into or a softmax
 /// partition_reduce_into) over the loop's whole buffers, placed before the
 /// launch. The host builds what the op's kernel takes of `whole` (a
 /// forward's table of source rows, each checked against `vectorWidth`
@@ -401,14 +403,21 @@ LogicalResult absorbTileLoops(ModuleOp module,
                               llvm::DenseMap<Operation *, TokenTiles> &tiles);
 
 /// Replaces each scf.forall of attnres-split-reduction (a backward over each
-/// of B blocks of tokens, its partial gradients summed after the loop) by
-/// the backward over all tokens, mapped to the loop's count B: the backward
-/// kernel's blocks are the loop's. A loop around a backward that differs
-/// from that form is an error, as is any such loop without `keepHost` (a
-/// bundle's backward is launched whole).
+/// of B blocks of tokens, its partial gradients summed after the loop) that
+/// `keepLoop` does not keep by the backward over all tokens, mapped to the
+/// loop's count B: the backward kernel's blocks are the loop's. A loop
+/// around a backward that differs from that form is an error, as is any
+/// such loop without `keepHost` (a bundle's backward is launched whole).
 LogicalResult
 absorbSplitBackwards(ModuleOp module, bool keepHost,
-                     llvm::DenseMap<Operation *, int64_t> &blocks);
+                     llvm::DenseMap<Operation *, int64_t> &blocks,
+                     function_ref<bool(scf::ForallOp, Operation *)> keepLoop);
+
+/// Whether a backward tile's thread code can write one row of each partial
+/// gradient: its loop has one dimension, and the row groups of `layout`
+/// add their shares in the block (backwardPartialRowsPerBlock is 1).
+bool lowersBackwardTiles(scf::ForallOp loop, const AttnResSpec &spec,
+                         const RowLayout &layout);
 
 } // namespace mlir::attnres::gpu_kernels
 

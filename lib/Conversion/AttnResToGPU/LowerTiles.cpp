@@ -1,13 +1,15 @@
-//===- LowerTiles.cpp - a forward's tile loop as a grid of blocks ---------===//
+//===- LowerTiles.cpp - a tile loop as a grid of blocks -------------------===//
 //
-// attnres-lower-tiles-to-gpu: after attnres-bufferize-host, a forward's or
-// softmax merge's tile loop is an scf.forall whose body takes views of the
-// function's buffers, one tile an iteration. Upstream's loop mappings make
-// it a gpu.launch (one block an iteration); the tile's op in the launch
-// body becomes the thread code of its kernel over the tile's rows, and the
-// host code before the launch what that code reads (a forward's table of
-// source rows, the buffers' addresses) and the alignment checks of its
-// accesses. gpu-kernel-outlining then makes the launch a kernel.
+// attnres-lower-tiles-to-gpu: after attnres-bufferize-host, a forward's,
+// backward's or softmax merge's tile loop is an scf.forall whose body takes
+// views of the function's buffers, one tile an iteration (a backward's
+// tile: attnres-split-reduction's block of tokens, with its own row of each
+// partial gradient). Upstream's loop mappings make it a gpu.launch (one
+// block an iteration); the tile's op in the launch body becomes the thread
+// code of its kernel over the tile's rows, and the host code before the
+// launch what that code reads (the tables of source rows, the buffers'
+// addresses) and the alignment checks of its accesses.
+// gpu-kernel-outlining then makes the launch a kernel.
 //
 //===----------------------------------------------------------------------===//
 
@@ -97,6 +99,17 @@ LogicalResult checkPartialRows(scf::ForallOp loop) {
                << ": a backward's tile writes its own row of each partial "
                   "gradient: the loop must have one dimension, and its "
                   "index must be the row of the tile's views of them";
+      // Where both are known, the rows the loop's indices name are rows of
+      // the buffer.
+      std::optional<int64_t> end =
+          getConstantIntValue(loop.getMixedUpperBound().front());
+      auto rows = cast<MemRefType>(subview.getSource().getType());
+      if (end && isOneInteger(loop.getMixedStep().front()) &&
+          !rows.isDynamicDim(0) && *end > rows.getDimSize(0))
+        return backward.emitError()
+               << kPass << ": the loop's indices run up to " << *end
+               << " (exclusive), past the " << rows.getDimSize(0)
+               << " rows of a partial gradient's buffer";
     }
   }
   return success();
@@ -506,11 +519,17 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
   // their first rows (the same type), the kernel's stores offset by the
   // tile's row.
   IRMapping whole;
+  auto failRow = [&](const Twine &name) {
+    return tile->emitError()
+           << kPass << ": " << name
+           << " must be one row of a dense buffer of the function (a "
+              "memref.subview of its [1, ...] slice, whole in every other "
+              "dimension, unit strides), the tile's own";
+  };
   for (auto [value, name] : tileRowOperands) {
     auto subview = value.getDefiningOp<memref::SubViewOp>();
     if (!subview || !isInLaunch(value) || isInLaunch(subview.getSource()))
-      return fail(name + " must be a view (memref.subview) of a buffer of the "
-                         "function, the tile's row of it");
+      return failRow(name);
     Value root = subview.getSource();
     auto rootType = cast<MemRefType>(root.getType());
     SmallVector<OpFoldResult> offsets = subview.getMixedOffsets(),
@@ -525,21 +544,25 @@ FailureOr<TileRows> tileRowsOf(gpu::LaunchOp launch, Operation *tile) {
       oneRow = isConstant(offsets[dim], 0) &&
                isWholeDim(sizes[dim], root, dim, {{root, 0}}, 0);
     if (!oneRow)
-      return fail(name + " must be one row of a dense buffer (a view of its " +
-                  "[1, ...] slice, whole in every other dimension, unit " +
-                  "strides) that the tile writes");
-    if (!result.tileRow) {
-      result.tileRow = offsets[0];
-    } else if (!sameValue(result.tileRow, offsets[0])) {
-      return fail("the partial gradients must be the same row of their "
-                  "buffers");
-    }
-    // The first row at a dynamic offset has the type of the tile's row.
+      return failRow(name);
+    // One row for all (checkPartialRows: each the loop's index).
+    result.tileRow = offsets[0];
+    // The first row, at a dynamic offset (the type of the tile's row), its
+    // sizes the host's: constants, or sizes of the buffer read before the
+    // launch (hoistHostSizes).
     SmallVector<OpFoldResult> firstRow(offsets.size(), host.getIndexAttr(0));
     firstRow[0] = arith::ConstantIndexOp::create(host, loc, 0).getResult();
+    SmallVector<OpFoldResult> hostSizes,
+        unitStrides(offsets.size(), host.getIndexAttr(1));
+    for (OpFoldResult size : sizes) {
+      std::optional<int64_t> known = getConstantIntValue(size);
+      if (!known && isInLaunch(cast<Value>(size)))
+        return failRow(name);
+      hostSizes.push_back(known ? host.getIndexAttr(*known) : size);
+    }
     whole.map(value, memref::SubViewOp::create(
                          host, loc, cast<MemRefType>(value.getType()), root,
-                         firstRow, sizes, subview.getMixedStrides()));
+                         firstRow, hostSizes, unitStrides));
   }
 
   // The op over the whole buffers: the tile's op with each view's buffer
@@ -686,9 +709,9 @@ struct LowerTilesPass
         return tile->emitError()
                << kPass << ": a backward tile writes one row of each partial "
                << "gradient, which its " << layout->rowsPerBlock
-               << " row groups would add in more workgroup memory than a "
-                  "block may have; give a row more lanes "
-                  "(backward-threads-per-row)";
+               << " row groups would add through more workgroup memory than "
+                  "the backward's thread code takes for it (32 KiB); give a "
+                  "row more lanes (backward-threads-per-row)";
       SourceSchedule schedule = choices.backwardSchedule(spec, *layout);
       vectorWidth = layout->vectorWidth;
       emitCode = [&, spec, layout = *layout, schedule](OpBuilder &b,

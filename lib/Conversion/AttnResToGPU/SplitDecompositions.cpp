@@ -1055,9 +1055,16 @@ LogicalResult gpu_kernels::absorbSplitForwards(
   return success();
 }
 
+bool gpu_kernels::lowersBackwardTiles(scf::ForallOp loop,
+                                      const AttnResSpec &spec,
+                                      const RowLayout &layout) {
+  return loop.getRank() == 1 && backwardPartialRowsPerBlock(spec, layout) == 1;
+}
+
 LogicalResult gpu_kernels::absorbSplitBackwards(
     ModuleOp module, bool keepHost,
-    llvm::DenseMap<Operation *, int64_t> &blocks) {
+    llvm::DenseMap<Operation *, int64_t> &blocks,
+    function_ref<bool(scf::ForallOp, Operation *)> keepLoop) {
   SmallVector<std::pair<scf::ForallOp, BackwardOp>> loops;
   module.walk([&](BackwardOp op) {
     if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
@@ -1072,7 +1079,7 @@ LogicalResult gpu_kernels::absorbSplitBackwards(
   for (auto [loop, tile] : loops) {
     // A loop of whole tiles stays a loop: attnres-lower-tiles-to-gpu runs
     // it as a grid of its own, its sums launched as ops of their own.
-    if (isLoweredTileLoop(loop))
+    if (isLoweredTileLoop(loop) && keepLoop(loop, tile))
       continue;
     SplitBackwardMatcher matcher(loop, tile);
     if (failed(matcher.check()))

@@ -101,7 +101,7 @@ func.func @tile_with_a_tensor(%v: tensor<3x?x256xbf16>, %q: tensor<256xbf16>)
     %rows = affine.min #tile(%t)[%n]
     %slice = tensor.extract_slice %v[0, %t, 0] [3, %rows, 256] [1, 1, 1]
         : tensor<3x?x256xbf16> to tensor<3x?x256xbf16>
-    // expected-error @+1 {{attnres-bufferize-host: keep-host=1 runs a tile loop of a forward or merge as a grid of blocks, whose body may hold one attnres.forward or softmax attnres.partition_reduce, slices of tensors and index arithmetic; 'tensor.empty' is none of them}}
+    // expected-error @+1 {{attnres-bufferize-host: keep-host=1 runs a tile loop of a forward, backward or merge as a grid of blocks, whose body may hold one attnres.forward, attnres.backward or softmax attnres.partition_reduce, slices of tensors and index arithmetic; 'tensor.empty' is none of them}}
     %scratch = tensor.empty(%rows) : tensor<?xf32>
     %ot, %lset = attnres.forward packed(%slice : tensor<3x?x256xbf16>)
         query(%q : tensor<256xbf16>) save(lse)

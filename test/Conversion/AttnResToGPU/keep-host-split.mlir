@@ -70,6 +70,28 @@ func.func @packed_tokens_2d(%v: tensor<3x4x5x32xbf16>, %q: tensor<2x32xbf16>,
 
 // -----
 
+// Eight queries with a per-query output norm on rows of 64: a block's row
+// groups would need more than the 32 KiB the thread code takes to add
+// their partial rows into one, so the loop runs as the backward kernel on
+// its 7 blocks (a partial row per row group) and its finalize.
+// CHECK-LABEL: func.func @many_queries(
+// CHECK-NOT: scf.forall
+// CHECK: gpu.launch_func  @attnres_kernels::@many_queries_0_backward blocks in ({{.*}}) threads in ({{.*}}) args({{.*}}, %c7_i64{{.*}} : i64, %{{.*}} : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@many_queries_0_finalize
+// CHECK: return
+func.func @many_queries(%v: tensor<4x?x64xbf16>, %q: tensor<8x64xbf16>,
+                        %h: tensor<8x64xbf16>, %do: tensor<8x?x64xbf16>,
+                        %lse: tensor<8x?xf32>)
+    -> (tensor<4x?x64xbf16>, tensor<8x64xbf16>, tensor<8x64xbf16>) {
+  %dv, %dq, %dh = attnres.backward packed(%v : tensor<4x?x64xbf16>)
+      query(%q : tensor<8x64xbf16>) output_norm(%h : tensor<8x64xbf16>)
+      grad(%do : tensor<8x?x64xbf16>) lse(%lse : tensor<8x?xf32>)
+      -> tensor<4x?x64xbf16>, tensor<8x64xbf16>, tensor<8x64xbf16>
+  return %dv, %dq, %dh : tensor<4x?x64xbf16>, tensor<8x64xbf16>, tensor<8x64xbf16>
+}
+
+// -----
+
 // attnres-split-sources' decomposition reaches the GPU: its 3 partial
 // forwards (sources [0, 2), [2, 5), [5, 8)) and their merge run as the
 // forward split over 3 partitions, whose blocks of row p walk partial

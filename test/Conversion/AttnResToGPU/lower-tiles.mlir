@@ -772,3 +772,128 @@ func.func @gapped_view(%v: memref<2x?x64xbf16>, %q: memref<64xbf16>,
 // PREFETCH: attnres-lower-tiles-to-gpu: forward-prefetch must be -1 (chosen), 0 or 1
 // RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=merge-loads-in-flight=-1 2>&1 | FileCheck %s --check-prefix=LOADS
 // LOADS: attnres-lower-tiles-to-gpu: merge-loads-in-flight must be >= 0
+
+// -----
+
+// attnres-split-reduction's loop on buffers: block b a backward over its
+// tokens, writing their rows of the source gradients and row b of each
+// partial gradient. A grid of the loop's 7 blocks; the source rows and
+// their gradients' rows two tables; the thread code walks every source of
+// the tile's rows and ends with the tile's query and key norm gradients:
+// the key is the last 16 of 64 coordinates, so each is stored element by
+// element at (row b * 16 + key coordinate).
+// CHECK-LABEL: func.func @backward_rows(
+// CHECK-SAME: %[[DQ:[^:]*]]: memref<7x16xf32>, %[[DG:[^:]*]]: memref<7x16xf32>)
+// The partial gradients addressed from their first rows.
+// CHECK: memref.subview %[[DQ]][0, 0] [1, 16] [1, 1]
+// CHECK: memref.subview %[[DG]][0, 0] [1, 16] [1, 1]
+// CHECK-COUNT-2: gpu.alloc  () : memref<2xi64>
+// CHECK: gpu.launch blocks(%[[BX:[^,]*]], %{{.*}}, %{{.*}}) in (%{{.*}} = %c7, %{{.*}} = %c1, %{{.*}} = %c1)
+// CHECK: %[[ROW:.*]] = arith.index_cast %[[BX]] : index to i64
+// CHECK: scf.for
+// CHECK: arith.muli %[[ROW]], %c16_i64 : i64
+// CHECK: llvm.store %{{.*}}, %{{.*}} {alignment = 4 : i64} : f32, !llvm.ptr<1>
+// CHECK: gpu.terminator
+// OUTLINED-LABEL: func.func @backward_rows(
+// OUTLINED: gpu.launch_func  @backward_rows_kernel::@backward_rows_kernel blocks in (%c7, %c1, %c1)
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
+func.func @backward_rows(%v: memref<2x?x64xf32>, %q: memref<16xf32>,
+                         %g: memref<16xf32>, %do: memref<?x64xf32>,
+                         %lse: memref<?xf32>, %dv: memref<2x?x64xf32>,
+                         %dq: memref<7x16xf32>, %dg: memref<7x16xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%b) in (7) {
+    %first = affine.min #first(%b)[%n]
+    %count = affine.min #count()[%n, %first]
+    %vs = memref.subview %v[0, %first, 0] [2, %count, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %dos = memref.subview %do[%first, 0] [%count, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%first] [%count] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    %dvs = memref.subview %dv[0, %first, 0] [2, %count, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %dqs = memref.subview %dq[%b, 0] [1, 16] [1, 1]
+        : memref<7x16xf32> to memref<16xf32, strided<[1], offset: ?>>
+    %dgs = memref.subview %dg[%b, 0] [1, 16] [1, 1]
+        : memref<7x16xf32> to memref<16xf32, strided<[1], offset: ?>>
+    attnres.backward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<16xf32>) key_norm(%g : memref<16xf32>)
+        grad(%dos : memref<?x64xf32, strided<[64, 1], offset: ?>>)
+        lse(%ls : memref<?xf32, strided<[1], offset: ?>>)
+        outs(%dvs, %dqs, %dgs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>,
+             memref<16xf32, strided<[1], offset: ?>>, memref<16xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// A query gradient written into rows 1-2 of four of a block's: not the
+// block's whole row.
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
+func.func @backward_two_rows(%v: memref<2x?x64xf32>, %q: memref<2x64xf32>,
+                             %do: memref<2x?x64xf32>, %lse: memref<2x?xf32>,
+                             %dv: memref<2x?x64xf32>, %dq: memref<7x4x64xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%b) in (7) {
+    %first = affine.min #first(%b)[%n]
+    %count = affine.min #count()[%n, %first]
+    %vs = memref.subview %v[0, %first, 0] [2, %count, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %dos = memref.subview %do[0, %first, 0] [2, %count, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %ls = memref.subview %lse[0, %first] [2, %count] [1, 1]
+        : memref<2x?xf32> to memref<2x?xf32, strided<[?, 1], offset: ?>>
+    %dvs = memref.subview %dv[0, %first, 0] [2, %count, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %dqs = memref.subview %dq[%b, 1, 0] [1, 2, 64] [1, 1, 1]
+        : memref<7x4x64xf32> to memref<2x64xf32, strided<[64, 1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: the query gradient must be one row of a dense buffer of the function (a memref.subview of its [1, ...] slice, whole in every other dimension, unit strides), the tile's own}}
+    attnres.backward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<2x64xf32>)
+        grad(%dos : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        lse(%ls : memref<2x?xf32, strided<[?, 1], offset: ?>>)
+        outs(%dvs, %dqs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>,
+             memref<2x64xf32, strided<[64, 1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// Eight blocks writing rows of a seven-row buffer.
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 8), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 8, s0 - s1)>
+func.func @backward_past_rows(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
+                              %do: memref<?x64xf32>, %lse: memref<?xf32>,
+                              %dv: memref<2x?x64xf32>, %dq: memref<7x64xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<2x?x64xf32>
+  scf.forall (%b) in (8) {
+    %first = affine.min #first(%b)[%n]
+    %count = affine.min #count()[%n, %first]
+    %vs = memref.subview %v[0, %first, 0] [2, %count, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %dos = memref.subview %do[%first, 0] [%count, 64] [1, 1]
+        : memref<?x64xf32> to memref<?x64xf32, strided<[64, 1], offset: ?>>
+    %ls = memref.subview %lse[%first] [%count] [1]
+        : memref<?xf32> to memref<?xf32, strided<[1], offset: ?>>
+    %dvs = memref.subview %dv[0, %first, 0] [2, %count, 64] [1, 1, 1]
+        : memref<2x?x64xf32> to memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>
+    %dqs = memref.subview %dq[%b, 0] [1, 64] [1, 1]
+        : memref<7x64xf32> to memref<64xf32, strided<[1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: the loop's indices run up to 8 (exclusive), past the 7 rows of a partial gradient's buffer}}
+    attnres.backward_into packed(%vs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<64xf32>)
+        grad(%dos : memref<?x64xf32, strided<[64, 1], offset: ?>>)
+        lse(%ls : memref<?xf32, strided<[1], offset: ?>>)
+        outs(%dvs, %dqs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>,
+             memref<64xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
