@@ -498,20 +498,21 @@ int64_t integerFact(DictionaryAttr facts, StringRef name) {
   return *integerValue(facts.get(name));
 }
 
-/// What every forward kernel takes of `op`: its token count N, and its
-/// arguments by name: the device table of the sources' rows (each row
-/// checked against `vectorWidth` elements, in a refusal naming `kernel`),
-/// the buffers' addresses and N.
-struct ForwardArguments {
+/// What the kernels of a forward or backward take of it: its token count
+/// N (an index and an i64), and their arguments by name.
+struct SourceOpArguments {
   Value tokens, tokens64;
   llvm::StringMap<Value> values;
 };
 
-ForwardArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
-                                  int64_t vectorWidth, StringRef kernel) {
+/// What every forward kernel takes of `op`: the device table of the
+/// sources' rows (each row checked against `vectorWidth` elements, in a
+/// refusal naming `kernel`), the buffers' addresses and N.
+SourceOpArguments forwardArguments(HostLauncher &host, ForwardIntoOp op,
+                                   int64_t vectorWidth, StringRef kernel) {
   OpBuilder &b = host.builder();
   Location loc = op.getLoc();
-  ForwardArguments arguments;
+  SourceOpArguments arguments;
   arguments.tokens =
       tokenCount(host, b, loc, op.getSources().front(), op.getPacked());
   Value tokens64 = arguments.tokens64 = host.toI64(arguments.tokens);
@@ -593,20 +594,14 @@ MergeArguments mergeArguments(HostLauncher &host, PartitionReduceIntoOp op,
 }
 
 /// What every backward kernel takes of `op` (a whole backward's, a tile's
-/// of a split one): its token count N, and its arguments by name: the
-/// device tables of the sources' and of their gradients' rows (each row
-/// checked against `vectorWidth` elements, in a refusal naming `kernel`),
-/// the buffers' addresses and N.
-struct BackwardArguments {
-  Value tokens, tokens64;
-  llvm::StringMap<Value> values;
-};
-
-BackwardArguments backwardArguments(HostLauncher &host, BackwardIntoOp op,
+/// of a split one): the device tables of the sources' and of their
+/// gradients' rows (each row checked against `vectorWidth` elements, in a
+/// refusal naming `kernel`), the buffers' addresses and N.
+SourceOpArguments backwardArguments(HostLauncher &host, BackwardIntoOp op,
                                     int64_t vectorWidth, StringRef kernel) {
   OpBuilder &b = host.builder();
   Location loc = op.getLoc();
-  BackwardArguments arguments;
+  SourceOpArguments arguments;
   Value first = op.getSources().front();
   Value tokens = arguments.tokens =
       tokenCount(host, b, loc, first, op.getPacked());
@@ -702,7 +697,7 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
       std::max(whole->second.vectorWidth, partial->second.vectorWidth);
   if (clustered)
     vectorWidth = std::max(vectorWidth, clustered->second.vectorWidth);
-  ForwardArguments arguments =
+  SourceOpArguments arguments =
       forwardArguments(host, op, vectorWidth, whole->second.name);
   Value tokens = arguments.tokens, tokens64 = arguments.tokens64;
   llvm::StringMap<Value> &values = arguments.values;
@@ -841,7 +836,7 @@ LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
   Location loc = op.getLoc();
   const IRIntegers &a = host.arithmetic();
 
-  BackwardArguments arguments =
+  SourceOpArguments arguments =
       backwardArguments(host, op, info.vectorWidth, info.name);
   Value tokens = arguments.tokens, tokens64 = arguments.tokens64;
   llvm::StringMap<Value> &values = arguments.values;
