@@ -9,14 +9,19 @@
 # OPTIONS are more options of the pipeline (a fixed decomposition, say);
 # PASSES are attnres-opt passes run before it (the split passes, say).
 # TOKENS, where given, makes the module's sequence length static (the C
-# program's 257). Usage:
-#   build-host-layer.sh ATTNRES_OPT TOOLS_DIR CC SOURCE_ROOT LIBRARY_DIR OUTPUT TARGET [OPTIONS [PASSES [TOKENS]]]
+# program's 257). SAVED=recompute drops the backward's saved o_pre (its
+# argument stays, unread): the backward recomputes it from the sources.
+# Usage:
+#   build-host-layer.sh ATTNRES_OPT TOOLS_DIR CC SOURCE_ROOT LIBRARY_DIR OUTPUT TARGET [OPTIONS [PASSES [TOKENS [SAVED]]]]
 set -eu
-opt=$1 tools=$2 cc=$3 src=$4 lib=$5 out=$6 target=$7 options=${8:-} passes=${9:-} tokens=${10:-}
+opt=$1 tools=$2 cc=$3 src=$4 lib=$5 out=$6 target=$7 options=${8:-} passes=${9:-} tokens=${10:-} saved=${11:-}
 here=$(dirname "$0")
 module=$src/examples/full_attnres_layer.mlir
-if [ -n "$tokens" ]; then
-  sed "s/x?x/x${tokens}x/g" "$module" > "$out.in.mlir"
+if [ -n "$tokens" ] || [ "$saved" = recompute ]; then
+  edit=""
+  [ -n "$tokens" ] && edit="s/x?x/x${tokens}x/g;"
+  [ "$saved" = recompute ] && edit="$edit/saved(%o_pre : /d;"
+  sed "$edit" "$module" > "$out.in.mlir"
   module=$out.in.mlir
 fi
 case $target in
