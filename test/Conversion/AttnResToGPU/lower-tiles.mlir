@@ -772,6 +772,13 @@ func.func @gapped_view(%v: memref<2x?x64xbf16>, %q: memref<64xbf16>,
 // PREFETCH: attnres-lower-tiles-to-gpu: forward-prefetch must be -1 (chosen), 0 or 1
 // RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=merge-loads-in-flight=-1 2>&1 | FileCheck %s --check-prefix=LOADS
 // LOADS: attnres-lower-tiles-to-gpu: merge-loads-in-flight must be >= 0
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=backward-source-batch=-1 2>&1 | FileCheck %s --check-prefix=BACKWARD-BATCH
+// BACKWARD-BATCH: attnres-lower-tiles-to-gpu: backward-source-batch and backward-threads-per-row must be >= 0
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=backward-prefetch=3 2>&1 | FileCheck %s --check-prefix=BACKWARD-PREFETCH
+// BACKWARD-PREFETCH: attnres-lower-tiles-to-gpu: backward-prefetch must be -1 (chosen), 0 or 1
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=backward-staged-batches=9 2>&1 | FileCheck %s --check-prefix=BACKWARD-STAGED
+// BACKWARD-STAGED: attnres-lower-tiles-to-gpu: backward-staged-batches must be in [-1, 8]
+// RUN: not attnres-opt %s --split-input-file --attnres-lower-tiles-to-gpu=backward-staged-batches=2 2>&1 | FileCheck %s --check-prefix=NO-ASYNC
 
 // -----
 
@@ -894,6 +901,46 @@ func.func @backward_past_rows(%v: memref<2x?x64xf32>, %q: memref<64xf32>,
         lse(%ls : memref<?xf32, strided<[1], offset: ?>>)
         outs(%dvs, %dqs : memref<2x?x64xf32, strided<[?, 64, 1], offset: ?>>,
              memref<64xf32, strided<[1], offset: ?>>)
+  }
+  return
+}
+
+// -----
+
+// Eight queries with a per-query output norm on rows of 64: the row groups
+// of a block would add their shares of the partial gradients through more
+// workgroup memory than the thread code takes for it (convert-attnres-to-gpu
+// runs such a loop as the backward kernel instead).
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 5), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 5, s0 - s1)>
+func.func @backward_many_queries(%v: memref<4x?x64xbf16>, %q: memref<8x64xbf16>,
+                                 %h: memref<8x64xbf16>, %do: memref<8x?x64xbf16>,
+                                 %lse: memref<8x?xf32>, %dv: memref<4x?x64xbf16>,
+                                 %dq: memref<5x8x64xf32>, %dh: memref<5x8x64xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = memref.dim %v, %c1 : memref<4x?x64xbf16>
+  scf.forall (%b) in (5) {
+    %first = affine.min #first(%b)[%n]
+    %count = affine.min #count()[%n, %first]
+    %vs = memref.subview %v[0, %first, 0] [4, %count, 64] [1, 1, 1]
+        : memref<4x?x64xbf16> to memref<4x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %dos = memref.subview %do[0, %first, 0] [8, %count, 64] [1, 1, 1]
+        : memref<8x?x64xbf16> to memref<8x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %ls = memref.subview %lse[0, %first] [8, %count] [1, 1]
+        : memref<8x?xf32> to memref<8x?xf32, strided<[?, 1], offset: ?>>
+    %dvs = memref.subview %dv[0, %first, 0] [4, %count, 64] [1, 1, 1]
+        : memref<4x?x64xbf16> to memref<4x?x64xbf16, strided<[?, 64, 1], offset: ?>>
+    %dqs = memref.subview %dq[%b, 0, 0] [1, 8, 64] [1, 1, 1]
+        : memref<5x8x64xf32> to memref<8x64xf32, strided<[64, 1], offset: ?>>
+    %dhs = memref.subview %dh[%b, 0, 0] [1, 8, 64] [1, 1, 1]
+        : memref<5x8x64xf32> to memref<8x64xf32, strided<[64, 1], offset: ?>>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a backward tile writes one row of each partial gradient, which its 16 row groups would add through more workgroup memory than the backward's thread code takes for it (32 KiB); give a row more lanes (backward-threads-per-row)}}
+    attnres.backward_into packed(%vs : memref<4x?x64xbf16, strided<[?, 64, 1], offset: ?>>)
+        query(%q : memref<8x64xbf16>) output_norm(%h : memref<8x64xbf16>)
+        grad(%dos : memref<8x?x64xbf16, strided<[?, 64, 1], offset: ?>>)
+        lse(%ls : memref<8x?xf32, strided<[?, 1], offset: ?>>)
+        outs(%dvs, %dqs, %dhs : memref<4x?x64xbf16, strided<[?, 64, 1], offset: ?>>,
+             memref<8x64xf32, strided<[64, 1], offset: ?>>, memref<8x64xf32, strided<[64, 1], offset: ?>>)
   }
   return
 }
