@@ -99,14 +99,13 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     each writing its tokens' source gradients and a row of each partial
     gradient) is left a loop, with no kernel, for
     `attnres-lower-tiles-to-gpu`; the `partition_reduce sum`s of a split
-    backward's partial gradients are launched as sum kernels. A merge's
+    backward's partial gradients are launched as sum kernels
+    (`backward-partitions` applies to whole backwards only). A merge's
     loop that writes only some of its results runs as the merge kernel
-    with one block per tile of tokens, and a split backward's loop of
-    another form as the backward kernel on the loop's B blocks and its
-    finalize (`backward-partitions` applies to whole backwards only). Each
-    is checked
-    to be of exactly its form; another is an
-    error, as is the split loop without keep-host (a bundle's backward is
+    with one block per tile of tokens. Each loop is checked to be of
+    exactly its form (from a split backward's loop, what the body computes
+    and never uses is erased first); another is an error naming what
+    differs, as is the split loop without keep-host (a bundle's backward is
     launched whole, its blocks chosen per call). A loop may carry the
     mapping attribute attnres-map-to-blocks gives it; another mapping is an
     error that names the one it needs.
@@ -261,7 +260,7 @@ def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
     on each attnres op an `attnres.launch` attribute naming its kernels by
     role (the op's manifest entry: `forward`, `forward_partial`, `merge`,
     ... with the shapes and tiles the launches need) and the counts the IR
-    fixed (`forward_partitions`, `backward_blocks`, `backward_partitions`;
+    fixed (`forward_partitions`, `backward_partitions`;
     absent: chosen at run time), which bufferization keeps on the op on
     buffers. This pass reads each kernel's description back from its
     `attnres.kernel` attribute (what the bundle manifest is written from:

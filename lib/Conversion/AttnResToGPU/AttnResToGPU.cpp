@@ -224,8 +224,23 @@ static bool writesTilesOfItsOp(scf::ForallOp loop) {
   });
 }
 
+std::string gpu_kernels::tileLoopMismatch(scf::ForallOp loop) {
+  if (!isa<func::FuncOp>(loop->getParentOp()))
+    return "the loop is not at the top level of a function";
+  if (Operation *off = firstOffTileLoop(loop))
+    return off == loop.getOperation()
+               ? "its body holds no forward, backward or softmax merge"
+               : ("its body holds '" + off->getName().getStringRef() +
+                  "', which a tile's thread code does not run (only the op, "
+                  "slices of tensors, sizes and index arithmetic)")
+                     .str();
+  if (!writesTilesOfItsOp(loop))
+    return "the loop's outputs are not its op's results, each written once";
+  return "";
+}
+
 bool gpu_kernels::isLoweredTileLoop(scf::ForallOp loop) {
-  return writesTilesOfItsOp(loop) && !firstOffTileLoop(loop);
+  return tileLoopMismatch(loop).empty();
 }
 
 /// Whether `size` is all of dimension `dim` of `source` (a tensor or a
@@ -599,30 +614,18 @@ struct ConvertAttnResToGPUPass
     // them, on the grid they state (keep-host); a bundle's ops are launched
     // whole by the runtime, which picks their blocks per call.
     // attnres-tile's loops first: the split forwards' pieces may be tiled.
-    llvm::DenseMap<Operation *, int64_t> splitPartitions, splitBlocks;
+    llvm::DenseMap<Operation *, int64_t> splitPartitions;
     if ((keepHost &&
          (failed(absorbTileLoops(module, tileTokens)) ||
           failed(absorbSplitForwards(module, splitPartitions, tileTokens,
                                      mergeTileTokens)))) ||
-        failed(absorbSplitBackwards(
-            module, keepHost, splitBlocks,
-            [&](scf::ForallOp loop, Operation *backward) {
-              // Tiles whose row groups would need more workgroup memory to
-              // add their partial rows than the kernel allows run as the
-              // backward kernel, which writes a row per group.
-              AttnResSpec spec = backwardSpec(backward);
-              FailureOr<RowLayout> layout =
-                  choices().backwardLayout(backward, getArgument(), spec);
-              return succeeded(layout) &&
-                     lowersBackwardTiles(loop, spec, *layout);
-            })))
+        failed(checkSplitBackwards(module, keepHost)))
       return signalPassFailure();
     if (keepHost && backwardPartitions > 1) {
       // A split backward's tiles each walk every source of their tokens.
-      WalkResult split = module.walk([&](scf::ForallOp loop) {
-        if (!isLoweredTileLoop(loop) ||
-            !llvm::any_of(loop.getBody()->getOperations(),
-                          [](Operation &op) { return isa<BackwardOp>(op); }))
+      WalkResult split = module.walk([&](BackwardOp op) {
+        auto loop = dyn_cast<scf::ForallOp>(op->getParentOp());
+        if (!loop)
           return WalkResult::advance();
         loop.emitError() << "convert-attnres-to-gpu: backward-partitions "
                             "splits the sources of a backward launched "
@@ -707,7 +710,6 @@ struct ConvertAttnResToGPUPass
             launch.append(name, b.getI64IntegerAttr(count));
         };
         fixed("forward_partitions", splitPartitions.lookup(op));
-        fixed("backward_blocks", splitBlocks.lookup(op));
         if (auto backward = dyn_cast<BackwardOp>(op)) {
           int64_t sources = backward.getNumSourceValues();
           if (backwardPartitions > sources) {

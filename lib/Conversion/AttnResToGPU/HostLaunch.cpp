@@ -848,14 +848,9 @@ LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   int64_t partialRowsPerBlock = integerFact(facts, "partial_rows_per_block");
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
-  Value resident;
-  if (!counts.backwardBlocks || !counts.backwardPartitions)
-    resident = host.residentBlocks(info);
-  Value blocks =
-      counts.backwardBlocks
-          ? a.constant(counts.backwardBlocks)
-          : ::attnres::launch::backwardBlocks(
-                a, resident, tokens64, rowsPerBlock * rules.tokensPerBlock);
+  Value resident = host.residentBlocks(info);
+  Value blocks = ::attnres::launch::backwardBlocks(
+      a, resident, tokens64, rowsPerBlock * rules.tokensPerBlock);
   Value partitions = counts.backwardPartitions
                          ? a.constant(counts.backwardPartitions)
                          : ::attnres::launch::backwardPartitions(
@@ -1024,8 +1019,7 @@ LogicalResult validateLaunch(Operation *op, DictionaryAttr launch,
     return success();
   };
   if (failed(count("forward_partitions", counts.forwardPartitions)) ||
-      failed(count("backward_partitions", counts.backwardPartitions)) ||
-      failed(count("backward_blocks", counts.backwardBlocks)))
+      failed(count("backward_partitions", counts.backwardPartitions)))
     return failure();
   // Partitions of the sources: at most one a source.
   for (auto [name, partitions] :

@@ -1657,41 +1657,54 @@ int64_t combineFloats(const RowLayout &layout, int64_t values) {
   return (layout.rowsPerBlock - 1) * values * layout.threadsPerRow *
          layout.vectorWidth;
 }
+
+/// Workgroup bytes `combineRowGroups` takes at most.
+constexpr int64_t kCombineBytes = 32 * 1024;
+
+/// Chunk vectors a thread of each row group puts in workgroup memory at once
+/// when the row groups add `values` of them: all of them where they fit in
+/// kCombineBytes, else as many as do (at least one: a group's share of one
+/// vector is at most a block of 1024 threads' vectors of 8 floats, 32 KiB).
+int64_t combineRound(const RowLayout &layout, int64_t values) {
+  int64_t perValue = combineFloats(layout, 1) * 4;
+  if (perValue == 0)
+    return values;
+  return std::clamp<int64_t>(kCombineBytes / perValue, 1, values);
+}
 } // namespace
 
 int64_t mlir::attnres::gpu_kernels::backwardPartialRowsPerBlock(
     const AttnResSpec &spec, const RowLayout &layout) {
-  // Row groups add their partial rows in the block where that takes at most
-  // 32 KiB of workgroup memory (many queries with a per-query output norm
-  // and small rows would need more than a block may declare).
-  constexpr int64_t kCombineBytes = 32 * 1024;
-  if (layout.rowsPerBlock > 1 &&
-      combineFloats(layout, partialValues(spec, layout)) * 4 <= kCombineBytes)
+  // The whole kernel's row groups add their partial rows in the block where
+  // that takes one round of combineRowGroups (many queries with a per-query
+  // output norm and small rows would need more: each group then writes its
+  // own row, which the finalize adds).
+  int64_t values = partialValues(spec, layout);
+  if (layout.rowsPerBlock > 1 && combineRound(layout, values) == values)
     return 1;
   return layout.rowsPerBlock;
 }
 
 namespace {
 /// The chunk vectors `values` of every row group of the block added in group
-/// order (group 0's, then group 1's, ...) through workgroup memory; the
-/// totals are valid in group 0 (the others add their own twice, and do not
-/// store). Lets a block write one partial row of
-/// the query / weight gradients instead of one per row group: at
+/// order (group 0's, then group 1's, ...) through workgroup memory, in rounds
+/// of `round` vectors a thread; the totals are valid in group 0 (the others
+/// add their own twice, and do not store). Lets a block write one partial
+/// row of the query / weight gradients instead of one per row group: at
 /// (L, N, D) = (4, 4096, 1024) (four groups of 32 lanes) the finalize read
 /// 1056 partial rows of 4 KiB, 4.3 MB written and read again for an 84 MB
 /// floor, and took 12 us of the backward's 37.
 SmallVector<Value> combineRowGroups(KernelEmitter &e, ArrayRef<Value> values,
-                                    Value workgroup) {
+                                    Value workgroup, int64_t round) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   const RowLayout &layout = e.layout;
   int64_t lanes = layout.threadsPerRow, width = layout.vectorWidth;
-  int64_t count = values.size();
   auto slot = [&](Value group, int64_t q) {
-    // Group g > 0 keeps value q of lane l at ((g - 1) * count + q) * lanes + l
-    // vectors.
+    // Group g > 0 keeps value q (of the round) of lane l at
+    // ((g - 1) * round + q) * lanes + l vectors.
     Value vectorAt = e.addI(
-        e.mulI(e.addI(e.mulI(e.addI(group, e.constI64(-1)), e.constI64(count)),
+        e.mulI(e.addI(e.mulI(e.addI(group, e.constI64(-1)), e.constI64(round)),
                       e.constI64(q)),
                e.constI64(lanes)),
         e.lane);
@@ -1699,25 +1712,31 @@ SmallVector<Value> combineRowGroups(KernelEmitter &e, ArrayRef<Value> values,
                                       e.mulI(vectorAt, e.constI64(width)));
   };
   llvm::MaybeAlign align(std::min<int64_t>(16, width * 4));
-  // The walk's last row sums and staged rows may still be read.
-  gpu::BarrierOp::create(b, loc);
-  Value notFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
-                                         e.group, e.constI64(0));
-  e.ifThen(notFirst, [&] {
-    for (int64_t q = 0; q < count; ++q)
-      vector::StoreOp::create(b, loc, values[q], workgroup,
-                              ValueRange{slot(e.group, q)},
-                              /*nontemporal=*/false, align);
-  });
-  gpu::BarrierOp::create(b, loc);
   SmallVector<Value> totals(values);
-  for (int64_t g = 1; g < layout.rowsPerBlock; ++g)
-    for (int64_t q = 0; q < count; ++q) {
-      Value part = vector::LoadOp::create(
-          b, loc, values[q].getType(), workgroup,
-          ValueRange{slot(e.constI64(g), q)}, /*nontemporal=*/false, align);
-      totals[q] = e.add(totals[q], part);
-    }
+  int64_t count = values.size();
+  for (int64_t first = 0; first < count; first += round) {
+    int64_t last = std::min(count, first + round);
+    // The walk's last row sums and staged rows, or the previous round's
+    // values, may still be read.
+    gpu::BarrierOp::create(b, loc);
+    Value notFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                           e.group, e.constI64(0));
+    e.ifThen(notFirst, [&] {
+      for (int64_t q = first; q < last; ++q)
+        vector::StoreOp::create(b, loc, values[q], workgroup,
+                                ValueRange{slot(e.group, q - first)},
+                                /*nontemporal=*/false, align);
+    });
+    gpu::BarrierOp::create(b, loc);
+    for (int64_t g = 1; g < layout.rowsPerBlock; ++g)
+      for (int64_t q = first; q < last; ++q) {
+        Value part =
+            vector::LoadOp::create(b, loc, values[q].getType(), workgroup,
+                                   ValueRange{slot(e.constI64(g), q - first)},
+                                   /*nontemporal=*/false, align);
+        totals[q] = e.add(totals[q], part);
+      }
+  }
   return totals;
 }
 
@@ -1810,11 +1829,15 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
   // queries and the M output gradients.
   e.planReductions(/*settled=*/2 * M, /*loop=*/S * (1 + 2 * M));
   int64_t values = partialValues(spec, layout);
-  bool combine =
-      backwardPartialRowsPerBlock(spec, layout) == 1 && layout.rowsPerBlock > 1;
+  // A tile always adds its row groups' shares (it writes one row of each
+  // partial gradient), in as many rounds as that takes; the whole kernel
+  // where one round does.
+  bool combine = layout.rowsPerBlock > 1 &&
+                 (into || backwardPartialRowsPerBlock(spec, layout) == 1);
+  int64_t round = combineRound(layout, values);
   k.begin(layout.blockThreads(),
           std::max(withStaging(schedule, e, layout, spec.value, L),
-                   combine ? combineFloats(layout, values) : 0));
+                   combine ? combineFloats(layout, round) : 0));
   e.setUpThreads(k.workgroup());
   Value N = k.arg(tokens);
   Value B = into ? Value() : k.arg(blocks);
@@ -2041,17 +2064,16 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
 
   // The block's partial rows: its share of da (key coordinates) and of dh
   // (partition 0's; zero from the others), its row groups added first into
-  // one row where backwardPartialRowsPerBlock says so, else one row each.
+  // one row (a tile's always, the whole kernel's where
+  // backwardPartialRowsPerBlock says so), else one row each.
   SmallVector<Value> partials;
   for (int64_t i = 0; i < values; ++i)
     partials.push_back(rows.getResult(daAt + i));
   assert(dhAt == daAt + M * C && "dh follows da in the carried values");
-  assert((!into || backwardPartialRowsPerBlock(spec, layout) == 1) &&
-         "a tile writes one row of each partial gradient");
   Value writer,
       partialRow = into ? into->tileRow : e.addI(e.mulI(e.blockY, B), e.blockX);
   if (combine) {
-    partials = combineRowGroups(e, partials, k.workgroup());
+    partials = combineRowGroups(e, partials, k.workgroup(), round);
     writer = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, e.group,
                                    e.constI64(0));
   } else {

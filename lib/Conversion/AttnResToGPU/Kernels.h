@@ -217,13 +217,15 @@ KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
 /// A backward kernel; with `into`, its code goes into that launch body: a
 /// tile of a split backward's loop, which walks every source of its rows
 /// and writes row `tileRow` of the partial gradients (dq, dg, dh), its row
-/// groups added first (backwardPartialRowsPerBlock must be 1).
+/// groups added first (through workgroup memory, in rounds where all of
+/// their shares at once would take more than 32 KiB).
 KernelInfo emitBackwardKernel(OpBuilder &b, Location loc, StringRef name,
                               const AttnResSpec &spec, RowLayout layout,
                               SourceSchedule schedule,
                               const LaunchBody *into = nullptr);
-/// Partial rows of the query / weight gradients a backward block writes: 1
-/// where its row groups add theirs in the block first, else one a group.
+/// Partial rows of the query / weight gradients a whole backward kernel's
+/// block writes: 1 where its row groups add theirs in the block first (in
+/// one round, at most 32 KiB of workgroup memory), else one a group.
 int64_t backwardPartialRowsPerBlock(const AttnResSpec &spec,
                                     const RowLayout &layout);
 /// Sums the backward's partial rows: blocks of `threads` lanes (0: chosen
@@ -259,7 +261,7 @@ constexpr int64_t kMaxGridBlocks = (int64_t(1) << 31) - 1;
 /// The attribute convert-attnres-to-gpu (keep-host) puts on each attnres op
 /// for attnres-launch-kernels: the op's manifest entry (its kernels by
 /// role, their shapes and tiles) and the launch counts the IR fixed
-/// (`forward_partitions`, `backward_partitions`, `backward_blocks`; absent:
+/// (`forward_partitions`, `backward_partitions`; absent:
 /// the runtime's rules at run time).
 constexpr char kLaunchAttrName[] = "attnres.launch";
 
@@ -281,7 +283,7 @@ struct TokenTiles {
 /// of the sources from the backward-partitions option, its blocks of tokens
 /// from attnres-split-reduction's loop.
 struct LaunchCounts {
-  int64_t forwardPartitions = 0, backwardPartitions = 0, backwardBlocks = 0;
+  int64_t forwardPartitions = 0, backwardPartitions = 0;
 };
 
 /// Under keep-host every tensor of a function is a device buffer: a
@@ -316,6 +318,8 @@ bool isLoweredTileOp(Operation *op);
 /// forward split over its sources too: its partial forwards write their
 /// slices of the stacks the merge reads).
 bool isLoweredTileLoop(scf::ForallOp loop);
+/// Why `loop` is not such a loop (empty where it is).
+std::string tileLoopMismatch(scf::ForallOp loop);
 
 /// Whether `slice` (a tensor.extract_slice or memref.subview of `source`)
 /// takes consecutive rows of it: unit strides, unit sizes up to one
@@ -402,22 +406,12 @@ bool hasRealizedMapping(scf::ForallOp loop, bool linear, std::string &reason);
 LogicalResult absorbTileLoops(ModuleOp module,
                               llvm::DenseMap<Operation *, TokenTiles> &tiles);
 
-/// Replaces each scf.forall of attnres-split-reduction (a backward over each
-/// of B blocks of tokens, its partial gradients summed after the loop) that
-/// `keepLoop` does not keep by the backward over all tokens, mapped to the
-/// loop's count B: the backward kernel's blocks are the loop's. A loop
-/// around a backward that differs from that form is an error, as is any
-/// such loop without `keepHost` (a bundle's backward is launched whole).
-LogicalResult
-absorbSplitBackwards(ModuleOp module, bool keepHost,
-                     llvm::DenseMap<Operation *, int64_t> &blocks,
-                     function_ref<bool(scf::ForallOp, Operation *)> keepLoop);
-
-/// Whether a backward tile's thread code can write one row of each partial
-/// gradient: its loop has one dimension, and the row groups of `layout`
-/// add their shares in the block (backwardPartialRowsPerBlock is 1).
-bool lowersBackwardTiles(scf::ForallOp loop, const AttnResSpec &spec,
-                         const RowLayout &layout);
+/// Checks each scf.forall around a backward (attnres-split-reduction's
+/// blocks of tokens) for attnres-lower-tiles-to-gpu, which runs it as a grid
+/// of its tiles: a loop of another form is an error naming what differs, as
+/// is any such loop without `keepHost` (a bundle's backward is launched
+/// whole). What the loop's body computes and never uses is erased.
+LogicalResult checkSplitBackwards(ModuleOp module, bool keepHost);
 
 } // namespace mlir::attnres::gpu_kernels
 

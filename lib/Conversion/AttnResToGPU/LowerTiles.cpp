@@ -704,14 +704,6 @@ struct LowerTilesPass
           choices.backwardLayout(backward, getArgument(), spec);
       if (failed(layout))
         return failure();
-      // A tile adds its row groups' shares into one row of each gradient.
-      if (backwardPartialRowsPerBlock(spec, *layout) != 1)
-        return tile->emitError()
-               << kPass << ": a backward tile writes one row of each partial "
-               << "gradient, which its " << layout->rowsPerBlock
-               << " row groups would add through more workgroup memory than "
-                  "the backward's thread code takes for it (32 KiB); give a "
-                  "row more lanes (backward-threads-per-row)";
       SourceSchedule schedule = choices.backwardSchedule(spec, *layout);
       vectorWidth = layout->vectorWidth;
       emitCode = [&, spec, layout = *layout, schedule](OpBuilder &b,

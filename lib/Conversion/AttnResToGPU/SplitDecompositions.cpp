@@ -3,22 +3,6 @@
 // Under keep-host, the decompositions of the split passes run as the
 // kernels that implement them, on the grid the IR states.
 //
-// attnres-split-reduction rewrites a backward over N tokens into
-//
-//   scf.forall (%b) in (B) {
-//     the backward over tokens [min(b * ceil(N / B), N),
-//                               min(b * ceil(N / B) + ceil(N / B), N)),
-//     its source gradients inserted at those tokens,
-//     its query / weight gradients as row b of FP32 [B, ...] partials
-//   }
-//   a partition_reduce sum of each partial gradient's B rows.
-//
-// The backward kernel is that decomposition: block blockIdx.x = b covers
-// exactly those tokens, writes its partial rows, and the finalize kernel
-// sums them. So the loop with its sums becomes one launch of the kernel on
-// the loop's B blocks and its finalize: the loop's count is the grid. (B is
-// a constant: partition_reduce sums a static count.)
-//
 // attnres-split-sources rewrites a forward over L sources into P forwards,
 // partition p over sources [floor(p * L / P), floor((p + 1) * L / P)),
 // each returning its FP32 output and lse, stacked and merged by a softmax
@@ -28,11 +12,15 @@
 // them. So the P forwards with their merge become the forward launched on
 // P partitions.
 //
+// attnres-split-reduction's loop over B blocks of tokens, and attnres-tile's
+// loops, stay loops where their body is their op on slices and nothing else
+// (attnres-lower-tiles-to-gpu makes them grids); the loops of attnres-tile
+// that drop a result of their op become blocks of its kernels here, and
+// the split backward's loops of another form are refused.
+//
 // Nothing is taken on trust: the slices, the stacking, the partition
-// boundaries, the insertions and the two affine.min ops that bound a block
-// are checked against the rules above (the affine ones after composing
-// them), and a decomposition that is not of this form is refused with the
-// reason.
+// boundaries and the insertions are checked against the rules above, and a
+// decomposition that is not of this form is refused with the reason.
 //
 //===----------------------------------------------------------------------===//
 
@@ -71,39 +59,6 @@ protected:
   }
 };
 
-class SplitBackwardMatcher : public FormMatcher {
-public:
-  SplitBackwardMatcher(scf::ForallOp loop, BackwardOp tile)
-      : loop(loop), tile(tile) {}
-
-  /// Checks the loop; on success `outer*` hold the backward's operands
-  /// outside it and `sums` the partition_reduce of each partial gradient,
-  /// else `reason` says what differs.
-  LogicalResult check();
-
-  SmallVector<Value> outerSources;
-  Value outerGrad, outerLse, outerSaved, outerSavedResidual, outerGradLse;
-  SmallVector<PartitionReduceOp> sums;
-
-private:
-  LogicalResult checkBounds();
-  LogicalResult sliceOf(Value operand, int64_t tokenDim, StringRef what,
-                        Value &outer);
-  LogicalResult checkMin(Value value, ArrayRef<AffineExpr> expected,
-                         StringRef what);
-  AffineExpr tokenCountExpr();
-
-  scf::ForallOp loop;
-  BackwardOp tile;
-  /// The block's first token and token count (the slices' offset and
-  /// size on the token dimension).
-  Value offset, size;
-  /// The outer operands whose token dimension is N (for tensor.dim).
-  SmallVector<std::pair<Value, int64_t>> tokenTensors;
-  /// The token count of the first sliced operand (kDynamic: dynamic).
-  std::optional<int64_t> tokenCount;
-};
-
 /// `map` over `operands`, fully composed with the affine ops that define
 /// them, each remaining operand renamed by `name` (a constant inline, else a
 /// dimension or symbol among `numDims` / `numSymbols`); none where `name`
@@ -137,235 +92,6 @@ bool isDimOf(OpFoldResult size, Value tensor, int64_t dim) {
   auto read = value ? value.getDefiningOp<tensor::DimOp>() : tensor::DimOp();
   return read && read.getSource() == tensor &&
          isConstantIntValue(read.getDimension(), dim);
-}
-
-/// `operand`, a slice of a tensor defined outside the loop that keeps every
-/// dimension whole except `tokenDim`, which it takes at [offset, offset +
-/// size): the first such slice fixes offset and size for all others.
-LogicalResult SplitBackwardMatcher::sliceOf(Value operand, int64_t tokenDim,
-                                            StringRef what, Value &outer) {
-  if (!operand)
-    return success();
-  auto slice = operand.getDefiningOp<tensor::ExtractSliceOp>();
-  if (!slice || !loop.isDefinedOutsideOfLoop(slice.getSource()))
-    return fail("the backward's " + what +
-                " is not a slice of a tensor defined outside the loop");
-  RankedTensorType whole = slice.getSourceType();
-  if (slice.getResultType().getRank() != whole.getRank() ||
-      tokenDim >= whole.getRank())
-    return fail("the slice of the backward's " + what + " drops dimensions");
-  for (int64_t dim = 0; dim < whole.getRank(); ++dim) {
-    OpFoldResult at = slice.getMixedOffsets()[dim];
-    OpFoldResult length = slice.getMixedSizes()[dim];
-    if (!isConstantIntValue(slice.getMixedStrides()[dim], 1))
-      return fail("the slice of the backward's " + what + " is strided");
-    if (dim != tokenDim) {
-      if (!isConstantIntValue(at, 0) || whole.isDynamicDim(dim) ||
-          !isConstantIntValue(length, whole.getDimSize(dim)))
-        return fail("the slice of the backward's " + what +
-                    " does not keep dimension " + Twine(dim) + " whole");
-      continue;
-    }
-    auto atValue = dyn_cast<Value>(at);
-    auto lengthValue = dyn_cast<Value>(length);
-    if (!atValue || !lengthValue)
-      return fail("the backward's " + what +
-                  " is not sliced by the block's token bounds");
-    if (!offset) {
-      offset = atValue;
-      size = lengthValue;
-    } else if (atValue != offset || lengthValue != size) {
-      return fail("the backward's operands are sliced at different tokens");
-    }
-  }
-  outer = slice.getSource();
-  tokenTensors.emplace_back(outer, tokenDim);
-  int64_t tokens = whole.getDimSize(tokenDim);
-  if (!tokenCount)
-    tokenCount = tokens;
-  else if (*tokenCount != tokens)
-    return fail("the backward's operands have different token counts");
-  return success();
-}
-
-/// N in the affine expressions: the static token count, else symbol 0.
-AffineExpr SplitBackwardMatcher::tokenCountExpr() {
-  MLIRContext *context = loop.getContext();
-  if (ShapedType::isStatic(*tokenCount))
-    return getAffineConstantExpr(*tokenCount, context);
-  return getAffineSymbolExpr(0, context);
-}
-
-/// Whether `value` is an affine.min whose results are `expected` (in any
-/// order), over d0 = the loop's index, s0 = N and s1 = the block's first
-/// token.
-LogicalResult SplitBackwardMatcher::checkMin(Value value,
-                                             ArrayRef<AffineExpr> expected,
-                                             StringRef what) {
-  auto min = value.getDefiningOp<affine::AffineMinOp>();
-  if (!min)
-    return fail("the block's " + what + " is not an affine.min");
-  MLIRContext *context = loop.getContext();
-  auto isTokenCount = [&](Value candidate) {
-    return llvm::any_of(tokenTensors, [&](auto tensorAndDim) {
-      return isDimOf(candidate, tensorAndDim.first, tensorAndDim.second);
-    });
-  };
-  std::optional<AffineMap> composed =
-      composeRenamed(min.getAffineMap(), min.getOperands(), 1, 2,
-                     [&](Value operand) -> std::optional<AffineExpr> {
-                       if (operand == loop.getInductionVar(0))
-                         return getAffineDimExpr(0, context);
-                       if (isTokenCount(operand))
-                         return getAffineSymbolExpr(0, context);
-                       if (offset && operand == offset && value != offset)
-                         return getAffineSymbolExpr(1, context);
-                       return std::nullopt;
-                     });
-  if (!composed)
-    return fail("the block's " + what +
-                " depends on values other than the loop index and N");
-  AffineMap renamed = *composed;
-  SmallVector<AffineExpr> found;
-  for (AffineExpr result : renamed.getResults())
-    found.push_back(simplifyAffineExpr(result, 1, 2));
-  SmallVector<AffineExpr> wanted;
-  for (AffineExpr result : expected)
-    wanted.push_back(simplifyAffineExpr(result, 1, 2));
-  if (found.size() != wanted.size() ||
-      !llvm::all_of(wanted, [&](AffineExpr expr) {
-        return llvm::is_contained(found, expr);
-      }))
-    return fail("the block's " + what + " is not the rule's " +
-                "(min(b * ceil(N / B), N) and min(ceil(N / B), N - first))");
-  return success();
-}
-
-LogicalResult SplitBackwardMatcher::checkBounds() {
-  MLIRContext *context = loop.getContext();
-  AffineExpr b = getAffineDimExpr(0, context);
-  AffineExpr N = tokenCountExpr();
-  AffineExpr chunk =
-      N.ceilDiv(*getConstantIntValue(loop.getMixedUpperBound().front()));
-  if (failed(checkMin(offset, {b * chunk, N}, "first token")))
-    return failure();
-  return checkMin(size, {chunk, N - getAffineSymbolExpr(1, context)},
-                  "token count");
-}
-
-LogicalResult SplitBackwardMatcher::check() {
-  if (loop.getRank() != 1 ||
-      !isConstantIntValue(loop.getMixedLowerBound()[0], 0) ||
-      !isConstantIntValue(loop.getMixedStep()[0], 1))
-    return fail("the loop is not one dimension from 0 by 1");
-  if (std::string mapped; !hasRealizedMapping(loop, /*linear=*/false, mapped))
-    return fail(mapped);
-  if (tile->getParentOp() != loop)
-    return fail("the backward is nested deeper than the loop's body");
-  RankedTensorType sourceType = tile.getSourceType();
-  std::optional<int64_t> count =
-      getConstantIntValue(loop.getMixedUpperBound()[0]);
-  if (!count || *count < 1)
-    return fail("the loop's count is not a positive constant");
-  int64_t blocks = *count;
-  int64_t sourceLead = tile.getPacked() ? 1 : 0;
-  int64_t perQueryLead = tile.isMultiQuery() ? 1 : 0;
-  if (sourceType.getRank() != 2)
-    return fail("the backward has not exactly one token dimension");
-
-  for (auto [l, source] : llvm::enumerate(tile.getSources())) {
-    Value outer;
-    if (failed(
-            sliceOf(source, sourceLead, "source " + std::to_string(l), outer)))
-      return failure();
-    outerSources.push_back(outer);
-  }
-  if (failed(sliceOf(tile.getGradOutput(), perQueryLead, "output gradient",
-                     outerGrad)) ||
-      failed(sliceOf(tile.getLse(), perQueryLead, "lse", outerLse)) ||
-      failed(sliceOf(tile.getSavedOutput(), perQueryLead, "saved output",
-                     outerSaved)) ||
-      failed(sliceOf(tile.getSavedResidual(), perQueryLead, "saved residual",
-                     outerSavedResidual)) ||
-      failed(sliceOf(tile.getGradLse(), perQueryLead, "lse gradient",
-                     outerGradLse)))
-    return failure();
-  for (Value weight :
-       {tile.getQuery(), tile.getKeyNormWeight(), tile.getOutputNormWeight()})
-    if (weight && !loop.isDefinedOutsideOfLoop(weight))
-      return fail("the backward's weights are computed in the loop");
-  if (failed(checkBounds()))
-    return failure();
-
-  // Besides the backward, the body holds only what has no effect but its
-  // results (the slices and bounds checked above, sizes the tiling left
-  // unused), and no regions (which could hold more attnres ops): nothing
-  // else the kernel would have to do.
-  for (Operation &op : loop.getBody()->without_terminator())
-    if (&op != tile.getOperation() &&
-        (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op) ||
-         op.getNumRegions() != 0 || !isMemoryEffectFree(&op)))
-      return fail("the loop's body does more than one backward ('" +
-                  op.getName().getStringRef() + "')");
-
-  // Each result of the backward goes to its own shared output: a source
-  // gradient at the block's tokens, a partial gradient as row b.
-  unsigned numSourceGrads = tile.getGradSources().size();
-  scf::InParallelOp terminator = loop.getTerminator();
-  SmallVector<Operation *> yields;
-  for (Operation &op : terminator.getYieldingOps())
-    yields.push_back(&op);
-  if (yields.size() != tile->getNumResults() ||
-      loop.getNumResults() != tile->getNumResults())
-    return fail("the loop's results are not the backward's");
-  Value block = loop.getInductionVar(0);
-  for (auto [index, op] : llvm::enumerate(yields)) {
-    auto insert = dyn_cast<tensor::ParallelInsertSliceOp>(op);
-    if (!insert || insert.getSource() != tile->getResult(index) ||
-        insert.getDest() != loop.getRegionIterArgs()[index])
-      return fail("result " + Twine(index) +
-                  " of the backward is not inserted into shared "
-                  "output " +
-                  Twine(index));
-    RankedTensorType destType = insert.getDestType();
-    for (int64_t dim = 0; dim < destType.getRank(); ++dim) {
-      if (!isConstantIntValue(insert.getMixedStrides()[dim], 1))
-        return fail("a result is inserted with strides");
-      OpFoldResult at = insert.getMixedOffsets()[dim];
-      OpFoldResult length = insert.getMixedSizes()[dim];
-      bool ok;
-      if (index < numSourceGrads && dim == sourceLead)
-        ok = dyn_cast<Value>(at) == offset && dyn_cast<Value>(length) == size;
-      else if (index >= numSourceGrads && dim == 0)
-        ok = dyn_cast<Value>(at) == block && isConstantIntValue(length, 1);
-      else
-        ok = isConstantIntValue(at, 0) && !destType.isDynamicDim(dim) &&
-             isConstantIntValue(length, destType.getDimSize(dim));
-      if (!ok)
-        return fail("result " + Twine(index) +
-                    " of the backward is not inserted at its block's "
-                    "place");
-    }
-    if (index < numSourceGrads && destType != outerSources[index].getType())
-      return fail("a source gradient is not shaped like its source");
-    // The sums take the loop's B rows, no more (the kernel's finalize sums
-    // B rows).
-    if (index >= numSourceGrads && destType.getDimSize(0) != blocks)
-      return fail("the partial gradients of result " + Twine(index) + " have " +
-                  Twine(destType.getDimSize(0)) + " rows for the loop's " +
-                  Twine(blocks) + " blocks");
-    if (index >= numSourceGrads) {
-      Value partials = loop.getResult(index);
-      auto sum = partials.hasOneUse()
-                     ? dyn_cast<PartitionReduceOp>(*partials.user_begin())
-                     : PartitionReduceOp();
-      if (!sum || sum.getKind() != ReduceKind::Sum || sum.getOutputNormWeight())
-        return fail("the partial gradients of result " + Twine(index) +
-                    " are not summed by one partition_reduce sum");
-      sums.push_back(sum);
-    }
-  }
-  return success();
 }
 
 /// The P forwards whose FP32 outputs and lses a softmax partition_reduce
@@ -1055,80 +781,33 @@ LogicalResult gpu_kernels::absorbSplitForwards(
   return success();
 }
 
-bool gpu_kernels::lowersBackwardTiles(scf::ForallOp loop,
-                                      const AttnResSpec &spec,
-                                      const RowLayout &layout) {
-  return loop.getRank() == 1 && backwardPartialRowsPerBlock(spec, layout) == 1;
-}
-
-LogicalResult gpu_kernels::absorbSplitBackwards(
-    ModuleOp module, bool keepHost,
-    llvm::DenseMap<Operation *, int64_t> &blocks,
-    function_ref<bool(scf::ForallOp, Operation *)> keepLoop) {
-  SmallVector<std::pair<scf::ForallOp, BackwardOp>> loops;
+LogicalResult gpu_kernels::checkSplitBackwards(ModuleOp module, bool keepHost) {
+  SmallVector<scf::ForallOp> loops;
   module.walk([&](BackwardOp op) {
     if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
-      loops.emplace_back(loop, op);
+      loops.push_back(loop);
   });
   if (!keepHost && !loops.empty())
-    return loops.front().second.emitError(
+    return loops.front().emitError(
         "convert-attnres-to-gpu: a bundle's backward is launched whole by "
         "the runtime, which picks its blocks per call "
         "(AttnresBackwardArgs.blocks); attnres-split-reduction's loop runs on "
         "the GPU with keep-host=1");
-  for (auto [loop, tile] : loops) {
-    // A loop of whole tiles stays a loop: attnres-lower-tiles-to-gpu runs
-    // it as a grid of its own, its sums launched as ops of their own.
-    if (isLoweredTileLoop(loop) && keepLoop(loop, tile))
-      continue;
-    SplitBackwardMatcher matcher(loop, tile);
-    if (failed(matcher.check()))
-      return refuseForm(loop,
-                        "an scf.forall around a backward as the "
-                        "backward kernel's blocks",
-                        "attnres-split-reduction", matcher);
-
-    // The backward over all tokens, whose launch takes the loop's count.
-    OpBuilder b(loop);
-    SmallVector<Type> sourceGradTypes;
-    unsigned numSourceGrads = tile.getGradSources().size();
-    for (Value result : loop.getResults().take_front(numSourceGrads))
-      sourceGradTypes.push_back(result.getType());
-    SmallVector<Type> summed;
-    for (PartitionReduceOp sum : matcher.sums)
-      summed.push_back(sum.getOutput().getType());
-    auto typeAt = [&](size_t index) {
-      return index < summed.size() ? summed[index] : Type();
-    };
-    // The partial gradients are dq, then dg and dh where present.
-    size_t next = 1;
-    Type dgType = tile.getGradKeyNormWeight() ? typeAt(next++) : Type();
-    Type dhType = tile.getGradOutputNormWeight() ? typeAt(next++) : Type();
-    auto whole = BackwardOp::create(
-        b, tile.getLoc(), sourceGradTypes, typeAt(0), dgType, dhType,
-        matcher.outerSources, tile.getPackedAttr(), tile.getQuery(),
-        tile.getKeyNormWeight(), tile.getOutputNormWeight(), matcher.outerGrad,
-        matcher.outerLse, matcher.outerSaved, matcher.outerSavedResidual,
-        matcher.outerGradLse, tile.getEpsAttr(), tile.getScaleAttr());
-    if (failed(verifyWhole(whole, loop, "attnres-split-reduction")))
-      return failure();
-    blocks[whole] = *getConstantIntValue(loop.getMixedUpperBound().front());
-    for (auto [index, sum] : llvm::enumerate(matcher.sums)) {
-      sum.getOutput().replaceAllUsesWith(
-          whole->getResult(numSourceGrads + index));
-      sum.erase();
-    }
-    llvm::SetVector<Operation *> inits;
-    for (Value init : loop.getOutputs())
-      if (Operation *producer = init.getDefiningOp())
-        inits.insert(producer);
-    for (auto [index, result] :
-         llvm::enumerate(loop.getResults().take_front(numSourceGrads)))
-      result.replaceAllUsesWith(whole->getResult(index));
-    loop.erase();
-    for (Operation *init : inits)
-      if (isa<tensor::EmptyOp>(init) && init->use_empty())
-        init->erase();
+  for (scf::ForallOp loop : loops) {
+    // What the body computes and never uses (sizes the tiling left behind,
+    // say) would have no thread code to run in.
+    SmallVector<Operation *> body;
+    for (Operation &op : loop.getBody()->without_terminator())
+      body.push_back(&op);
+    for (Operation *op : llvm::reverse(body))
+      if (isOpTriviallyDead(op))
+        op->erase();
+    std::string mismatch = tileLoopMismatch(loop);
+    if (!mismatch.empty())
+      return loop.emitError("convert-attnres-to-gpu: keep-host=1 runs a "
+                            "loop around a backward (attnres-split-"
+                            "reduction's) as a grid of its tiles; here ")
+             << mismatch;
   }
   return success();
 }

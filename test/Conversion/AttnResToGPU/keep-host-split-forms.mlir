@@ -261,17 +261,17 @@ func.func @unsummed(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
 
 // -----
 
-// A lse not sliced with the other operands: each block would read the
-// wrong rows.
+// A lse cast in the loop: the tile's thread code reads its operands where
+// they are, and runs nothing else.
 #first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
 #count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
-func.func @whole_lse(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
+func.func @cast_lse(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
                      %do: tensor<16x64xf32>, %lse: tensor<3xf32>)
     -> (tensor<4x16x64xf32>, tensor<64xf32>) {
   %n = arith.constant 16 : index
   %dv0 = tensor.empty() : tensor<4x16x64xf32>
   %dq0 = tensor.empty() : tensor<7x64xf32>
-  // expected-error @+1 {{here the backward's lse is not a slice of a tensor defined outside the loop}}
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 runs a loop around a backward (attnres-split-reduction's) as a grid of its tiles; here its body holds 'tensor.cast', which a tile's thread code does not run (only the op, slices of tensors, sizes and index arithmetic)}}
   %r:2 = scf.forall (%b) in (7) shared_outs(%dv = %dv0, %dq = %dq0)
       -> (tensor<4x16x64xf32>, tensor<7x64xf32>) {
     %first = affine.min #first(%b)[%n]
@@ -293,6 +293,117 @@ func.func @whole_lse(%v: tensor<4x16x64xf32>, %q: tensor<64xf32>,
   }
   %gq = attnres.partition_reduce sum %r#1 : tensor<7x64xf32> -> tensor<64xf32>
   return %r#0, %gq : tensor<4x16x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// A lse not sliced with the other operands: each block would read the
+// wrong rows. (The unused tensor.empty is erased: it has nothing to run.)
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
+func.func @whole_lse(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
+                     %do: tensor<?x64xf32>, %lse: tensor<?xf32>)
+    -> (tensor<4x?x64xf32>, tensor<64xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
+  %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
+  %dq0 = tensor.empty() : tensor<7x64xf32>
+  %r:2 = scf.forall (%b) in (7) shared_outs(%dv = %dv0, %dq = %dq0)
+      -> (tensor<4x?x64xf32>, tensor<7x64xf32>) {
+    %first = affine.min #first(%b)[%n]
+    %count = affine.min #count()[%n, %first]
+    %unused = tensor.empty(%count) : tensor<?x64xf32>
+    %vs = tensor.extract_slice %v[0, %first, 0] [4, %count, 64] [1, 1, 1]
+        : tensor<4x?x64xf32> to tensor<4x?x64xf32>
+    %dos = tensor.extract_slice %do[%first, 0] [%count, 64] [1, 1]
+        : tensor<?x64xf32> to tensor<?x64xf32>
+    // expected-error @+1 {{attnres-lower-tiles-to-gpu: a tile must be consecutive rows of its buffers: lse must be views (memref.subview) of the function's buffers, a tile each}}
+    %gv, %gq = attnres.backward packed(%vs : tensor<4x?x64xf32>)
+        query(%q : tensor<64xf32>) grad(%dos : tensor<?x64xf32>)
+        lse(%lse : tensor<?xf32>) -> tensor<4x?x64xf32>, tensor<64xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %gv into %dv[0, %first, 0] [4, %count, 64] [1, 1, 1]
+          : tensor<4x?x64xf32> into tensor<4x?x64xf32>
+      tensor.parallel_insert_slice %gq into %dq[%b, 0] [1, 64] [1, 1]
+          : tensor<64xf32> into tensor<7x64xf32>
+    }
+  }
+  %gq = attnres.partition_reduce sum %r#1 : tensor<7x64xf32> -> tensor<64xf32>
+  return %r#0, %gq : tensor<4x?x64xf32>, tensor<64xf32>
+}
+
+// -----
+
+// The query gradient never written out: the tile's thread code writes
+// every result of the backward.
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
+func.func @dropped_result(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
+                          %do: tensor<?x64xf32>, %lse: tensor<?xf32>)
+    -> tensor<4x?x64xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
+  %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 runs a loop around a backward (attnres-split-reduction's) as a grid of its tiles; here the loop's outputs are not its op's results, each written once}}
+  %r = scf.forall (%b) in (7) shared_outs(%dv = %dv0) -> (tensor<4x?x64xf32>) {
+    %first = affine.min #first(%b)[%n]
+    %count = affine.min #count()[%n, %first]
+    %vs = tensor.extract_slice %v[0, %first, 0] [4, %count, 64] [1, 1, 1]
+        : tensor<4x?x64xf32> to tensor<4x?x64xf32>
+    %dos = tensor.extract_slice %do[%first, 0] [%count, 64] [1, 1]
+        : tensor<?x64xf32> to tensor<?x64xf32>
+    %ls = tensor.extract_slice %lse[%first] [%count] [1]
+        : tensor<?xf32> to tensor<?xf32>
+    %gv, %gq = attnres.backward packed(%vs : tensor<4x?x64xf32>)
+        query(%q : tensor<64xf32>) grad(%dos : tensor<?x64xf32>)
+        lse(%ls : tensor<?xf32>) -> tensor<4x?x64xf32>, tensor<64xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %gv into %dv[0, %first, 0] [4, %count, 64] [1, 1, 1]
+          : tensor<4x?x64xf32> into tensor<4x?x64xf32>
+    }
+  }
+  return %r : tensor<4x?x64xf32>
+}
+
+// -----
+
+// The loop inside another: only a function's own loops run as grids.
+#first = affine_map<(d0)[s0] -> (d0 * (s0 ceildiv 7), s0)>
+#count = affine_map<()[s0, s1] -> (s0 ceildiv 7, s0 - s1)>
+func.func @nested(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>,
+                  %do: tensor<?x64xf32>, %lse: tensor<?xf32>, %run: i1)
+    -> (tensor<4x?x64xf32>, tensor<7x64xf32>) {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
+  %dv0 = tensor.empty(%n) : tensor<4x?x64xf32>
+  %dq0 = tensor.empty() : tensor<7x64xf32>
+  %out:2 = scf.if %run -> (tensor<4x?x64xf32>, tensor<7x64xf32>) {
+    // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 runs a loop around a backward (attnres-split-reduction's) as a grid of its tiles; here the loop is not at the top level of a function}}
+    %r:2 = scf.forall (%b) in (7) shared_outs(%dv = %dv0, %dq = %dq0)
+        -> (tensor<4x?x64xf32>, tensor<7x64xf32>) {
+      %first = affine.min #first(%b)[%n]
+      %count = affine.min #count()[%n, %first]
+      %vs = tensor.extract_slice %v[0, %first, 0] [4, %count, 64] [1, 1, 1]
+          : tensor<4x?x64xf32> to tensor<4x?x64xf32>
+      %dos = tensor.extract_slice %do[%first, 0] [%count, 64] [1, 1]
+          : tensor<?x64xf32> to tensor<?x64xf32>
+      %ls = tensor.extract_slice %lse[%first] [%count] [1]
+          : tensor<?xf32> to tensor<?xf32>
+      %gv, %gq = attnres.backward packed(%vs : tensor<4x?x64xf32>)
+          query(%q : tensor<64xf32>) grad(%dos : tensor<?x64xf32>)
+          lse(%ls : tensor<?xf32>) -> tensor<4x?x64xf32>, tensor<64xf32>
+      scf.forall.in_parallel {
+        tensor.parallel_insert_slice %gv into %dv[0, %first, 0] [4, %count, 64] [1, 1, 1]
+            : tensor<4x?x64xf32> into tensor<4x?x64xf32>
+        tensor.parallel_insert_slice %gq into %dq[%b, 0] [1, 64] [1, 1]
+            : tensor<64xf32> into tensor<7x64xf32>
+      }
+    }
+    scf.yield %r#0, %r#1 : tensor<4x?x64xf32>, tensor<7x64xf32>
+  } else {
+    scf.yield %dv0, %dq0 : tensor<4x?x64xf32>, tensor<7x64xf32>
+  }
+  return %out#0, %out#1 : tensor<4x?x64xf32>, tensor<7x64xf32>
 }
 
 // -----

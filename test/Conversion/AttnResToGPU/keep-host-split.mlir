@@ -70,15 +70,20 @@ func.func @packed_tokens_2d(%v: tensor<3x4x5x32xbf16>, %q: tensor<2x32xbf16>,
 
 // -----
 
-// Eight queries with a per-query output norm on rows of 64: a block's row
-// groups would need more than the 32 KiB the thread code takes to add
-// their partial rows into one, so the loop runs as the backward kernel on
-// its 7 blocks (a partial row per row group) and its finalize.
+// Eight queries with a per-query output norm on rows of 64: a loop like
+// the others, whose tiles write a row of [8, 64] of each partial gradient
+// (their row groups add their shares in two rounds; lower-tiles.mlir).
 // CHECK-LABEL: func.func @many_queries(
-// CHECK-NOT: scf.forall
-// CHECK: gpu.launch_func  @attnres_kernels::@many_queries_0_backward blocks in ({{.*}}) threads in ({{.*}}) args({{.*}}, %c7_i64{{.*}} : i64, %{{.*}} : i64)
-// CHECK: gpu.launch_func  @attnres_kernels::@many_queries_0_finalize
+// CHECK-DAG: %[[DQ:.*]] = gpu.alloc () : memref<7x8x64xf32>
+// CHECK-DAG: %[[DH:.*]] = gpu.alloc () : memref<7x8x64xf32>
+// CHECK: scf.forall (%[[B:.*]]) in (7) {
+// CHECK: memref.subview %[[DQ]][%[[B]], 0, 0] [1, 8, 64] [1, 1, 1]
+// CHECK: memref.subview %[[DH]][%[[B]], 0, 0] [1, 8, 64] [1, 1, 1]
+// CHECK: attnres.backward_into packed(
+// CHECK: gpu.launch_func  @attnres_kernels::@many_queries_0_sum
+// CHECK: gpu.launch_func  @attnres_kernels::@many_queries_1_sum
 // CHECK: return
+// CHECK-NOT: gpu.func @many_queries_0_backward
 func.func @many_queries(%v: tensor<4x?x64xbf16>, %q: tensor<8x64xbf16>,
                         %h: tensor<8x64xbf16>, %do: tensor<8x?x64xbf16>,
                         %lse: tensor<8x?xf32>)
