@@ -100,12 +100,12 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
     gradient) is left a loop, with no kernel, for
     `attnres-lower-tiles-to-gpu`; the `partition_reduce sum`s of a split
     backward's partial gradients are launched as sum kernels
-    (`backward-partitions` applies to whole backwards only). A merge's
-    loop that writes only some of its results runs as the merge kernel
-    with one block per tile of tokens. Each loop is checked to be of
-    exactly its form (from a split backward's loop, what the body computes
-    and never uses is erased first); another is an error naming what
-    differs, as is the split loop without keep-host (a bundle's backward is
+    (`backward-partitions` applies to whole backwards only). A forward's
+    or merge's loop that writes only some of its op's results (as
+    canonicalization drops a loop's unused results) is given a shared
+    output for each other one, written at the tile's place (a device
+    buffer freed unread). What a loop's body computes and never uses is
+    erased; a loop of another form is an error naming what differs, as is the split loop without keep-host (a bundle's backward is
     launched whole, its blocks chosen per call). A loop may carry the
     mapping attribute attnres-map-to-blocks gives it; another mapping is an
     error that names the one it needs.

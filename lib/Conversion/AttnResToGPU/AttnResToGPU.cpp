@@ -549,9 +549,6 @@ struct ConvertAttnResToGPUPass
     Location loc = module.getLoc();
     if (failed(refuseOpsOnBuffers(module, getArgument())))
       return signalPassFailure();
-    // Keyed by ops of this run (a pass instance may run again).
-    tileTokens.clear();
-    mergeTileTokens.clear();
     if (subgroupSize < 1 || !llvm::isPowerOf2_64(subgroupSize) ||
         maxBlockThreads < subgroupSize) {
       emitError(loc) << "convert-attnres-to-gpu: subgroup-size must be a "
@@ -613,12 +610,12 @@ struct ConvertAttnResToGPUPass
     // The split passes' decompositions run as the kernels that implement
     // them, on the grid they state (keep-host); a bundle's ops are launched
     // whole by the runtime, which picks their blocks per call.
-    // attnres-tile's loops first: the split forwards' pieces may be tiled.
+    // Tile loops stay loops (attnres-lower-tiles-to-gpu makes them grids).
     llvm::DenseMap<Operation *, int64_t> splitPartitions;
-    if ((keepHost &&
-         (failed(absorbTileLoops(module, tileTokens)) ||
-          failed(absorbSplitForwards(module, splitPartitions, tileTokens,
-                                     mergeTileTokens)))) ||
+    if (keepHost)
+      completeTileLoops(module);
+    if ((keepHost && (failed(checkTileLoops(module)) ||
+                      failed(absorbSplitForwards(module, splitPartitions)))) ||
         failed(checkSplitBackwards(module, keepHost)))
       return signalPassFailure();
     if (keepHost && backwardPartitions > 1) {
@@ -769,20 +766,6 @@ struct ConvertAttnResToGPUPass
   }
 
   gpu::GPUFuncOp lastKernel;
-  /// With keep-host, the tokens a block of an op's kernels covers where
-  /// attnres-tile tiled it (its forward walks or its merge), and the merge's
-  /// where a split forward's merge was tiled on its own.
-  llvm::DenseMap<Operation *, TokenTiles> tileTokens, mergeTileTokens;
-
-  /// The facts a launch of tiled kernels needs: the loop's shape.
-  static void appendTiles(OpBuilder &b, NamedAttrList &facts, StringRef prefix,
-                          TokenTiles tiles) {
-    if (!tiles)
-      return;
-    facts.append((prefix + "tile_dims").str(), b.getI64IntegerAttr(tiles.dims));
-    facts.append((prefix + "tile_tokens").str(),
-                 b.getI64IntegerAttr(tiles.tokens));
-  }
   bool kernelTooLarge = false;
 
   /// A register budget for ptxas on the kernel just recorded: `asked`
@@ -821,16 +804,6 @@ struct ConvertAttnResToGPUPass
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
-    TokenTiles tiles = tileTokens.lookup(op);
-    layout.tokenTiles = static_cast<bool>(tiles);
-    // The merge of a split forward whose merge was tiled on its own takes
-    // that merge's tiles, else the forward's, over its [M?, T...] rows (the
-    // queries tiled by 1).
-    TokenTiles mergeTiles = tiles;
-    if (mergeTileTokens.count(op))
-      mergeTiles = mergeTileTokens.lookup(op);
-    else if (tiles && op.isMultiQuery())
-      mergeTiles.dims += 1;
     SourceSchedule schedule = choices().forwardSchedule(spec, layout);
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
@@ -843,7 +816,6 @@ struct ConvertAttnResToGPUPass
     facts.append("writes_o_pre", b.getBoolAttr(spec.writeOPre));
     facts.append("writes_o_pre_residual", b.getBoolAttr(spec.writeResidual));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
-    appendTiles(b, facts, "", tiles);
     facts.append("vector_width", b.getI64IntegerAttr(layout.vectorWidth));
     facts.append("threads_per_row", b.getI64IntegerAttr(layout.threadsPerRow));
     facts.append("source_batch", b.getI64IntegerAttr(schedule.batch));
@@ -877,9 +849,7 @@ struct ConvertAttnResToGPUPass
     // without: docs/Performance.md).
     bool wideBlocks = layout.blockThreads() >= 256;
     SourceSchedule clusterSchedule = wideBlocks ? schedule : partialSchedule;
-    // A cluster block is one row: no tiles of the walk or the merge.
-    if (clusters && layout.rowsPerBlock == 1 && !tiles && !mergeTiles &&
-        spec.width % 4 == 0 &&
+    if (clusters && layout.rowsPerBlock == 1 && spec.width % 4 == 0 &&
         forwardWorkgroupBytes(b, loc, spec, layout, clusterSchedule,
                               ForwardKind::ClusterMerged) <=
             kMaxWorkgroupBytes) {
@@ -907,8 +877,6 @@ struct ConvertAttnResToGPUPass
     if (failed(mergeLayoutOr))
       return {};
     RowLayout mergeLayout = *mergeLayoutOr;
-    mergeLayout.tokenTiles = static_cast<bool>(mergeTiles);
-    appendTiles(b, facts, "merge_", mergeTiles);
     facts.append("merge", record(b, emitMergeKernel(b, loc, prefix + "_merge",
                                                     merge, mergeLayout)));
     facts.append("merge_rows_per_block",
@@ -980,9 +948,6 @@ struct ConvertAttnResToGPUPass
     if (failed(layoutOr))
       return {};
     RowLayout layout = *layoutOr;
-    TokenTiles tiles = tileTokens.lookup(op);
-    layout.tokenTiles = static_cast<bool>(tiles);
-    appendTiles(b, facts, "", tiles);
     facts.append("op", b.getStringAttr("partition_reduce_softmax"));
     facts.append("width", b.getI64IntegerAttr(merge.width));
     facts.append("has_sink", b.getBoolAttr(merge.sink));

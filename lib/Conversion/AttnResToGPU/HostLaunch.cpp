@@ -390,61 +390,6 @@ Value tokenCount(HostLauncher &host, OpBuilder &b, Location loc, Value source,
   return tokens;
 }
 
-/// The token dimensions of `buffer` from `first` on, all but its last
-/// dimension (a source's, or a merge's partials').
-SmallVector<Value> tokenDims(OpBuilder &b, Location loc, Value buffer,
-                             int64_t first) {
-  SmallVector<Value> dims;
-  auto type = cast<MemRefType>(buffer.getType());
-  for (int64_t dim = first; dim + 1 < type.getRank(); ++dim)
-    dims.push_back(memref::DimOp::create(b, loc, buffer, dim));
-  return dims;
-}
-
-/// Binds what a launch of kernels tiled by attnres-tile takes (the facts
-/// `<prefix>tile_dims` and `<prefix>tile_tokens`: the loop tiled the first
-/// r token dimensions of `dims`, the last by t): the rows of a tile and of a
-/// run of tiles as kernel arguments, and as the grid symbol `blocks` the
-/// tiles of all the runs among the kernel's `rows`. Nothing where the op is
-/// untiled.
-LogicalResult bindTiles(Operation *op, HostLauncher &host, OpBuilder &b,
-                        Location loc, DictionaryAttr facts, StringRef prefix,
-                        ArrayRef<Value> dims, Value rows,
-                        llvm::StringMap<Value> &values,
-                        llvm::StringMap<Value> &symbols) {
-  std::optional<int64_t> r =
-      integerValue(facts.get((prefix + "tile_dims").str()));
-  std::optional<int64_t> t =
-      integerValue(facts.get((prefix + "tile_tokens").str()));
-  if (!r && !t)
-    return success();
-  if (!r || !t || *r < 1 || *r > int64_t(dims.size()) || *t < 1 ||
-      *t > kMaxGridBlocks)
-    return op->emitError() << "attnres-launch-kernels: " << prefix
-                           << "tile_dims and " << prefix
-                           << "tile_tokens must be integers together, "
-                              "tiling 1 to "
-                           << dims.size() << " token dimensions by 1 to "
-                           << kMaxGridBlocks << " tokens";
-  // A run is token dimension r - 1 with the whole ones after it; a tile is
-  // t of its slices.
-  Value inner = host.index(1);
-  for (Value dim : dims.drop_front(*r))
-    inner = arith::MulIOp::create(b, loc, inner, dim);
-  Value runRows = arith::MulIOp::create(b, loc, dims[*r - 1], inner);
-  Value tileRows = arith::MulIOp::create(b, loc, host.index(*t), inner);
-  values["tile_rows"] = host.toI64(tileRows);
-  values["dim_rows"] = host.toI64(runRows);
-  // No tokens: no blocks (and no division by 0).
-  Value one = host.index(1);
-  Value tiles = arith::CeilDivUIOp::create(
-      b, loc, runRows, arith::MaxUIOp::create(b, loc, tileRows, one));
-  Value runs = arith::DivUIOp::create(
-      b, loc, rows, arith::MaxUIOp::create(b, loc, runRows, one));
-  symbols["blocks"] = arith::MulIOp::create(b, loc, tiles, runs);
-  return success();
-}
-
 /// The addresses of the L rows of the sources (or of their gradients),
 /// each checked against `rowAlignment` and named `what` and its index in a
 /// refusal: each listed buffer, or row l of the packed one at
@@ -691,8 +636,6 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
   Location loc = op.getLoc();
   const IRIntegers &a = host.arithmetic();
 
-  Value first = op.getSources().front();
-  int64_t lead = op.getPacked() ? 1 : 0;
   int64_t vectorWidth =
       std::max(whole->second.vectorWidth, partial->second.vectorWidth);
   if (clustered)
@@ -705,21 +648,9 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
   int64_t elementBytes = bytesOf(sourceType.getElementType());
   int64_t L = op.getNumSourceValues(), D = op.getWidth();
   Value mergedRows = a.mul(a.constant(op.getNumQueries()), tokens64);
-  // The kernels' grid symbols: tokens, or the blocks of the tiles where
-  // attnres-tile tiled the op (the walks) or its merge, whose rows are
-  // [M?, T...] (its tiles count the queries too).
-  SmallVector<Value> dims = tokenDims(b, loc, first, lead);
-  SmallVector<Value> mergeDims = dims;
-  if (op.isMultiQuery())
-    mergeDims.insert(mergeDims.begin(), host.index(op.getNumQueries()));
+  // The kernels' grid symbols: the tokens, and the merge's [M?, T...] rows.
   llvm::StringMap<Value> walkSymbols = {{"N", tokens}};
-  llvm::StringMap<Value> mergeValues;
   llvm::StringMap<Value> mergeSymbols = {{"rows", host.toIndex(mergedRows)}};
-  if (failed(bindTiles(op, host, b, loc, facts, "", dims, tokens, values,
-                       walkSymbols)) ||
-      failed(bindTiles(op, host, b, loc, facts, "merge_", mergeDims,
-                       host.toIndex(mergedRows), mergeValues, mergeSymbols)))
-    return failure();
   values["num_rows"] = mergedRows;
   values["rows_per_weight"] = tokens64;
   llvm::StringSet<> madeHere = {"sources", "partial_o", "partial_lse"};
@@ -811,9 +742,6 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
     if (failed(host.launch(partial->first, partial->second, values,
                            partialSymbols)))
       return failure();
-    // The merge's own tiles, where they differ from the walks'.
-    for (const auto &entry : mergeValues)
-      values[entry.getKey()] = entry.getValue();
     if (failed(host.launch(merge->first, merge->second, values, mergeSymbols)))
       return failure();
     gpu::DeallocOp::create(b, loc, /*asyncToken=*/Type(), ValueRange(),
@@ -833,7 +761,6 @@ LogicalResult replaceBackward(BackwardIntoOp op, DictionaryAttr facts,
   const KernelInfo &info = backward->second;
   HostLauncher host(op, refusals);
   OpBuilder &b = host.builder();
-  Location loc = op.getLoc();
   const IRIntegers &a = host.arithmetic();
 
   SourceOpArguments arguments =
@@ -916,10 +843,6 @@ LogicalResult replacePartitionReduce(PartitionReduceIntoOp op,
     MergeArguments arguments = mergeArguments(host, op, kernel->second.name);
     values = std::move(arguments.values);
     symbols = {{"N", arguments.rows}, {"rows", arguments.rows}};
-    if (failed(bindTiles(op, host, b, loc, facts, "",
-                         tokenDims(b, loc, partials, 1), arguments.rows, values,
-                         symbols)))
-      return failure();
   }
   // Every buffer is the op's own operand or result.
   host.checkArguments(kernel->second, values, /*madeHere=*/{});

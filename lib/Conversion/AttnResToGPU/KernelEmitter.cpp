@@ -200,28 +200,14 @@ void KernelEmitter::ifThen(Value condition, function_ref<void()> body) {
 }
 
 void KernelEmitter::forEachRowStep(
-    Value tileRows, Value dimRows,
     function_ref<void(Value row, Value inTile)> body) {
   Value groupRows = constI64(layout.rowsPerBlock);
-  Value first, count, steps;
-  if (blockRowCount) {
-    first = blockFirstRow;
-    count = blockRowCount;
-    steps = ceilDivI(count, groupRows);
-  } else if (!tileRows) {
+  if (!blockRowCount) {
     body(addI(mulI(blockX, groupRows), group), Value());
     return;
-  } else {
-    // Block x is tile x % tiles of run x / tiles (one grid dimension: a run
-    // count beyond the 65535 blocks of y or z must still launch).
-    Value tiles = ceilDivI(dimRows, tileRows);
-    Value run = divI(blockX, tiles);
-    Value tileStart =
-        mulI(arith::RemUIOp::create(b, loc, blockX, tiles), tileRows);
-    first = addI(mulI(run, dimRows), tileStart);
-    count = minI(tileRows, arith::SubIOp::create(b, loc, dimRows, tileStart));
-    steps = ceilDivI(tileRows, groupRows);
   }
+  Value first = blockFirstRow, count = blockRowCount;
+  Value steps = ceilDivI(count, groupRows);
   // Operands built one statement at a time: the order of a call's
   // arguments is the compiler's, and the IR must not depend on it.
   Value zero = constI64(0);

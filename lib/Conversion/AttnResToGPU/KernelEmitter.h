@@ -33,9 +33,6 @@ struct RowLayout {
   int64_t vectors = 0;       // D / vectorWidth
   int64_t threadsPerRow = 0; // lanes on one row
   int64_t rowsPerBlock = 1;  // rows a block works on at once
-  /// A block covers a tile of attnres-tile, rowsPerBlock rows at a time
-  /// (the kernel takes the tile's rows as arguments), not rowsPerBlock rows.
-  bool tokenTiles = false;
   int64_t chunks = 1;        // vectors per thread
   int64_t subgroupSize = 32; // 32 on NVIDIA, 64 on AMD
   int64_t blockThreads() const { return threadsPerRow * rowsPerBlock; }
@@ -140,20 +137,16 @@ public:
   void ifThen(Value condition, function_ref<void()> body);
 
   /// The rows of this block, rowsPerBlock at a time: `body(row, inTile)`
-  /// runs for each step. Untiled (null `tileRows`), the block has one step,
-  /// rows blockIdx.x * rowsPerBlock on, and `inTile` is null. Tiled, the
-  /// rows are in runs of `dimRows` (the tiled token dimension, times the
-  /// whole ones after it), each cut into tiles of `tileRows` rows (the last
-  /// one shorter), and block x takes tile x % tiles of run x / tiles (tiles
-  /// = ceil(dimRows / tileRows)); the steps are an scf.for
+  /// runs for each step. A kernel's block has one step, rows blockIdx.x *
+  /// rowsPerBlock on, and `inTile` is null. A launch body's block
+  /// (setBlockRows) walks its rows [first, first + count) in an scf.for
   /// whose iterations end with a barrier (so that a step's workgroup data
   /// never overwrites what a thread still reads of the last), and `inTile`
-  /// (i1) says whether the row lies in the tile.
-  void forEachRowStep(Value tileRows, Value dimRows,
-                      function_ref<void(Value row, Value inTile)> body);
+  /// (i1) says whether the row lies among them.
+  void forEachRowStep(function_ref<void(Value row, Value inTile)> body);
   /// Makes the block's rows [first, first + count) (i64, the same in every
-  /// thread of the block), which forEachRowStep then walks like a tile's:
-  /// the rows a launch body of attnres-lower-tiles-to-gpu is given.
+  /// thread of the block), which forEachRowStep then walks: the rows a launch
+  /// body of attnres-lower-tiles-to-gpu is given.
   void setBlockRows(Value first, Value count) {
     blockFirstRow = first;
     blockRowCount = count;

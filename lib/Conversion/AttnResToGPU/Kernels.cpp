@@ -1161,7 +1161,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     OpBuilder &b, Location loc, StringRef name, const AttnResSpec &spec,
     RowLayout layout, SourceSchedule schedule, ForwardKind kind,
     const LaunchBody *into) {
-  assert((!into || (kind == ForwardKind::Whole && !layout.tokenTiles)) &&
+  assert((!into || kind == ForwardKind::Whole) &&
          "a launch body takes a whole forward over the rows it is given");
   bool partial = kind == ForwardKind::Partial;
   bool clustered = kind == ForwardKind::ClusterMerged;
@@ -1174,7 +1174,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
                   into);
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
-  assert(!clustered || (layout.rowsPerBlock == 1 && !layout.tokenTiles));
+  assert(!clustered || layout.rowsPerBlock == 1);
   Type f32 = b.getF32Type();
   unsigned sources = k.table("sources", spec.value, "L x [N, D]");
   unsigned query = queryBuffer(k, spec);
@@ -1198,8 +1198,6 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
           : -1;
   unsigned tokens = k.scalar("num_tokens");
   int partitions = split ? k.scalar("num_partitions") : -1;
-  int tileRows = layout.tokenTiles ? k.scalar("tile_rows") : -1;
-  int dimRows = layout.tokenTiles ? k.scalar("dim_rows") : -1;
 
   KernelEmitter e(b, loc, layout);
   ForwardWorkgroup plan = planForward(e, schedule, spec, kind);
@@ -1277,98 +1275,95 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   };
 
   // The rows of the block, a step of rowsPerBlock rows at a time.
-  e.forEachRowStep(
-      tileRows >= 0 ? k.arg(tileRows) : Value(),
-      dimRows >= 0 ? k.arg(dimRows) : Value(), [&](Value row, Value inTile) {
-        Value valid = e.lessThan(row, N);
-        if (inTile)
-          valid = arith::AndIOp::create(b, loc, valid, inTile);
-        Value rowc = e.minI(row, e.addI(N, e.constI64(-1)));
-        // The sources of this block: all of them, or partition blockIdx.y.
-        SourceWalker walker(e, k.arg(sources), spec.value, rowc, L, schedule);
-        SmallVector<Value> results;
-        if (split) {
-          Value P = k.arg(partitions);
-          Value begin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
-          Value end =
-              e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
-          results = walker.range(begin, end, init.values, batchStep);
-        } else {
-          results = walker.all(init.values, batchStep);
-        }
+  e.forEachRowStep([&](Value row, Value inTile) {
+    Value valid = e.lessThan(row, N);
+    if (inTile)
+      valid = arith::AndIOp::create(b, loc, valid, inTile);
+    Value rowc = e.minI(row, e.addI(N, e.constI64(-1)));
+    // The sources of this block: all of them, or partition blockIdx.y.
+    SourceWalker walker(e, k.arg(sources), spec.value, rowc, L, schedule);
+    SmallVector<Value> results;
+    if (split) {
+      Value P = k.arg(partitions);
+      Value begin = e.divI(e.mulI(e.blockY, e.constI64(L)), P);
+      Value end =
+          e.divI(e.mulI(e.addI(e.blockY, e.constI64(1)), e.constI64(L)), P);
+      results = walker.range(begin, end, init.values, batchStep);
+    } else {
+      results = walker.all(init.values, batchStep);
+    }
 
-        Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                              e.lane, e.constI64(0));
-        Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
-        SmallVector<SmallVector<Value>> weights;
-        if (norm)
-          weights = loadWeightRows(e, k.arg(outputNorm), spec.outputNorm,
-                                   spec.perQueryOutputNorm ? M : 1);
-        SmallVector<Value> lses;
-        SmallVector<SmallVector<Value>> oPreRows;
-        for (int64_t m = 0; m < M; ++m) {
-          Value weightSum = results[sumAt + m];
-          lses.push_back(e.add(results[maxAt + m], e.log(weightSum)));
-          oPreRows.push_back(scaleChunks(
-              e,
-              SmallVector<Value>(results.begin() + accAt + m * C,
-                                 results.begin() + accAt + (m + 1) * C),
-              e.div(e.constF32(1.0), weightSum)));
-        }
-        if (clustered) {
-          ClusterMergeArgs args{
-              N,
-              k.arg(partitions),
-              k.arg(out),
-              k.arg(lseOut),
-              oPreOut >= 0 ? k.arg(oPreOut) : Value(),
-              residualOut >= 0 ? k.arg(residualOut) : Value(),
-              outputNorm >= 0 ? k.arg(outputNorm) : Value(),
-          };
-          mergeInCluster(e, spec, args, oPreRows, lses, row, valid,
-                         plan.clusterAt);
-          return;
-        }
-        // The output norm's mean squares of all queries in one row sum.
-        SmallVector<Value> normSums;
+    Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          e.lane, e.constI64(0));
+    Value writesLse = arith::AndIOp::create(b, loc, valid, isLane0);
+    SmallVector<SmallVector<Value>> weights;
+    if (norm)
+      weights = loadWeightRows(e, k.arg(outputNorm), spec.outputNorm,
+                               spec.perQueryOutputNorm ? M : 1);
+    SmallVector<Value> lses;
+    SmallVector<SmallVector<Value>> oPreRows;
+    for (int64_t m = 0; m < M; ++m) {
+      Value weightSum = results[sumAt + m];
+      lses.push_back(e.add(results[maxAt + m], e.log(weightSum)));
+      oPreRows.push_back(
+          scaleChunks(e,
+                      SmallVector<Value>(results.begin() + accAt + m * C,
+                                         results.begin() + accAt + (m + 1) * C),
+                      e.div(e.constF32(1.0), weightSum)));
+    }
+    if (clustered) {
+      ClusterMergeArgs args{
+          N,
+          k.arg(partitions),
+          k.arg(out),
+          k.arg(lseOut),
+          oPreOut >= 0 ? k.arg(oPreOut) : Value(),
+          residualOut >= 0 ? k.arg(residualOut) : Value(),
+          outputNorm >= 0 ? k.arg(outputNorm) : Value(),
+      };
+      mergeInCluster(e, spec, args, oPreRows, lses, row, valid, plan.clusterAt);
+      return;
+    }
+    // The output norm's mean squares of all queries in one row sum.
+    SmallVector<Value> normSums;
+    if (norm) {
+      SmallVector<Value> squares;
+      for (int64_t m = 0; m < M; ++m)
+        squares.push_back(dotChunks(e, oPreRows[m], oPreRows[m]));
+      normSums = e.rowSum(squares);
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      ArrayRef<Value> oPreRow = oPreRows[m];
+      // Output row index: (p * M + m) * N + row for partials, m * N + row.
+      Value outRowBase = e.constI64(m);
+      if (partial)
+        outRowBase = e.addI(e.mulI(e.blockY, e.constI64(M)), outRowBase);
+      Value outRow = e.addI(e.mulI(outRowBase, N), row);
+      if (partial) {
+        storeRow(e, oPreRow, k.arg(out), outRow, f32, valid);
+      } else {
+        SmallVector<Value> oRow(oPreRow);
         if (norm) {
-          SmallVector<Value> squares;
-          for (int64_t m = 0; m < M; ++m)
-            squares.push_back(dotChunks(e, oPreRows[m], oPreRows[m]));
-          normSums = e.rowSum(squares);
+          Value rho = normFactor(e, normSums[m], D, spec.eps);
+          ArrayRef<Value> weight = weights[spec.perQueryOutputNorm ? m : 0];
+          oRow.clear();
+          Value rhoV = e.splat(rho, layout.vectorWidth);
+          for (int64_t c = 0; c < C; ++c)
+            oRow.push_back(e.mul(e.mul(oPreRow[c], rhoV), weight[c]));
         }
-        for (int64_t m = 0; m < M; ++m) {
-          ArrayRef<Value> oPreRow = oPreRows[m];
-          // Output row index: (p * M + m) * N + row for partials, m * N + row.
-          Value outRowBase = e.constI64(m);
-          if (partial)
-            outRowBase = e.addI(e.mulI(e.blockY, e.constI64(M)), outRowBase);
-          Value outRow = e.addI(e.mulI(outRowBase, N), row);
-          if (partial) {
-            storeRow(e, oPreRow, k.arg(out), outRow, f32, valid);
-          } else {
-            SmallVector<Value> oRow(oPreRow);
-            if (norm) {
-              Value rho = normFactor(e, normSums[m], D, spec.eps);
-              ArrayRef<Value> weight = weights[spec.perQueryOutputNorm ? m : 0];
-              oRow.clear();
-              Value rhoV = e.splat(rho, layout.vectorWidth);
-              for (int64_t c = 0; c < C; ++c)
-                oRow.push_back(e.mul(e.mul(oPreRow[c], rhoV), weight[c]));
-            }
-            // The residual goes with the row o_pre is stored in: o itself
-            // without an output norm.
-            Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
-            storeRow(e, oRow, k.arg(out), outRow, spec.output, valid,
-                     oPre ? Value() : residual);
-            if (oPre)
-              storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid,
-                       residual);
-          }
-          e.ifThen(writesLse,
-                   [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
-        }
-      });
+        // The residual goes with the row o_pre is stored in: o itself
+        // without an output norm.
+        Value residual = residualOut >= 0 ? k.arg(residualOut) : Value();
+        storeRow(e, oRow, k.arg(out), outRow, spec.output, valid,
+                 oPre ? Value() : residual);
+        if (oPre)
+          storeRow(e, oPreRow, k.arg(oPreOut), outRow, spec.output, valid,
+                   residual);
+      }
+      e.ifThen(writesLse,
+               [&] { e.storeScalar(lses[m], k.arg(lseOut), outRow, f32); });
+    }
+  });
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
   if (clustered) {
@@ -1378,8 +1373,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
     info.clusterY = true;
     return info;
   }
-  info.grid[0] = layout.tokenTiles ? GridDimension{"blocks", 1, 1}
-                                   : GridDimension{"N", 1, layout.rowsPerBlock};
+  info.grid[0] = GridDimension{"N", 1, layout.rowsPerBlock};
   info.grid[1] = partial ? GridDimension{"P", 1, 1} : GridDimension{"1", 1, 1};
   info.grid[2] = {"1", 1, 1};
   return info;
@@ -1392,7 +1386,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
 KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(
     OpBuilder &b, Location loc, StringRef name, const MergeSpec &spec,
     RowLayout layout, const LaunchBody *into) {
-  assert((!into || (spec.columnTiles == 1 && !layout.tokenTiles)) &&
+  assert((!into || spec.columnTiles == 1) &&
          "a launch body takes whole rows, the ones it is given");
   KernelBuilder k(b, loc, name, "merge", into);
   Type f32 = b.getF32Type();
@@ -1417,8 +1411,6 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(
                                        : -1;
   unsigned rowsArg = k.scalar("num_rows");
   unsigned partitionsArg = k.scalar("num_partitions");
-  int tileRowsArg = layout.tokenTiles ? k.scalar("tile_rows") : -1;
-  int dimRowsArg = layout.tokenTiles ? k.scalar("dim_rows") : -1;
   int rowsPerWeight = spec.perRowGroupWeight ? k.scalar("rows_per_weight") : -1;
 
   bool unrolled =
@@ -1437,14 +1429,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(
     e.setBlockRows(into->firstRow, into->rowCount);
   Value rows = k.arg(rowsArg), P = k.arg(partitionsArg);
   Value tileRows = e.mulI(rows, e.constI64(T));
-  // The rows of the block, a step of rowsPerBlock rows at a time; a tile's
-  // rows are its tokens' column tiles.
-  auto columnRows = [&](int arg) {
-    return arg >= 0 ? e.mulI(k.arg(arg), e.constI64(T)) : Value();
-  };
-  Value tileRowsValue = columnRows(tileRowsArg);
-  Value dimRowsValue = columnRows(dimRowsArg);
-  e.forEachRowStep(tileRowsValue, dimRowsValue, [&](Value row, Value inTile) {
+  // The rows of the block, a step of rowsPerBlock rows at a time.
+  e.forEachRowStep([&](Value row, Value inTile) {
     Value valid = e.lessThan(row, tileRows);
     if (inTile)
       valid = arith::AndIOp::create(b, loc, valid, inTile);
@@ -1632,9 +1618,7 @@ KernelInfo mlir::attnres::gpu_kernels::emitMergeKernel(
   });
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
-  info.grid[0] = layout.tokenTiles
-                     ? GridDimension{"blocks", 1, 1}
-                     : GridDimension{"rows", T, layout.rowsPerBlock};
+  info.grid[0] = GridDimension{"rows", T, layout.rowsPerBlock};
   info.grid[1] = {"1", 1, 1};
   info.grid[2] = {"1", 1, 1};
   return info;

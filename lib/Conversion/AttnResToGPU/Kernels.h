@@ -260,28 +260,14 @@ constexpr int64_t kMaxGridBlocks = (int64_t(1) << 31) - 1;
 
 /// The attribute convert-attnres-to-gpu (keep-host) puts on each attnres op
 /// for attnres-launch-kernels: the op's manifest entry (its kernels by
-/// role, their shapes and tiles) and the launch counts the IR fixed
+/// role and their shapes) and the launch counts the IR fixed
 /// (`forward_partitions`, `backward_partitions`; absent:
 /// the runtime's rules at run time).
 constexpr char kLaunchAttrName[] = "attnres.launch";
 
-/// The tiles of attnres-tile a block of an op's kernels takes: the loop
-/// tiled the first `dims` token dimensions, the last of them by `tokens`
-/// and the others by 1, so that a tile is consecutive tokens of the
-/// kernels' row index (dims = 0: untiled).
-struct TokenTiles {
-  int64_t dims = 0, tokens = 0;
-  explicit operator bool() const { return dims > 0; }
-  bool operator==(const TokenTiles &other) const {
-    return dims == other.dims && tokens == other.tokens;
-  }
-  bool operator!=(const TokenTiles &other) const { return !(*this == other); }
-};
-
 /// Launch counts fixed for an op (0: the runtime's rules, at run time): a
 /// forward's partitions from attnres-split-sources, a backward's partitions
-/// of the sources from the backward-partitions option, its blocks of tokens
-/// from attnres-split-reduction's loop.
+/// of the sources from the backward-partitions option.
 struct LaunchCounts {
   int64_t forwardPartitions = 0, backwardPartitions = 0;
 };
@@ -376,15 +362,11 @@ Value allocateOnDevice(OpBuilder &b, Location loc, MemRefType type,
 /// and merged by a softmax partition_reduce) by the forward over all
 /// sources, mapped to P partitions (SplitDecompositions.cpp): the split
 /// forward kernels' partitions are the group's. A merge of forward results
-/// that differs from that form is an error. Where the partials' or the
-/// merge's loops were absorbed (absorbTileLoops: loops that do not run as
-/// grids of their own), their tiles (`tileTokens`) go to the forward: the
-/// partials' to its walks, the merge's to `mergeTileTokens`.
+/// that differs from that form is an error. (Tiled pieces are loops of
+/// their own, launched as such.)
 LogicalResult
 absorbSplitForwards(ModuleOp module,
-                    llvm::DenseMap<Operation *, int64_t> &partitions,
-                    llvm::DenseMap<Operation *, TokenTiles> &tileTokens,
-                    llvm::DenseMap<Operation *, TokenTiles> &mergeTileTokens);
+                    llvm::DenseMap<Operation *, int64_t> &partitions);
 
 /// The scf.forall mapping that states how the conversion runs a loop of
 /// `rank` dimensions on the GPU: its iterations are the blocks of one grid
@@ -398,13 +380,20 @@ ArrayAttr blockMapping(MLIRContext *context, int64_t rank, bool linear);
 /// else `reason` says what the mapping should be.
 bool hasRealizedMapping(scf::ForallOp loop, bool linear, std::string &reason);
 
-/// Replaces each scf.forall of attnres-tile (a forward or softmax
-/// partition_reduce over each tile of T tokens) by the op over all tokens,
-/// its kernels' blocks each taking one tile (SplitDecompositions.cpp):
-/// `tiles` maps the op to the loop's shape. A loop around such an op that
-/// differs from that form is an error.
-LogicalResult absorbTileLoops(ModuleOp module,
-                              llvm::DenseMap<Operation *, TokenTiles> &tiles);
+/// Gives each tile loop around a forward or softmax merge that drops some
+/// of its op's results (as canonicalization drops a loop's unused results)
+/// a shared output for each, written at its tile's place, so that the loop
+/// runs as a grid of its own (its tiles write every result; the buffers of
+/// the dropped ones are freed unread). What a tile loop's body computes and
+/// never uses is erased first.
+void completeTileLoops(ModuleOp module);
+
+/// Checks each scf.forall around a forward or merge (attnres-tile's tiles
+/// of tokens, or attnres-split-sources' pieces tiled) for
+/// attnres-lower-tiles-to-gpu, which runs it as a grid of its tiles: a loop
+/// of another form is an error naming what differs. Run after
+/// completeTileLoops.
+LogicalResult checkTileLoops(ModuleOp module);
 
 /// Checks each scf.forall around a backward (attnres-split-reduction's
 /// blocks of tokens) for attnres-lower-tiles-to-gpu, which runs it as a grid

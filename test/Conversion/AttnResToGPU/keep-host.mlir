@@ -291,9 +291,9 @@ func.func @slice(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>)
 // -----
 
 // A loop around an attnres op that is not a tile loop of attnres-tile (it
-// does not run over the op's tokens) is refused by the tile loops' check.
+// writes none of the op's results) is refused by the tile loops' check.
 func.func @in_loop(%v: tensor<4x8x64xf32>, %q: tensor<64xf32>) {
-  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 launches an scf.forall around a forward or merge as blocks of its kernels that each take one tile of tokens, which needs the form of attnres-tile; here loop dimension 0 does not run over token dimension 0 (a tile takes the first token dimensions, all but the last by 1, and the others whole)}}
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 runs a loop around a forward or merge (attnres-tile's) as a grid of its tiles; here the loop's outputs are not its op's results, each written once}}
   scf.forall (%i) in (2) {
     %o, %lse = attnres.forward packed(%v : tensor<4x8x64xf32>)
         query(%q : tensor<64xf32>) save(lse)

@@ -202,20 +202,6 @@ func.func @partial_rows(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>, %g: tensor<?
 
 // -----
 
-// Tiles of more token dimensions than the op has.
-func.func @tiles(%p: tensor<3x?x8xf32>, %lse: tensor<3x?xf32>) -> tensor<?x8xf32> {
-  // expected-error @+1 {{attnres-launch-kernels: tile_dims and tile_tokens must be integers together, tiling 1 to 1 token dimensions by 1 to 2147483647 tokens}}
-  %o, %l = attnres.partition_reduce softmax %p : tensor<3x?x8xf32> lse(%lse : tensor<3x?xf32>) {attnres.launch = {merge = "km", num_partitions = 3 : i64, rows_per_block = 4 : i64, tile_dims = 2 : i64, tile_tokens = 16 : i64}} -> tensor<?x8xf32>, tensor<?xf32>
-  return %o : tensor<?x8xf32>
-}
-gpu.module @attnres_kernels {
-  gpu.func @km(%a0: !llvm.ptr<1>) kernel attributes {attnres.kernel = {arguments = [{kind = "buffer", name = "partial_o", shape = "[P, N, D]", type = "f32"}], block = 256 : i64, grid = [{divisor = 1 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "1"}], name = "km", role = "merge", vector_width = 1 : i64, workgroup_bytes = 0 : i64}} {
-    gpu.return
-  }
-}
-
-// -----
-
 // More partitions than sources.
 func.func @partitions(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{attnres-launch-kernels: forward_partitions = 5 is more than the op's 4 sources}}

@@ -108,12 +108,11 @@ def AttnResTile : Pass<"attnres-tile"> {
     elementwise (attnres-split-reduction's partial gradients), and its
     dimensions are not tokens.
 
-    Under `keep-host=1`, a tiled op runs with one block per tile: a
-    forward's or merge's own loop as a launch of its own
-    (`attnres-lower-tiles-to-gpu`), the pieces of a split forward as their
-    kernels (`convert-attnres-to-gpu`, `attnres-launch-kernels`). Either
-    needs tiles of consecutive tokens: the first r token dimensions tiled,
-    all but the last of them by 1, the others whole.
+    Under `keep-host=1`, a tiled op runs with one block per tile, its loop
+    a launch of its own (`attnres-lower-tiles-to-gpu`), the pieces of a
+    split forward included. It needs tiles of consecutive tokens: the
+    first r token dimensions tiled, all but the last of them by 1, the
+    others whole.
 
     `attnres.backward` is not tiled here: its query and weight gradients
     are reductions over every token, which `attnres-split-reduction` splits
