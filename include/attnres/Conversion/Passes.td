@@ -197,8 +197,8 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "Partial rows a merge with a run-time partition count loads before "
            "it adds any: 0 chooses 4">,
     Option<"keepHost", "keep-host", "bool", /*default=*/"false",
-           "Keep the functions, each attnres op (the split passes' loops "
-           "absorbed into it) annotated with its kernels and the launch "
+           "Keep the functions, each attnres op (a split forward's pieces "
+           "folded into one) annotated with its kernels and the launch "
            "counts the IR fixed (its attnres.launch attribute), for "
            "attnres-bufferize-host and attnres-launch-kernels to replace "
            "by the host code that launches them">,
@@ -259,7 +259,7 @@ def AttnResLaunchKernels : Pass<"attnres-launch-kernels", "::mlir::ModuleOp"> {
     `attnres-bufferize-host`: the conversion keeps the functions and puts
     on each attnres op an `attnres.launch` attribute naming its kernels by
     role (the op's manifest entry: `forward`, `forward_partial`, `merge`,
-    ... with the shapes and tiles the launches need) and the counts the IR
+    ... with the shapes the launches need) and the counts the IR
     fixed (`forward_partitions`, `backward_partitions`;
     absent: chosen at run time), which bufferization keeps on the op on
     buffers. This pass reads each kernel's description back from its

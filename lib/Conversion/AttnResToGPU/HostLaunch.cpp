@@ -860,7 +860,8 @@ namespace {
 /// by role in `facts`, the op's manifest entry): a forward launches its
 /// kernels on P partitions of the sources (unsplit, clustered, or partial +
 /// merge); a backward its kernel on B x P blocks and its finalize (the
-/// runtime's rules at run time, or `counts`); a partition_reduce its merge
+/// runtime's rules at run time; P from `counts` where fixed); a
+/// partition_reduce its merge
 /// or sum. `refusals` numbers the messages of the alignment checks across
 /// the module's ops.
 LogicalResult replaceByLaunches(Operation *op, DictionaryAttr facts,

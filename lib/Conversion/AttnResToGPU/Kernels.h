@@ -210,7 +210,7 @@ KernelInfo emitForwardKernel(OpBuilder &b, Location loc, StringRef name,
                              SourceSchedule schedule, ForwardKind kind,
                              const LaunchBody *into = nullptr);
 /// A merge kernel; with `into`, its code goes into that launch body (one
-/// column tile and no token tiles).
+/// column tile: whole rows).
 KernelInfo emitMergeKernel(OpBuilder &b, Location loc, StringRef name,
                            const MergeSpec &spec, RowLayout layout,
                            const LaunchBody *into = nullptr);
@@ -281,8 +281,8 @@ struct LaunchCounts {
 /// whose operands would be such slices. One region is let through: a tile
 /// loop of a forward, backward or merge (isLoweredTileLoop), which runs on the
 /// device as a whole. Checked by convert-attnres-to-gpu once the split passes'
-/// loops are absorbed; attnres-bufferize-host then puts every such tensor in
-/// device memory.
+/// decompositions are checked (a split forward's pieces folded into one);
+/// attnres-bufferize-host then puts every such tensor in device memory.
 LogicalResult checkKeptFunction(func::FuncOp function, StringRef pass);
 
 /// A pure op without regions on integers and indices: the index arithmetic

@@ -328,7 +328,7 @@ LogicalResult gpu_kernels::absorbSplitForwards(
 static void eraseUnusedInBody(scf::ForallOp loop) {
   SmallVector<Operation *> body;
   for (Operation &op : loop.getBody()->without_terminator())
-    if (!isa<AttnResDialect>(op.getDialect()))
+    if (!isa_and_nonnull<AttnResDialect>(op.getDialect()))
       body.push_back(&op);
   for (Operation *op : llvm::reverse(body))
     if (isOpTriviallyDead(op))
@@ -382,7 +382,11 @@ static void completeTileLoop(scf::ForallOp loop, Operation *tile) {
     auto type = cast<RankedTensorType>(tile->getResult(result).getType());
     if (writer[result] >= 0)
       continue;
+    // Hand-written IR may type a result's tokens apart from the written
+    // one's (a dynamic against a static count): left to the checks.
     if (type.getRank() < tokenDims ||
+        type.getShape().take_front(tokenDims) !=
+            model.getSourceType().getShape().take_front(tokenDims) ||
         !llvm::all_of(type.getShape().drop_front(tokenDims),
                       ShapedType::isStatic))
       return;
@@ -468,7 +472,7 @@ LogicalResult gpu_kernels::checkTileLoops(ModuleOp module) {
     if (auto sum = dyn_cast<PartitionReduceOp>(tile);
         sum && sum.getKind() != ReduceKind::Softmax)
       mismatch = "the tiled op is a sum partition_reduce (its dimensions are "
-                 "not tokens: its kernel has no token tiles)";
+                 "not tokens: it is launched whole)";
     else
       mismatch = tileLoopMismatch(loop);
     if (!mismatch.empty())

@@ -183,7 +183,7 @@ func.func @wrong_insert(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
 // A sum's dimensions are not tokens: its kernel has no tiles.
 func.func @sum(%p: tensor<3x24xf32>) -> tensor<24xf32> {
   %init = tensor.empty() : tensor<24xf32>
-  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 runs a loop around a forward or merge (attnres-tile's) as a grid of its tiles; here the tiled op is a sum partition_reduce (its dimensions are not tokens: its kernel has no token tiles)}}
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 runs a loop around a forward or merge (attnres-tile's) as a grid of its tiles; here the tiled op is a sum partition_reduce (its dimensions are not tokens: it is launched whole)}}
   %r = scf.forall (%t) = (0) to (24) step (8) shared_outs(%out = %init)
       -> (tensor<24xf32>) {
     %ps = tensor.extract_slice %p[0, %t] [3, 8] [1, 1]

@@ -165,8 +165,8 @@ def descriptor_type(rank):
 
 
 def describe(tensor):
-    """A descriptor of a dense device tensor."""
-    tensor = tensor.contiguous()
+    """A descriptor of a dense device tensor (kept alive by the caller)."""
+    assert tensor.is_contiguous()
     desc = descriptor_type(tensor.dim())()
     desc.allocated = desc.aligned = tensor.data_ptr()
     desc.offset = 0
