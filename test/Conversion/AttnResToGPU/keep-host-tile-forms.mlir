@@ -343,3 +343,30 @@ func.func @two_ops(%p: tensor<3x24x64xf32>, %l: tensor<3x24xf32>)
   }
   return %r : tensor<24x64xbf16>
 }
+
+// -----
+
+// The dropped lse typed with a static count where the written output's is
+// dynamic (the op allows it): no place to put it back is certain, so the
+// loop is refused as it is.
+#tile = affine_map<(d0)[s0] -> (-d0 + s0, 8)>
+func.func @lse_typed_apart(%v: tensor<4x?x64xf32>, %q: tensor<64xf32>)
+    -> tensor<?x64xf32> {
+  %c1 = arith.constant 1 : index
+  %n = tensor.dim %v, %c1 : tensor<4x?x64xf32>
+  %init = tensor.empty(%n) : tensor<?x64xf32>
+  // expected-error @+1 {{convert-attnres-to-gpu: keep-host=1 runs a loop around a forward or merge (attnres-tile's) as a grid of its tiles; here the loop's outputs are not its op's results, each written once}}
+  %r = scf.forall (%t) = (0) to (%n) step (8) shared_outs(%out = %init)
+      -> (tensor<?x64xf32>) {
+    %size = affine.min #tile(%t)[%n]
+    %vs = tensor.extract_slice %v[0, %t, 0] [4, %size, 64] [1, 1, 1]
+        : tensor<4x?x64xf32> to tensor<4x?x64xf32>
+    %o, %lse = attnres.forward packed(%vs : tensor<4x?x64xf32>)
+        query(%q : tensor<64xf32>) save(lse) -> tensor<?x64xf32>, tensor<8xf32>
+    scf.forall.in_parallel {
+      tensor.parallel_insert_slice %o into %out[%t, 0] [%size, 64] [1, 1]
+          : tensor<?x64xf32> into tensor<?x64xf32>
+    }
+  }
+  return %r : tensor<?x64xf32>
+}
