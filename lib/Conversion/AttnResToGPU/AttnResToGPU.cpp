@@ -614,9 +614,8 @@ struct ConvertAttnResToGPUPass
     llvm::DenseMap<Operation *, int64_t> splitPartitions;
     if (keepHost)
       completeTileLoops(module);
-    if ((keepHost && (failed(checkTileLoops(module)) ||
-                      failed(absorbSplitForwards(module, splitPartitions)))) ||
-        failed(checkSplitBackwards(module, keepHost)))
+    if (failed(checkTileLoops(module, keepHost)) ||
+        (keepHost && failed(absorbSplitForwards(module, splitPartitions))))
       return signalPassFailure();
     if (keepHost && backwardPartitions > 1) {
       // A split backward's tiles each walk every source of their tokens.

@@ -384,23 +384,18 @@ bool hasRealizedMapping(scf::ForallOp loop, bool linear, std::string &reason);
 /// of its op's results (as canonicalization drops a loop's unused results)
 /// a shared output for each, written at its tile's place, so that the loop
 /// runs as a grid of its own (its tiles write every result; the buffers of
-/// the dropped ones are freed unread). What a tile loop's body computes and
-/// never uses is erased first.
+/// the dropped ones are freed unread). What the body of any tile loop (a
+/// backward's too) computes and never uses is erased first.
 void completeTileLoops(ModuleOp module);
 
-/// Checks each scf.forall around a forward or merge (attnres-tile's tiles
-/// of tokens, or attnres-split-sources' pieces tiled) for
-/// attnres-lower-tiles-to-gpu, which runs it as a grid of its tiles: a loop
-/// of another form is an error naming what differs. Run after
-/// completeTileLoops.
-LogicalResult checkTileLoops(ModuleOp module);
-
-/// Checks each scf.forall around a backward (attnres-split-reduction's
-/// blocks of tokens) for attnres-lower-tiles-to-gpu, which runs it as a grid
-/// of its tiles: a loop of another form is an error naming what differs, as
-/// is any such loop without `keepHost` (a bundle's backward is launched
-/// whole). What the loop's body computes and never uses is erased.
-LogicalResult checkSplitBackwards(ModuleOp module, bool keepHost);
+/// Checks each scf.forall around a forward, backward or merge (attnres-tile's
+/// tiles of tokens, attnres-split-sources' pieces tiled,
+/// attnres-split-reduction's blocks) for attnres-lower-tiles-to-gpu, which
+/// runs it as a grid of its tiles: a loop of another form is an error naming
+/// what differs (run after completeTileLoops), as is a backward's loop
+/// without `keepHost` (a bundle's backward is launched whole; the other
+/// loops are checked with keepHost only).
+LogicalResult checkTileLoops(ModuleOp module, bool keepHost);
 
 } // namespace mlir::attnres::gpu_kernels
 

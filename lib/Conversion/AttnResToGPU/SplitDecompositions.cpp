@@ -20,7 +20,7 @@
 // loops, stay loops (attnres-lower-tiles-to-gpu makes them grids): here a
 // loop that drops results of its op is given outputs for them back
 // (completeTileLoops), and loops of another form than their op on slices
-// are refused, naming what differs (checkTileLoops, checkSplitBackwards).
+// are refused, naming what differs (checkTileLoops).
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,18 +28,12 @@
 
 #include "attnres/Dialect/AttnRes/IR/AttnResOps.h"
 
-#include "mlir/Dialect/Affine/IR/AffineOps.h"
-#include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
-#include "mlir/IR/AffineExprVisitor.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 using namespace mlir::attnres;
@@ -443,31 +437,42 @@ static void completeTileLoop(scf::ForallOp loop, Operation *tile) {
 }
 
 void gpu_kernels::completeTileLoops(ModuleOp module) {
-  SmallVector<std::pair<scf::ForallOp, Operation *>> loops;
+  // Each loop with its first tile op, and whether that op is its only one
+  // (the erasure below keeps attnres ops).
+  SmallVector<std::tuple<scf::ForallOp, Operation *, bool>> loops;
   module.walk([&](scf::ForallOp loop) {
     auto tiles = llvm::make_filter_range(
         loop.getBody()->without_terminator(),
         [](Operation &op) { return isLoweredTileOp(&op); });
+    if (!tiles.empty())
+      loops.emplace_back(loop, &*tiles.begin(), llvm::hasSingleElement(tiles));
+  });
+  for (auto [loop, tile, alone] : loops) {
+    eraseUnusedInBody(loop);
     // One forward or merge: a backward's loop writes every result, and a
     // loop of several ops is refused as it is.
-    if (llvm::hasSingleElement(tiles) && !isa<BackwardOp>(*tiles.begin()))
-      loops.emplace_back(loop, &*tiles.begin());
-  });
-  for (auto [loop, tile] : loops) {
-    eraseUnusedInBody(loop);
-    completeTileLoop(loop, tile);
+    if (alone && !isa<BackwardOp>(tile))
+      completeTileLoop(loop, tile);
   }
 }
 
-LogicalResult gpu_kernels::checkTileLoops(ModuleOp module) {
+LogicalResult gpu_kernels::checkTileLoops(ModuleOp module, bool keepHost) {
   SmallVector<std::pair<scf::ForallOp, Operation *>> loops;
   module.walk([&](Operation *op) {
-    if (!isa<ForwardOp, PartitionReduceOp>(op))
+    if (!isa<ForwardOp, BackwardOp, PartitionReduceOp>(op) ||
+        (!keepHost && !isa<BackwardOp>(op)))
       return;
     if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
       loops.emplace_back(loop, op);
   });
   for (auto [loop, tile] : loops) {
+    bool backward = isa<BackwardOp>(tile);
+    if (backward && !keepHost)
+      return loop.emitError(
+          "convert-attnres-to-gpu: a bundle's backward is launched whole by "
+          "the runtime, which picks its blocks per call "
+          "(AttnresBackwardArgs.blocks); attnres-split-reduction's loop runs "
+          "on the GPU with keep-host=1");
     std::string mismatch;
     if (auto sum = dyn_cast<PartitionReduceOp>(tile);
         sum && sum.getKind() != ReduceKind::Softmax)
@@ -476,34 +481,11 @@ LogicalResult gpu_kernels::checkTileLoops(ModuleOp module) {
     else
       mismatch = tileLoopMismatch(loop);
     if (!mismatch.empty())
-      return loop.emitError("convert-attnres-to-gpu: keep-host=1 runs a "
-                            "loop around a forward or merge (attnres-tile's) "
-                            "as a grid of its tiles; here ")
-             << mismatch;
-  }
-  return success();
-}
-
-LogicalResult gpu_kernels::checkSplitBackwards(ModuleOp module, bool keepHost) {
-  SmallVector<scf::ForallOp> loops;
-  module.walk([&](BackwardOp op) {
-    if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
-      loops.push_back(loop);
-  });
-  if (!keepHost && !loops.empty())
-    return loops.front().emitError(
-        "convert-attnres-to-gpu: a bundle's backward is launched whole by "
-        "the runtime, which picks its blocks per call "
-        "(AttnresBackwardArgs.blocks); attnres-split-reduction's loop runs on "
-        "the GPU with keep-host=1");
-  for (scf::ForallOp loop : loops) {
-    eraseUnusedInBody(loop);
-    std::string mismatch = tileLoopMismatch(loop);
-    if (!mismatch.empty())
-      return loop.emitError("convert-attnres-to-gpu: keep-host=1 runs a "
-                            "loop around a backward (attnres-split-"
-                            "reduction's) as a grid of its tiles; here ")
-             << mismatch;
+      return loop.emitError("convert-attnres-to-gpu: keep-host=1 runs a loop "
+                            "around ")
+             << (backward ? "a backward (attnres-split-reduction's)"
+                          : "a forward or merge (attnres-tile's)")
+             << " as a grid of its tiles; here " << mismatch;
   }
   return success();
 }

@@ -49,13 +49,9 @@ VARIANTS = {"whole": "", "split7": "--attnres-split-reduction=blocks=7",
             "split3": "--attnres-split-reduction=blocks=3"}
 
 
-def element(c):
-    return c["dtype"]
-
-
 def operand_types(c):
     """The function's arguments: (name, MLIR tensor type), in order."""
-    L, D, R, M, t = c["L"], c["D"], c["R"], c["M"], element(c)
+    L, D, R, M, t = c["L"], c["D"], c["R"], c["M"], c["dtype"]
     lead = f"{M}x" if M > 1 else ""
     args = []
     if c["packed"]:
