@@ -1,0 +1,138 @@
+#!/bin/bash
+# The GPU checks of one pipeline in one run on a machine without MLIR: the
+# keep-host programs of every decomposition test/Integration/GPU's lit
+# tests compile (host-layer.test, host-forward.test, host-backward.test),
+# the bundle cases (cases.test) and the speed benchmark (benchmarks/run.py),
+# each result checked against float64 (the benchmark's against float32),
+# and the benchmark's speed against the committed one
+# (docs/performance/h200.json, benchmarks/compare.py: no measure slower by
+# more than 3 % of its fraction of the byte floor).
+#
+#   scripts/gpu-acceptance.sh stage DIR      here, after scripts/build.sh:
+#                                            compiles everything into DIR
+#   scripts/gpu-acceptance.sh run DIR OUT    there, on the GPU (PyTorch with
+#                                            CUDA): runs it, results in OUT
+#
+# The decompositions listed here are those of the lit tests (whose RUN
+# lines say what each covers); where a GPU machine has MLIR, `lit
+# build/test` runs the same checks.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-} dir=${2:-}
+[ -n "$mode" ] && [ -n "$dir" ] || {
+  sed -n '11,14p' "$0"
+  exit 2
+}
+
+# name|pipeline options|passes run before|static tokens|saved o_pre
+layers=(
+  "d0||||"
+  "d1|forward-partitions=2 backward-blocks=7|||"
+  "d2|forward-partitions=4 backward-partitions=4|||"
+  "d3|forward-partitions=1 backward-blocks=1|||"
+  "d4||--attnres-split-sources=partitions=3 --attnres-split-reduction=blocks=5||"
+  "d5|tile-sizes=1,37 forward-partitions=2 backward-blocks=4|||"
+  "d6|tile-sizes=3|||"
+  "d7||--attnres-split-sources=partitions=2 --attnres-tile=tile-sizes=1,64||"
+  "d8|transform-library=$root/examples/tile_sequence.transform.mlir|||"
+  "d9|forward-partitions=2 transform-library=$root/test/Conversion/AttnResToGPU/Inputs/tile-merges-1-16.transform.mlir|||"
+  "d10|forward-partitions=2 transform-library=$root/test/Conversion/AttnResToGPU/Inputs/tile-forwards-16.transform.mlir|||"
+  "r1||||recompute"
+  "r2|backward-blocks=6|||recompute"
+  "s1|||257|"
+  "s2|forward-partitions=2 backward-blocks=5 tile-sizes=1,64||257|"
+)
+forwards=(
+  "f0|"
+  "t1|tile-sizes=50"
+  "t2|tile-sizes=7 forward-partitions=3"
+  "t3|forward-partitions=3 transform-library=$root/test/Conversion/AttnResToGPU/Inputs/tile-merges-16.transform.mlir"
+)
+
+stage() {
+  local build=$root/build tools=/usr/lib/llvm-22/bin
+  local toolkit=${CUDA_TOOLKIT:-/usr/local/cuda}
+  local gpu=$root/test/Integration/GPU
+  rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/host"
+  cp -P "$build"/lib/libAttnResRuntime.so* "$dir/lib/"
+  for entry in "${layers[@]}"; do
+    IFS='|' read -r name options passes tokens saved <<<"$entry"
+    echo "host-layer $name: $options $passes $tokens $saved"
+    sh "$gpu/Inputs/build-host-layer.sh" "$build/bin/attnres-opt" "$tools" cc \
+      "$root" "$build/lib" "$dir/host/$name" "$toolkit" "$options" "$passes" \
+      "$tokens" "$saved"
+  done
+  for entry in "${forwards[@]}"; do
+    IFS='|' read -r name options <<<"$entry"
+    echo "host-forward $name: $options"
+    sh "$gpu/Inputs/build-host-forward.sh" "$build/bin/attnres-opt" "$tools" \
+      cc "$root" "$build/lib" "$dir/host/$name" "$toolkit" "$options"
+  done
+  # Only the programs and libraries travel.
+  find "$dir/host" -type f ! -perm -u+x -delete
+  python3 "$gpu/host_backward.py" build --opt "$build/bin/attnres-opt" \
+    --tools "$tools" --cc cc --lib "$build/lib" --toolkit "$toolkit" \
+    --out "$dir/hb"
+  python3 "$gpu/make_bundles.py" --compiler "$build/bin/attnres-compile" \
+    --target sm_90 --out "$dir/cases" --jobs 2
+  PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
+    python3 "$root/benchmarks/prebuild.py" "$dir/bundles"
+  du -sh "$dir"
+}
+
+run() {
+  local out=${3:?the results folder}
+  local failed=0
+  mkdir -p "$out"
+  export LD_LIBRARY_PATH=$dir/lib:$dir/host
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  # Each check's output goes to OUT/checks.log; its last line here.
+  local log=$out/checks.log part=$out/part.log
+  : >"$log"
+  check() { # name, command...: FAILED where it exits non-zero
+    local name=$1
+    shift
+    if "$@" >"$part" 2>&1; then
+      echo "ok      $name: $(tail -n 1 "$part")"
+    else
+      echo "FAILED  $name: $(tail -n 3 "$part" | tr '\n' ' ')"
+      failed=1
+    fi
+    { echo "== $name: $*"; cat "$part"; } >>"$log"
+  }
+  for entry in "${layers[@]}"; do
+    check "host-layer-${entry%%|*}" "$dir/host/${entry%%|*}"
+  done
+  check memcheck-host-layer-d5 compute-sanitizer --tool memcheck \
+    --error-exitcode 1 "$dir/host/d5"
+  check host-layer-d1-no-clusters env ATTNRES_NO_CLUSTERS=1 "$dir/host/d1"
+  check host-layer-d4-no-clusters env ATTNRES_NO_CLUSTERS=1 "$dir/host/d4"
+  for entry in "${forwards[@]}"; do
+    check "host-forward-${entry%%|*}" "$dir/host/${entry%%|*}"
+  done
+  check host-forward-f0-no-clusters env ATTNRES_NO_CLUSTERS=1 "$dir/host/f0"
+  check host-forward-misaligned "$dir/host/f0" misaligned
+  check host-backward python3 "$root/test/Integration/GPU/host_backward.py" \
+    run --lib "$dir/lib" --out "$dir/hb"
+  check cases env ATTNRES_LIBRARY_DIR="$dir/lib" python3 \
+    "$root/test/Integration/GPU/run_cases.py" --cases "$dir/cases" \
+    --out "$out/cases"
+  check benchmark env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
+    ATTNRES_BUNDLE_DIR="$dir/bundles" python3 "$root/benchmarks/run.py" \
+    --json "$out/h200.json" --no-chart
+  # No shape slower than the committed benchmark by more than 3 %.
+  check speed python3 "$root/benchmarks/compare.py" \
+    "$root/docs/performance/h200.json" "$out/h200.json"
+  rm -f "$part"
+  [ "$failed" = 0 ] && echo "all passed" || echo "SOME FAILED"
+  return "$failed"
+}
+
+case $mode in
+stage) stage ;;
+run) run "$@" ;;
+*)
+  sed -n '11,14p' "$0"
+  exit 2
+  ;;
+esac
