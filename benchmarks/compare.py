@@ -6,7 +6,7 @@ own byte floor (so that the copy bandwidth each run measured cancels):
 
 prints every measure that changed by more than --tolerance (default 3 %),
 the median change, and exits 1 if any measure is slower by more than the
-tolerance. The host-bound eager measure is left out unless --eager is
+tolerance, is not a number, or is missing from the second file. The host-bound eager measure is left out unless --eager is
 given: at small shapes it times Python and the launch queue, not kernels.
 """
 
@@ -45,19 +45,25 @@ def main():
     print(f"copy {before_data['copy_tbps']:.3f} -> "
           f"{after_data['copy_tbps']:.3f} TB/s; "
           f"{len(common)} measures in both")
+    tolerance = f"{args.tolerance * 100:g}%"
     changes = []
     slower = 0
     for key in common:
         change = after[key] / before[key] - 1
         changes.append(change)
-        if abs(change) > args.tolerance:
-            slower += change < -args.tolerance
+        if not abs(change) <= args.tolerance:
+            # NaN is slower too: it compares false either way.
+            slower += not change >= -args.tolerance
             L, N, D, variant, measure = key
             print(f"  ({L}, {N}, {D}) {variant:12} {measure:14} "
                   f"{before[key]:.3f} -> {after[key]:.3f} ({change:+.1%})")
+    missing = sorted(before.keys() - after.keys())
+    for L, N, D, variant, measure in missing:
+        print(f"  ({L}, {N}, {D}) {variant:12} {measure:14} missing")
     print(f"median change {statistics.median(changes):+.2%}; "
-          f"{slower} slower by more than {args.tolerance:.0%}")
-    return 1 if slower else 0
+          f"{slower} slower by more than {tolerance}"
+          + (f"; {len(missing)} missing" if missing else ""))
+    return 1 if slower or missing else 0
 
 
 if __name__ == "__main__":

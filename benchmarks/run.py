@@ -47,7 +47,7 @@ import attnres  # noqa: E402
 from attnres import ops  # noqa: E402
 from attnres.reference import attnres_reference  # noqa: E402
 
-from common import EPS, HOST_SHAPES, SCALE, VARIANTS  # noqa: E402
+from common import EPS, HOST_SHAPES, SCALE, TOLERANCE, VARIANTS  # noqa: E402
 
 
 class Inputs:
@@ -387,7 +387,13 @@ def main():
     for r in host:
         print(f"host {r['measure']:<13} L={r['L']:<3} N={r['N']} D={r['D']}:"
               f" {r['us']:.1f} us")
-    return 0
+    # A time of wrong results is no result: NaN fails too.
+    wrong = [c for c in checks
+             if not all(e <= TOLERANCE for e in c["errors"].values())]
+    for c in wrong:
+        print(f"WRONG ({c['L']}, {c['N']}, {c['D']}) {c['variant']}: "
+              f"errors {c['errors']} (tolerance {TOLERANCE})")
+    return 1 if wrong else 0
 
 
 def attnres_compiler_version():
