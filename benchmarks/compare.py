@@ -6,8 +6,9 @@ own byte floor (so that the copy bandwidth each run measured cancels):
 
 prints every measure that changed by more than --tolerance (default 3 %),
 the median change, and exits 1 if any measure is slower by more than the
-tolerance, is not a number, or is missing from the second file. The host-bound eager measure is left out unless --eager is
-given: at small shapes it times Python and the launch queue, not kernels.
+tolerance, is not a number, or is missing from the second file. The
+host-bound eager measure is left out unless --eager is given: at small
+shapes it times Python and the launch queue, not kernels.
 """
 
 import argparse
