@@ -20,8 +20,7 @@
 # /usr/lib/llvm-22/bin and cc.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-mode=${1:-} dir=${2:-}
-[ -n "$mode" ] && [ -n "$dir" ] && { [ "$mode" != run ] || [ -n "${3:-}" ]; } || {
+usage() {
   sed -n '11,14p' "$0"
   exit 2
 }
@@ -85,7 +84,7 @@ stage() {
 }
 
 run() {
-  local out=$3
+  local out=$1
   local failed=0
   mkdir -p "$out"
   rm -f "$out/h200.json"
@@ -137,11 +136,8 @@ kernel mix_0_forward; the launch was skipped"
   return "$failed"
 }
 
-case $mode in
-stage) stage ;;
-run) run "$@" ;;
-*)
-  sed -n '11,14p' "$0"
-  exit 2
-  ;;
+case ${1:-} in
+stage) [ $# = 2 ] || usage; dir=$2; stage ;;
+run) [ $# = 3 ] || usage; dir=$2; run "$3" ;;
+*) usage ;;
 esac

@@ -459,15 +459,17 @@ void gpu_kernels::completeTileLoops(ModuleOp module) {
 LogicalResult gpu_kernels::checkTileLoops(ModuleOp module, bool keepHost) {
   SmallVector<std::pair<scf::ForallOp, Operation *>> loops;
   module.walk([&](Operation *op) {
-    if (!isa<ForwardOp, BackwardOp, PartitionReduceOp>(op) ||
-        (!keepHost && !isa<BackwardOp>(op)))
-      return;
-    if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
-      loops.emplace_back(loop, op);
+    if (isa<ForwardOp, BackwardOp, PartitionReduceOp>(op))
+      if (auto loop = dyn_cast<scf::ForallOp>(op->getParentOp()))
+        loops.emplace_back(loop, op);
   });
   for (auto [loop, tile] : loops) {
     bool backward = isa<BackwardOp>(tile);
-    if (backward && !keepHost)
+    // Without keep-host only a backward's loop is refused here; the other
+    // loops are checked where keep-host lowers them.
+    if (!keepHost && !backward)
+      continue;
+    if (!keepHost)
       return loop.emitError(
           "convert-attnres-to-gpu: a bundle's backward is launched whole by "
           "the runtime, which picks its blocks per call "
