@@ -304,7 +304,7 @@ size_t denseMemRef(const char *function, int64_t rank, void *descriptor,
   auto *pointers = static_cast<char **>(descriptor);
   auto *integers = reinterpret_cast<int64_t *>(pointers + 2);
   const int64_t *sizes = integers + 1, *strides = integers + 1 + rank;
-  int64_t elements = 1;
+  int64_t elements = 1, bytes, offsetBytes;
   for (int64_t i = rank - 1; i >= 0; --i) {
     if (sizes[i] != 1 && strides[i] != elements) {
       report(function, "the memref is not dense (dimension " +
@@ -313,10 +313,20 @@ size_t denseMemRef(const char *function, int64_t rank, void *descriptor,
                            std::to_string(elements) + ")");
       return 0;
     }
-    elements *= sizes[i];
+    if (sizes[i] < 0 || __builtin_mul_overflow(elements, sizes[i], &elements)) {
+      report(function, "the memref's size " + std::to_string(sizes[i]) +
+                           " (dimension " + std::to_string(i) +
+                           ") is negative or its elements overflow 64 bits");
+      return 0;
+    }
   }
-  first = pointers[1] + integers[0] * elementBytes;
-  return static_cast<size_t>(elements * elementBytes);
+  if (__builtin_mul_overflow(elements, elementBytes, &bytes) ||
+      __builtin_mul_overflow(integers[0], elementBytes, &offsetBytes)) {
+    report(function, "the memref's bytes or offset overflow 64 bits");
+    return 0;
+  }
+  first = pointers[1] + offsetBytes;
+  return static_cast<size_t>(bytes);
 }
 
 /// A handle `make` creates in the default device's context, or null

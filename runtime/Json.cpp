@@ -32,7 +32,34 @@ std::string describe(const std::string &what) {
   return printable;
 }
 
-struct TooDeep {};
+/// Whether `text` nests arrays and objects deeper than kMaxDepth levels,
+/// found in one pass over its bytes (brackets inside strings do not
+/// count). The check runs before the parser builds anything: a
+/// parser callback would do it too, but nlohmann/json's callback parser
+/// scans a parent array at the end of each of its objects, quadratic in
+/// the length of the array.
+bool nestsTooDeep(const std::string &text) {
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > attnres::manifest::kMaxDepth)
+        return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
 
 /// Whether every number under `value` is finite (the parser turns a
 /// too-large exponent into an error, but not every path into a number).
@@ -50,19 +77,14 @@ bool allFinite(const Value &value) {
 
 bool attnres::json::parse(const std::string &text, Value &value,
                           std::string &error) {
-  // Refused while parsing, before a deep document is built (and later
-  // walked recursively).
-  // The top-level value is at depth 0.
-  auto limitDepth = [](int depth, Value::parse_event_t, Value &) {
-    if (depth >= manifest::kMaxDepth)
-      throw TooDeep{};
-    return true;
-  };
-  try {
-    value = Value::parse(text, limitDepth);
-  } catch (const TooDeep &) {
+  // Refused before a deep document is built (and later walked
+  // recursively).
+  if (nestsTooDeep(text)) {
     error = "nesting deeper than " + std::to_string(manifest::kMaxDepth);
     return false;
+  }
+  try {
+    value = Value::parse(text);
   } catch (const nlohmann::json::exception &failure) {
     error = describe(failure.what());
     return false;

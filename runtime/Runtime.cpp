@@ -186,10 +186,29 @@ struct AttnresRuntime {
 
 namespace {
 
-// The largest files a bundle may hold: a manifest is a few kilobytes, a
-// binary of every kernel some megabytes.
-constexpr off_t kMaxManifestBytes = off_t(16) << 20;
-constexpr off_t kMaxBinaryBytes = off_t(512) << 20;
+constexpr off_t kMaxManifestBytes = manifest::kMaxManifestBytes;
+constexpr off_t kMaxBinaryBytes = manifest::kMaxBinaryBytes;
+
+/// Checks that `name` is a plain file name (no path).
+Failure checkFileName(const std::string &name) {
+  if (name.empty() || name == "." || name == ".." ||
+      name.find_first_of(std::string("/\\\0", 3)) != std::string::npos)
+    return {ATTNRES_ERROR_BUNDLE,
+            "a bundle names files inside its own folder by a plain file "
+            "name; got '" +
+                name.substr(0, 200) + "'"};
+  return ok();
+}
+
+/// Checks that a bundle's `what` of `bytes` bytes is within its cap.
+Failure checkSize(const char *what, size_t bytes, off_t maxBytes) {
+  if (bytes <= static_cast<size_t>(maxBytes))
+    return ok();
+  return {ATTNRES_ERROR_BUNDLE, std::string("the ") + what + " is " +
+                                    std::to_string(bytes) + " bytes; a " +
+                                    "bundle's " + what + " may be at most " +
+                                    std::to_string(maxBytes) + " bytes"};
+}
 
 /// Reads `name`, a file of the bundle folder `directory`: a plain file name
 /// (no path), a regular file (not a FIFO, a device or a folder), inside the
@@ -197,12 +216,8 @@ constexpr off_t kMaxBinaryBytes = off_t(512) << 20;
 /// does not block (a FIFO is refused, not waited on).
 Failure readBundleFile(const std::string &directory, const std::string &name,
                        off_t maxBytes, std::string &contents) {
-  if (name.empty() || name == "." || name == ".." ||
-      name.find_first_of(std::string("/\\\0", 3)) != std::string::npos)
-    return {ATTNRES_ERROR_BUNDLE,
-            "a bundle names files inside its own folder by a plain file "
-            "name; got '" +
-                name.substr(0, 200) + "'"};
+  if (Failure failure = checkFileName(name); failure.status != ATTNRES_OK)
+    return failure;
   std::string path = directory + "/" + name;
   char folderPath[PATH_MAX], filePath[PATH_MAX];
   if (!realpath(path.c_str(), filePath) ||
@@ -326,6 +341,204 @@ int64_t legacyAlignment(const Kernel &kernel, const Argument &argument) {
                                   : elementBytes(argument.type);
 }
 
+/// A name from the manifest, for a message: cut short, as a hostile
+/// manifest may hold anything there.
+std::string shortText(const std::string &text) {
+  return text.size() > 64 ? text.substr(0, 64) + "..." : text;
+}
+
+/// Reads the kernel descriptions of the manifest into `runtime`: each a
+/// known role, one to kMaxKernelArguments arguments of known kinds and
+/// types, named once, a grid of known symbols. What a role's kernel may take
+/// is checked with the op that launches it (checkRole).
+Failure parseKernels(const Value &kernels, AttnresRuntime &runtime) {
+  if (!kernels.is_array())
+    return bundleError("no kernels array");
+  if (kernels.size() > static_cast<size_t>(manifest::kMaxKernels))
+    return bundleError("kernels has " + std::to_string(kernels.size()) +
+                       " entries; a bundle holds at most " +
+                       std::to_string(manifest::kMaxKernels));
+  for (const Value &entry : kernels) {
+    Kernel kernel;
+    const Value *name = member(entry, "name"), *role = member(entry, "role");
+    const Value *arguments = member(entry, "arguments"),
+                *grid = member(entry, "grid");
+    const Value *block = member(entry, manifest::kKernelBlock.key);
+    if (!name || !role || !arguments || !grid || !block ||
+        !arguments->is_array() || !grid->is_array() || grid->size() != 3)
+      return bundleError("a kernel lacks name, role, arguments, grid or block");
+    kernel.name = text(name);
+    kernel.role = text(role);
+    std::string named = "kernel " + shortText(kernel.name);
+    if (kernel.name.empty())
+      return bundleError("a kernel's name must be a non-empty string");
+    if (runtime.kernels.count(kernel.name))
+      return bundleError(named + " is described twice");
+    if (!manifest::listed(manifest::kRoles, kernel.role))
+      return bundleError(named + ": role '" + shortText(kernel.role) +
+                         "' is not one of " + manifest::kRoles);
+    if (!wholeNumber(block, manifest::kKernelBlock, kernel.block))
+      return bundleError(named + ": block must be a whole number in " +
+                         rangeText(manifest::kKernelBlock));
+    if (const Value *cluster = member(entry, manifest::kKernelClusterY)) {
+      if (!cluster->is_boolean())
+        return bundleError(named + ": " + manifest::kKernelClusterY +
+                           " must be true or false");
+      kernel.clusterY = cluster->get<bool>();
+    }
+    if (const Value *width = member(entry, manifest::kKernelVectorWidth.key);
+        width &&
+        !wholeNumber(width, manifest::kKernelVectorWidth, kernel.vectorWidth))
+      return bundleError(named + ": vector_width must be a whole number in " +
+                         rangeText(manifest::kKernelVectorWidth));
+    if (arguments->empty() ||
+        arguments->size() > static_cast<size_t>(manifest::kMaxKernelArguments))
+      return bundleError(named + ": arguments must hold 1 to " +
+                         std::to_string(manifest::kMaxKernelArguments) +
+                         " entries, got " + std::to_string(arguments->size()));
+    for (const Value &argument : *arguments) {
+      Argument parsed;
+      for (auto [key, field] :
+           {std::pair{"name", &parsed.name}, std::pair{"kind", &parsed.kind},
+            std::pair{"type", &parsed.type}, std::pair{"shape", &parsed.shape}})
+        *field = text(member(argument, key));
+      if (parsed.name.empty() || parsed.kind.empty())
+        return bundleError(named + " has an argument without name or kind");
+      if (!manifest::listed(manifest::kArgumentKinds, parsed.kind))
+        return bundleError(named + ": argument '" + shortText(parsed.name) +
+                           "' has kind '" + shortText(parsed.kind) +
+                           "'; kinds are " + manifest::kArgumentKinds);
+      for (const Argument &earlier : kernel.arguments)
+        if (earlier.name == parsed.name)
+          return bundleError(named + ": argument '" + shortText(parsed.name) +
+                             "' is given twice");
+      if (const Value *alignment =
+              member(argument, manifest::kArgumentAlignment.key);
+          alignment && (!wholeNumber(alignment, manifest::kArgumentAlignment,
+                                     parsed.alignment) ||
+                        !manifest::isPowerOfTwo(parsed.alignment)))
+        return bundleError(named + ": argument " + shortText(parsed.name) +
+                           " has an alignment that is not a power of two in " +
+                           rangeText(manifest::kArgumentAlignment));
+      kernel.arguments.push_back(parsed);
+    }
+    for (int dim = 0; dim < 3; ++dim) {
+      const Value &g = (*grid)[dim];
+      const Value *symbol = member(g, "symbol");
+      GridDim &rule = kernel.grid[dim];
+      if (!symbol || !symbol->is_string() ||
+          !wholeNumber(member(g, manifest::kGridScale.key),
+                       manifest::kGridScale, rule.scale) ||
+          !wholeNumber(member(g, manifest::kGridDivisor.key),
+                       manifest::kGridDivisor, rule.divisor))
+        return bundleError(named +
+                           " has a bad grid rule (a symbol, and scale and "
+                           "divisor whole numbers in " +
+                           rangeText(manifest::kGridScale) + ")");
+      rule.symbol = text(symbol);
+      if (!manifest::listed(manifest::kGridSymbols, rule.symbol))
+        return bundleError(named + ": grid symbol '" + shortText(rule.symbol) +
+                           "' is not one of " + manifest::kGridSymbols);
+    }
+    runtime.kernels[kernel.name] = std::move(kernel);
+  }
+  return ok();
+}
+
+/// Checks that the kernel `op` names for `role` exists, has that role, and
+/// takes only arguments and grid symbols the runtime supplies to it.
+Failure checkRole(const AttnresRuntime &runtime, const std::string &named,
+                  const manifest::KernelRole &role, Op &op) {
+  const Value *fact = member(op.facts, role.role);
+  if (!fact) {
+    if (role.required)
+      return bundleError(named + " names no " + role.role + " kernel");
+    return ok();
+  }
+  const std::string &name = text(fact);
+  if (name.empty())
+    return bundleError(named + ": " + role.role +
+                       " must name a kernel (a non-empty string)");
+  auto found = runtime.kernels.find(name);
+  if (found == runtime.kernels.end())
+    return bundleError(named + " names kernel '" + shortText(name) +
+                       "' as its " + role.role + ", which the bundle lacks");
+  const Kernel &kernel = found->second;
+  if (kernel.role != role.role)
+    return bundleError(named + " names kernel " + shortText(name) + " as its " +
+                       role.role + ", but the kernel's role is " + kernel.role);
+  for (const Argument &argument : kernel.arguments)
+    if (std::string problem = manifest::argumentProblem(role, argument);
+        !problem.empty())
+      return bundleError("kernel " + shortText(name) + ": " + problem);
+  for (const GridDim &dim : kernel.grid)
+    if (std::string problem = manifest::gridProblem(role, dim.symbol);
+        !problem.empty())
+      return bundleError("kernel " + shortText(name) + ": " + problem);
+  op.kernels[role.role] = name;
+  return ok();
+}
+
+/// Reads the op entries of the manifest into `runtime`: each of a known
+/// kind, with the facts the runtime computes with for it (whole numbers in
+/// range, element types it knows) and the kernels it launches.
+Failure parseOps(const Value &ops, AttnresRuntime &runtime) {
+  if (!ops.is_array())
+    return bundleError("no ops array");
+  if (ops.size() > static_cast<size_t>(manifest::kMaxOps))
+    return bundleError("ops has " + std::to_string(ops.size()) +
+                       " entries; a bundle holds at most " +
+                       std::to_string(manifest::kMaxOps));
+  for (const Value &entry : ops) {
+    std::string named = "op " + std::to_string(runtime.ops.size());
+    if (!entry.is_object())
+      return bundleError(named + " is not an object");
+    Op op;
+    op.facts = entry;
+    op.kind = op.text("op");
+    const manifest::OpKind *kind = manifest::findOpKind(op.kind);
+    if (!kind) {
+      std::string kinds;
+      for (const manifest::OpKind &known : manifest::kOpKinds)
+        kinds += std::string(kinds.empty() ? "" : ", ") + known.kind;
+      return bundleError(named + ": op must be one of " + kinds + "; got '" +
+                         shortText(op.kind) + "'");
+    }
+    named += " (" + op.kind + ")";
+    for (const manifest::NumberField &fact : manifest::kOpFacts) {
+      int64_t value;
+      const Value *number = member(entry, fact.key);
+      if (number && !wholeNumber(number, fact, value))
+        return bundleError("op fact " + std::string(fact.key) +
+                           " must be a whole number in " + rangeText(fact));
+    }
+    for (const manifest::NumberField &fact : manifest::kOpFacts)
+      if (!member(entry, fact.key) && manifest::listed(kind->numbers, fact.key))
+        return bundleError(named + " lacks " + fact.key + ", a whole number " +
+                           "in " + rangeText(fact));
+    for (const char *key : {"value_type", manifest::kOutputNormType}) {
+      const Value *type = member(entry, key);
+      bool required = manifest::listed(kind->types, key);
+      if ((type || required) &&
+          !manifest::listed(manifest::kValueTypes, text(type)))
+        return bundleError(named + ": " + key + " must be one of " +
+                           manifest::kValueTypes);
+    }
+    if (const Value *perQuery = member(entry, manifest::kOutputNormPerQuery);
+        perQuery && !perQuery->is_boolean())
+      return bundleError(named + ": " + manifest::kOutputNormPerQuery +
+                         " must be true or false");
+    for (const manifest::KernelRole &role : manifest::kKernelRoles)
+      if (op.kind == role.opKind)
+        if (Failure failure = checkRole(runtime, named, role, op);
+            failure.status != ATTNRES_OK)
+          return failure;
+    op.description = attnres::json::print(entry);
+    runtime.ops.push_back(std::move(op));
+  }
+  return ok();
+}
+
 /// Reads the manifest into `runtime` (no driver involved).
 Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
   std::string error;
@@ -344,101 +557,16 @@ Failure parseManifest(const std::string &contents, AttnresRuntime &runtime) {
   runtime.vendor = vendor;
 
   const Value *kernels = member(root, manifest::kKernels);
-  if (!kernels || !kernels->is_array())
+  if (!kernels)
     return bundleError("no kernels array");
-  for (const Value &entry : *kernels) {
-    Kernel kernel;
-    const Value *name = member(entry, "name"), *role = member(entry, "role");
-    const Value *arguments = member(entry, "arguments"),
-                *grid = member(entry, "grid");
-    const Value *block = member(entry, manifest::kKernelBlock.key);
-    if (!name || !role || !arguments || !grid || !block ||
-        !arguments->is_array() || !grid->is_array() || grid->size() != 3)
-      return bundleError("a kernel lacks name, role, arguments, grid or block");
-    kernel.name = text(name);
-    kernel.role = text(role);
-    if (!wholeNumber(block, manifest::kKernelBlock, kernel.block))
-      return bundleError("kernel " + kernel.name +
-                         ": block must be a whole number in " +
-                         rangeText(manifest::kKernelBlock));
-    if (const Value *cluster = member(entry, manifest::kKernelClusterY)) {
-      if (!cluster->is_boolean())
-        return bundleError("kernel " + kernel.name + ": " +
-                           manifest::kKernelClusterY +
-                           " must be true or false");
-      kernel.clusterY = cluster->get<bool>();
-    }
-    if (const Value *width = member(entry, manifest::kKernelVectorWidth.key);
-        width &&
-        !wholeNumber(width, manifest::kKernelVectorWidth, kernel.vectorWidth))
-      return bundleError("kernel " + kernel.name +
-                         ": vector_width must be a whole number in " +
-                         rangeText(manifest::kKernelVectorWidth));
-    for (const Value &argument : *arguments) {
-      Argument parsed;
-      for (auto [key, field] :
-           {std::pair{"name", &parsed.name}, std::pair{"kind", &parsed.kind},
-            std::pair{"type", &parsed.type}, std::pair{"shape", &parsed.shape}})
-        *field = text(member(argument, key));
-      if (parsed.name.empty() || parsed.kind.empty())
-        return bundleError("kernel " + kernel.name +
-                           " has an argument without name or kind");
-      if (const Value *alignment =
-              member(argument, manifest::kArgumentAlignment.key);
-          alignment && (!wholeNumber(alignment, manifest::kArgumentAlignment,
-                                     parsed.alignment) ||
-                        !manifest::isPowerOfTwo(parsed.alignment)))
-        return bundleError("kernel " + kernel.name + ": argument " +
-                           parsed.name +
-                           " has an alignment that is not a power of two in " +
-                           rangeText(manifest::kArgumentAlignment));
-      kernel.arguments.push_back(parsed);
-    }
-    for (int dim = 0; dim < 3; ++dim) {
-      const Value &g = (*grid)[dim];
-      const Value *symbol = member(g, "symbol");
-      GridDim &rule = kernel.grid[dim];
-      if (!symbol || !symbol->is_string() ||
-          !wholeNumber(member(g, manifest::kGridScale.key),
-                       manifest::kGridScale, rule.scale) ||
-          !wholeNumber(member(g, manifest::kGridDivisor.key),
-                       manifest::kGridDivisor, rule.divisor))
-        return bundleError("kernel " + kernel.name +
-                           " has a bad grid rule (a symbol, and scale and "
-                           "divisor whole numbers in " +
-                           rangeText(manifest::kGridScale) + ")");
-      rule.symbol = text(symbol);
-    }
-    runtime.kernels[kernel.name] = kernel;
-  }
-
+  if (Failure failure = parseKernels(*kernels, runtime);
+      failure.status != ATTNRES_OK)
+    return failure;
   const Value *ops = member(root, manifest::kOps);
-  if (!ops || !ops->is_array())
+  if (!ops)
     return bundleError("no ops array");
-  for (const Value &entry : *ops) {
-    Op op;
-    op.facts = entry;
-    op.kind = op.text("op");
-    for (const manifest::NumberField &fact : manifest::kOpFacts) {
-      int64_t value;
-      if (member(entry, fact.key) &&
-          !wholeNumber(member(entry, fact.key), fact, value))
-        return bundleError("op fact " + std::string(fact.key) +
-                           " must be a whole number in " + rangeText(fact));
-    }
-    op.description = attnres::json::print(entry);
-    for (const char *role : {"forward", "forward_partial", "forward_cluster",
-                             "merge", "backward", "finalize", "sum"}) {
-      std::string name = op.text(role);
-      if (name.empty())
-        continue;
-      if (!runtime.kernels.count(name))
-        return bundleError("op names kernel '" + name +
-                           "', which the bundle lacks");
-      op.kernels[role] = name;
-    }
-    runtime.ops.push_back(op);
-  }
+  if (Failure failure = parseOps(*ops, runtime); failure.status != ATTNRES_OK)
+    return failure;
 
   const Value *rules = member(root, manifest::kRules);
   const Value *launch = rules ? member(*rules, manifest::kLaunch) : nullptr;
@@ -528,6 +656,18 @@ Failure loadModule(AttnresRuntime &runtime, const std::string &binary) {
   return ok();
 }
 
+/// The file name of the one binary the manifest names.
+Failure binaryFile(const AttnresRuntime &runtime, std::string &name) {
+  const Value *binaries = member(runtime.manifest, manifest::kBinaries);
+  const Value *file = binaries && binaries->is_array() && binaries->size() == 1
+                          ? member((*binaries)[0], manifest::kFile)
+                          : nullptr;
+  if (!file || !file->is_string())
+    return bundleError("exactly one binary expected");
+  name = text(file);
+  return checkFileName(name);
+}
+
 Failure loadBundle(const std::string &directory, AttnresRuntime &runtime,
                    bool withDevice) {
   std::string manifest;
@@ -538,15 +678,11 @@ Failure loadBundle(const std::string &directory, AttnresRuntime &runtime,
   if (Failure failure = parseManifest(manifest, runtime);
       failure.status != ATTNRES_OK)
     return failure;
-  const Value *binaries = member(runtime.manifest, manifest::kBinaries);
-  const Value *file = binaries && binaries->is_array() && binaries->size() == 1
-                          ? member((*binaries)[0], manifest::kFile)
-                          : nullptr;
-  if (!file || !file->is_string())
-    return bundleError("exactly one binary expected");
-  std::string binary;
+  std::string file, binary;
+  if (Failure failure = binaryFile(runtime, file); failure.status != ATTNRES_OK)
+    return failure;
   if (Failure failure =
-          readBundleFile(directory, text(file), kMaxBinaryBytes, binary);
+          readBundleFile(directory, file, kMaxBinaryBytes, binary);
       failure.status != ATTNRES_OK)
     return failure;
   if (binary.empty())
@@ -634,13 +770,24 @@ Failure launch(const AttnresRuntime &runtime, const std::string &name,
         return invalid("no value for grid symbol " + g.symbol + " of " + name);
       symbol = it->second;
     }
-    int64_t size = ceilDiv(symbol * g.scale, g.divisor);
-    if (size < 0)
-      return bundleError("kernel " + name + " has a negative grid rule");
+    // The symbols are counts of the call (>= 0); the rule's scale and
+    // divisor are in [1, 2^20].
+    int64_t scaled;
+    if (symbol < 0)
+      return invalid("grid of " + name + ": " + g.symbol + " = " +
+                     std::to_string(symbol) + " is not a count");
+    if (__builtin_mul_overflow(symbol, g.scale, &scaled))
+      return invalid("grid of " + name + " too large: " + g.symbol + " = " +
+                     std::to_string(symbol));
+    int64_t size = ceilDiv(scaled, g.divisor);
     if (size == 0)
       return ok(); // nothing to do
     if (size > attnres::driver::kMaxGrid[dim])
-      return invalid("grid of " + name + " too large");
+      return invalid("grid of " + name + " too large: " + g.symbol + " = " +
+                     std::to_string(symbol) + " needs " + std::to_string(size) +
+                     " blocks along dimension " + std::to_string(dim) +
+                     ", more than " +
+                     std::to_string(attnres::driver::kMaxGrid[dim]));
     grid[dim] = static_cast<unsigned>(size);
   }
   const Driver &driver = runtime.driver;
@@ -705,7 +852,13 @@ int64_t residentBlocks(const AttnresRuntime &runtime, const Op &op,
   if (const char *override = std::getenv("ATTNRES_BLOCKS_PER_MULTIPROCESSOR"))
     if (int64_t value = std::atoll(override); value > 0)
       perMultiprocessor = value;
-  return perMultiprocessor * std::max(1, runtime.multiprocessors);
+  // Saturated: the rules only compare the count with block counts.
+  int64_t resident;
+  if (__builtin_mul_overflow(perMultiprocessor,
+                             int64_t(std::max(1, runtime.multiprocessors)),
+                             &resident))
+    return INT64_MAX;
+  return resident;
 }
 
 /// The clustered forward kernel of `op` where the runtime may use it (a
@@ -761,35 +914,73 @@ int64_t backwardPartitions(const AttnresRuntime &runtime, const Op &op,
       op.integer("num_sources"), runtime.rules);
 }
 
-size_t forwardWorkspace(const AttnresRuntime &runtime, const Op &op,
-                        int64_t tokens, int64_t partitions) {
+using attnres::launch::CheckedIntegers;
+CheckedIntegers::Value checked(int64_t value) { return {value, false}; }
+
+/// Where the split forward's partial results lie in its workspace, over
+/// `partitions` partitions of `tokens` tokens; refused, naming both, where
+/// its size does not fit in 64 bits.
+Failure splitForwardLayout(
+    const Op &op, int64_t tokens, int64_t partitions,
+    attnres::launch::ForwardWorkspace<attnres::launch::Integers> &layout) {
+  CheckedIntegers a;
+  auto rows =
+      a.mul(a.mul(checked(partitions), checked(op.integer("num_queries", 1))),
+            checked(tokens));
+  auto sized = attnres::launch::forwardWorkspace(a, rows, op.integer("width"));
+  if (sized.bytes.overflowed)
+    return invalid("num_tokens = " + std::to_string(tokens) +
+                   " with partitions = " + std::to_string(partitions) +
+                   ": the split forward's workspace (P * M * N rows of D "
+                   "floats) does not fit in 64 bits");
+  layout = {sized.lseOffset.value, sized.bytes.value};
+  return ok();
+}
+
+/// The bytes of the forward's workspace: none for one partition or the
+/// clustered forward, else the split forward's.
+Failure forwardWorkspace(const AttnresRuntime &runtime, const Op &op,
+                         int64_t tokens, int64_t partitions, size_t &bytes) {
+  bytes = 0;
   if (partitions <= 1 || clusteredForward(runtime, op, tokens, partitions))
-    return 0;
-  int64_t M = op.integer("num_queries", 1);
-  return attnres::launch::forwardWorkspace(attnres::launch::Integers(),
-                                           partitions * M * tokens,
-                                           op.integer("width"))
-      .bytes;
+    return ok();
+  attnres::launch::ForwardWorkspace<attnres::launch::Integers> layout;
+  if (Failure failure = splitForwardLayout(op, tokens, partitions, layout);
+      failure.status != ATTNRES_OK)
+    return failure;
+  bytes = static_cast<size_t>(layout.bytes);
+  return ok();
 }
 
-/// The partial rows of a backward: partial_rows_per_block for every block
-/// of every source partition (bundles from before that fact wrote one per
-/// row group).
-int64_t backwardPartialRows(const Op &op, int64_t blocks, int64_t partitions) {
-  return partitions * blocks *
-         op.integer("partial_rows_per_block", op.integer("rows_per_block", 1));
-}
-
-/// The backward's workspace layout (LaunchRules.h, which keep-host's host
-/// code computes too).
-attnres::launch::BackwardWorkspace<attnres::launch::Integers>
-backwardWorkspace(const Op &op, int64_t blocks, int64_t partitions) {
+/// The backward's partial rows and workspace layout (LaunchRules.h, which
+/// keep-host's host code computes too): partial_rows_per_block for every
+/// block of every source partition (bundles from before that fact wrote one
+/// per row group); refused, naming the counts, where the workspace's size
+/// does not fit in 64 bits.
+struct BackwardLayout {
+  int64_t partialRows = 0;
+  attnres::launch::BackwardWorkspace<attnres::launch::Integers> workspace;
+};
+Failure backwardLayout(const Op &op, int64_t tokens, int64_t blocks,
+                       int64_t partitions, BackwardLayout &layout) {
+  CheckedIntegers a;
   int64_t M = op.integer("num_queries", 1), D = op.integer("width");
   int64_t R = op.integer("rank");
   int64_t weightRows = op.flag("output_norm_per_query") ? M : 1;
-  return attnres::launch::backwardWorkspace(
-      attnres::launch::Integers(), backwardPartialRows(op, blocks, partitions),
-      M * R, op.has("output_norm_type") ? weightRows * D : 0);
+  auto rows = a.mul(a.mul(checked(partitions), checked(blocks)),
+                    checked(op.integer("partial_rows_per_block",
+                                       op.integer("rows_per_block", 1))));
+  auto sized = attnres::launch::backwardWorkspace(
+      a, rows, M * R, op.has("output_norm_type") ? weightRows * D : 0);
+  if (sized.bytes.overflowed)
+    return invalid("blocks = " + std::to_string(blocks) +
+                   " with partitions = " + std::to_string(partitions) +
+                   " (num_tokens = " + std::to_string(tokens) +
+                   "): the backward's workspace (P * B partial rows of M * R "
+                   "floats) does not fit in 64 bits");
+  layout.partialRows = rows.value;
+  layout.workspace = {sized.dhOffset.value, sized.bytes.value};
+  return ok();
 }
 
 } // namespace
@@ -829,8 +1020,13 @@ AttnresStatus attnresRuntimeLoadFromMemory(const char *manifest,
                                            AttnresRuntime **out, char **error) {
   if (!manifest || !binary || !binarySize || !out)
     return report(invalid("manifest, binary and out must not be null"), error);
+  // The folder loaders' limits and checks, before anything is copied.
+  ATTNRES_TRY(checkSize("manifest", manifestSize, kMaxManifestBytes));
+  ATTNRES_TRY(checkSize("binary", binarySize, kMaxBinaryBytes));
   auto runtime = std::make_unique<AttnresRuntime>();
   ATTNRES_TRY(parseManifest(std::string(manifest, manifestSize), *runtime));
+  std::string file;
+  ATTNRES_TRY(binaryFile(*runtime, file));
   ATTNRES_TRY(loadModule(
       *runtime, std::string(static_cast<const char *>(binary), binarySize)));
   *out = runtime.release();
@@ -861,7 +1057,7 @@ int attnresRuntimeMultiprocessors(const AttnresRuntime *runtime) {
 
 int64_t attnresForwardPartitions(const AttnresRuntime *runtime, int op,
                                  int64_t numTokens) {
-  if (checkOp(runtime, op, "forward").status != ATTNRES_OK)
+  if (checkOp(runtime, op, "forward").status != ATTNRES_OK || numTokens < 0)
     return 0;
   return forwardPartitions(*runtime, runtime->ops[op], numTokens);
 }
@@ -877,7 +1073,8 @@ AttnresStatus attnresForwardWorkspaceSize(const AttnresRuntime *runtime, int op,
   const Op &entry = runtime->ops[op];
   if (!partitions)
     partitions = forwardPartitions(*runtime, entry, numTokens);
-  *size = forwardWorkspace(*runtime, entry, numTokens, partitions);
+  ATTNRES_TRY(checkPartitions(partitions, entry.integer("num_sources")));
+  ATTNRES_TRY(forwardWorkspace(*runtime, entry, numTokens, partitions, *size));
   return ATTNRES_OK;
 }
 
@@ -897,6 +1094,11 @@ AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
   int64_t P = args->partitions ? args->partitions
                                : forwardPartitions(*runtime, entry, N);
   ATTNRES_TRY(checkPartitions(P, L));
+  int64_t rows;
+  if (__builtin_mul_overflow(M, N, &rows))
+    return report(invalid("num_tokens = " + std::to_string(N) +
+                          ": its M * N rows do not fit in 64 bits"),
+                  error);
   Values values;
   values.pointers = {{"sources", args->sources},
                      {"query", args->query},
@@ -908,7 +1110,7 @@ AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
                      {"o_pre_residual", args->o_pre_residual}};
   values.integers = {{"num_tokens", N},
                      {"num_partitions", P},
-                     {"num_rows", M * N},
+                     {"num_rows", rows},
                      {"rows_per_weight", N}};
   std::string forward, partial, merge;
   ATTNRES_TRY(kernelFor(entry, "forward", forward));
@@ -923,27 +1125,25 @@ AttnresStatus attnresForward(const AttnresRuntime *runtime, int op,
                        {{"N", N}, {"P", P}}, stream));
     return ATTNRES_OK;
   }
-  size_t needed = forwardWorkspace(*runtime, entry, N, P);
-  if (!args->workspace || args->workspace_size < needed)
+  attnres::launch::ForwardWorkspace<attnres::launch::Integers> layout;
+  ATTNRES_TRY(splitForwardLayout(entry, N, P, layout));
+  if (!args->workspace ||
+      args->workspace_size < static_cast<size_t>(layout.bytes))
     return report(invalid("the split forward (P = " + std::to_string(P) +
-                          ") needs a workspace of " + std::to_string(needed) +
-                          " bytes"),
+                          ") needs a workspace of " +
+                          std::to_string(layout.bytes) + " bytes"),
                   error);
   char *workspace = static_cast<char *>(args->workspace);
   values.pointers["partial_o"] = workspace;
-  values.pointers["partial_lse"] =
-      workspace + attnres::launch::forwardWorkspace(attnres::launch::Integers(),
-                                                    P * M * N,
-                                                    entry.integer("width"))
-                      .lseOffset;
+  values.pointers["partial_lse"] = workspace + layout.lseOffset;
   ATTNRES_TRY(launch(*runtime, partial, values, {{"N", N}, {"P", P}}, stream));
-  ATTNRES_TRY(launch(*runtime, merge, values, {{"rows", M * N}}, stream));
+  ATTNRES_TRY(launch(*runtime, merge, values, {{"rows", rows}}, stream));
   return ATTNRES_OK;
 }
 
 int64_t attnresBackwardBlocks(const AttnresRuntime *runtime, int op,
                               int64_t numTokens) {
-  if (checkOp(runtime, op, "backward").status != ATTNRES_OK)
+  if (checkOp(runtime, op, "backward").status != ATTNRES_OK || numTokens < 0)
     return 0;
   return backwardBlocks(*runtime, runtime->ops[op], numTokens);
 }
@@ -969,7 +1169,10 @@ AttnresStatus attnresBackwardWorkspaceSize(const AttnresRuntime *runtime,
     blocks = backwardBlocks(*runtime, entry, numTokens);
   if (!partitions)
     partitions = backwardPartitions(*runtime, entry, blocks);
-  *size = backwardWorkspace(entry, blocks, partitions).bytes;
+  ATTNRES_TRY(checkPartitions(partitions, entry.integer("num_sources")));
+  BackwardLayout layout;
+  ATTNRES_TRY(backwardLayout(entry, numTokens, blocks, partitions, layout));
+  *size = static_cast<size_t>(layout.workspace.bytes);
   return ATTNRES_OK;
 }
 
@@ -989,14 +1192,14 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
   int64_t P = args->partitions ? args->partitions
                                : backwardPartitions(*runtime, entry, B);
   ATTNRES_TRY(checkPartitions(P, L));
-  auto layout = backwardWorkspace(entry, B, P);
-  size_t needed = layout.bytes;
-  if (!args->workspace || args->workspace_size < needed)
+  BackwardLayout layout;
+  ATTNRES_TRY(backwardLayout(entry, N, B, P, layout));
+  int64_t needed = layout.workspace.bytes;
+  if (!args->workspace || args->workspace_size < static_cast<size_t>(needed))
     return report(invalid("the backward (B = " + std::to_string(B) + ", P = " +
                           std::to_string(P) + ") needs a workspace of " +
                           std::to_string(needed) + " bytes"),
                   error);
-  int64_t rows = backwardPartialRows(entry, B, P);
   char *workspace = static_cast<char *>(args->workspace);
   Values values;
   values.pointers = {{"sources", args->sources},
@@ -1013,11 +1216,11 @@ AttnresStatus attnresBackward(const AttnresRuntime *runtime, int op,
                      {"dg", args->dg},
                      {"dh", args->dh},
                      {"partial_da", workspace},
-                     {"partial_dh", workspace + layout.dhOffset}};
+                     {"partial_dh", workspace + layout.workspace.dhOffset}};
   values.integers = {{"num_tokens", N},
                      {"num_blocks", B},
                      {"num_partitions", P},
-                     {"num_partial_rows", rows}};
+                     {"num_partial_rows", layout.partialRows}};
   std::string backward, finalize;
   ATTNRES_TRY(kernelFor(entry, "backward", backward));
   ATTNRES_TRY(kernelFor(entry, "finalize", finalize));
@@ -1034,6 +1237,14 @@ AttnresStatus attnresMerge(const AttnresRuntime *runtime, int op,
     return report(invalid("args must not be null; num_rows must be >= 0"),
                   error);
   const Op &entry = runtime->ops[op];
+  std::string merge;
+  ATTNRES_TRY(kernelFor(entry, "merge", merge));
+  // A per-query output norm's weight row is row / rows_per_weight.
+  for (const Argument &argument : runtime->kernels.at(merge).arguments)
+    if (argument.name == "rows_per_weight" && args->rows_per_weight < 1)
+      return report(invalid("rows_per_weight must be >= 1 (the rows that "
+                            "share an output-norm weight row)"),
+                    error);
   Values values;
   values.pointers = {{"partial_o", args->partials},
                      {"partial_lse", args->partial_lse},
@@ -1046,8 +1257,6 @@ AttnresStatus attnresMerge(const AttnresRuntime *runtime, int op,
   values.integers = {{"num_rows", args->num_rows},
                      {"num_partitions", entry.integer("num_partitions")},
                      {"rows_per_weight", args->rows_per_weight}};
-  std::string merge;
-  ATTNRES_TRY(kernelFor(entry, "merge", merge));
   ATTNRES_TRY(
       launch(*runtime, merge, values, {{"rows", args->num_rows}}, stream));
   return ATTNRES_OK;

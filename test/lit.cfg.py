@@ -29,7 +29,7 @@ llvm_config.use_default_substitutions()
 tool_dirs = [config.attnres_tools_dir, config.llvm_tools_dir]
 tools = ["attnres-opt", "attnres-numerics", "attnres-compile",
          "attnres-capi-test", "attnres-runtime-test",
-         "attnres-runtime-cpp-test"]
+         "attnres-runtime-cpp-test", "attnres-runtime-limits-test"]
 if config.asan_runtime:
     tools += ["attnres-fuzz-mlir", "attnres-fuzz-spec", "attnres-fuzz-bundle"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)

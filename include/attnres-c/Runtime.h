@@ -86,7 +86,10 @@ ATTNRES_RUNTIME_EXPORT AttnresStatus attnresForwardWorkspaceSize(
     int64_t partitions, size_t *size, char **error);
 /* The partition count the manifest's rule picks for `num_tokens`; on a device
  * that runs the op's clustered forward (sm_90 and later), the largest count
- * up to it whose clusters all fit at once, where one does. */
+ * up to it whose clusters all fit at once, where one does. 0 where `op` is
+ * not a forward or `num_tokens` < 0. Sizes and counts are computed with
+ * checked 64-bit arithmetic: a workspace or grid that does not fit is
+ * refused, naming the counts (docs/CAPI.md, "Limits"). */
 ATTNRES_RUNTIME_EXPORT int64_t attnresForwardPartitions(
     const AttnresRuntime *runtime, int op, int64_t num_tokens);
 ATTNRES_RUNTIME_EXPORT AttnresStatus
@@ -121,7 +124,8 @@ ATTNRES_RUNTIME_EXPORT AttnresStatus attnresBackwardWorkspaceSize(
     const AttnresRuntime *runtime, int op, int64_t num_tokens, int64_t blocks,
     int64_t partitions, size_t *size, char **error);
 /* The token blocks the manifest's rule picks for `num_tokens`, and the
- * source partitions for that many blocks. */
+ * source partitions for that many blocks; 0 where `op` is not a backward,
+ * `num_tokens` < 0 or `blocks` < 1. */
 ATTNRES_RUNTIME_EXPORT int64_t attnresBackwardBlocks(
     const AttnresRuntime *runtime, int op, int64_t num_tokens);
 ATTNRES_RUNTIME_EXPORT int64_t attnresBackwardPartitions(

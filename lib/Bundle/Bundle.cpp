@@ -161,12 +161,62 @@ std::string outsideSchema(const llvm::json::Array &ops,
             Twine(field.max) + "]")
         .str();
   };
-  for (const llvm::json::Value &op : ops)
-    if (const llvm::json::Object *facts = op.getAsObject())
-      for (const auto &field : schema::kOpFacts)
-        if (std::string problem = check(*facts, field, "an attnres op");
-            !problem.empty())
-          return problem;
+  if (ops.size() > static_cast<size_t>(schema::kMaxOps))
+    return "the module has " + std::to_string(ops.size()) +
+           " attnres ops; a bundle holds at most " +
+           std::to_string(schema::kMaxOps) + " (split the module)";
+  if (kernels.size() > static_cast<size_t>(schema::kMaxKernels))
+    return "the module has " + std::to_string(kernels.size()) +
+           " kernels; a bundle holds at most " +
+           std::to_string(schema::kMaxKernels) + " (split the module)";
+  llvm::StringMap<const llvm::json::Object *> byName;
+  for (const llvm::json::Value &kernel : kernels)
+    if (const llvm::json::Object *description = kernel.getAsObject())
+      byName[description->getString("name").value_or("")] = description;
+  for (const llvm::json::Value &op : ops) {
+    const llvm::json::Object *facts = op.getAsObject();
+    if (!facts)
+      continue;
+    for (const auto &field : schema::kOpFacts)
+      if (std::string problem = check(*facts, field, "an attnres op");
+          !problem.empty())
+        return problem;
+    // The kernels the runtime launches for the op take only what it
+    // supplies to their role.
+    std::string kind = facts->getString("op").value_or("").str();
+    for (const schema::KernelRole &role : schema::kKernelRoles) {
+      std::optional<StringRef> name = facts->getString(role.role);
+      if (kind != role.opKind || !name)
+        continue;
+      const llvm::json::Object *description = byName.lookup(*name);
+      if (!description)
+        return ("the " + kind + " op names no described kernel " + *name).str();
+      const llvm::json::Array *arguments = description->getArray("arguments");
+      if (arguments &&
+          arguments->size() > static_cast<size_t>(schema::kMaxKernelArguments))
+        return ("kernel " + *name + " takes " + Twine(arguments->size()) +
+                " arguments; a bundle's kernels take at most " +
+                Twine(schema::kMaxKernelArguments))
+            .str();
+      for (size_t i = 0, e = arguments ? arguments->size() : 0; i < e; ++i)
+        if (const llvm::json::Object *entry = (*arguments)[i].getAsObject()) {
+          schema::ArgumentDescription parsed;
+          parsed.name = entry->getString("name").value_or("").str();
+          parsed.kind = entry->getString("kind").value_or("").str();
+          parsed.type = entry->getString("type").value_or("").str();
+          if (std::string problem = schema::argumentProblem(role, parsed);
+              !problem.empty())
+            return ("kernel " + *name + ": " + problem).str();
+        }
+      if (const llvm::json::Array *grid = description->getArray("grid"))
+        for (const llvm::json::Value &dim : *grid)
+          if (const llvm::json::Object *rule = dim.getAsObject())
+            if (std::string problem = schema::gridProblem(
+                    role, rule->getString("symbol").value_or("").str());
+                !problem.empty())
+              return ("kernel " + *name + ": " + problem).str();
+    }
+  }
   for (const llvm::json::Value &kernel : kernels) {
     const llvm::json::Object *description = kernel.getAsObject();
     if (!description)
@@ -449,6 +499,17 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
       {schema::kKernels, std::move(kernelDescriptions)}};
   bundle.manifest =
       llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))).str();
+  // The runtime's caps on what it reads (ManifestSchema.h).
+  if (bundle.manifest.size() > static_cast<size_t>(schema::kMaxManifestBytes))
+    return emitError(loc) << "the manifest would be " << bundle.manifest.size()
+                          << " bytes; a bundle's may be at most "
+                          << schema::kMaxManifestBytes << " (split the module)";
+  for (const BundleFile &file : bundle.files)
+    if (file.contents.size() > static_cast<size_t>(schema::kMaxBinaryBytes))
+      return emitError(loc)
+             << "the binary " << file.name << " would be "
+             << file.contents.size() << " bytes; a bundle's may be at most "
+             << schema::kMaxBinaryBytes << " (split the module)";
   return bundle;
 }
 
@@ -524,9 +585,12 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
               quote(item);
       return failure();
     }
-    if (!flag && key != "output_norm" && value.empty()) {
-      error =
-          "spec item " + key.str() + " needs a value (" + key.str() + "=...)";
+    // output_norm is the one item that is a flag or takes a value; an item
+    // written with '=' needs one, as for every other item.
+    if (!flag && value.empty() && (key != "output_norm" || hasValue)) {
+      error = "spec item " + key.str() + " needs a value (" + key.str() +
+              "=...)" +
+              (key == "output_norm" ? ", or no '=' for one weight" : "");
       return failure();
     }
     items[key.str()] = value.str();

@@ -125,6 +125,10 @@ def test_bad_bundles(tmp_path):
         attnres.inspect(42)
 
 
+# A kernel argument the runtime reads, for manifests that fail elsewhere.
+ARG = '{"name": "output", "kind": "buffer", "type": "f32"}'
+
+
 @pytest.mark.parametrize("manifest, message", [
     ("[]", "format_version 1 expected"),
     ('{"format_version": 1, "target": {"vendor": "tpu"}}',
@@ -135,14 +139,16 @@ def test_bad_bundles(tmp_path):
      ' "k", "role": "sum", "block": 64, "arguments": [7], "grid": [{}, {}, '
      '{}]}]}', "kernel k has an argument without name or kind"),
     ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [{"name":'
-     ' "k", "role": "sum", "block": 64, "arguments": [], "grid": [{"symbol": '
+     ' "k", "role": "sum", "block": 64, "arguments": [' + ARG + '], "grid": '
+     '[{"symbol": '
      '"N", "scale": 1, "divisor": 0}, {}, {}]}]}',
      "kernel k has a bad grid rule"),
     # Numbers the launches compute with: whole, in range, never cast from a
     # fraction or an overflowing double (a vector_width of 0 divided by
     # zero at the first launch).
     *[('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": '
-       '[{"name": "k", "role": "sum", "arguments": [], "grid": [{"symbol": '
+       '[{"name": "k", "role": "sum", "arguments": [' + ARG + '], "grid": '
+       '[{"symbol": '
        f'"N", "scale": {scale}, "divisor": {divisor}}}, {{}}, {{}}], '
        f'"block": {block}, "vector_width": {width}}}]}}', message)
       for block, width, scale, divisor, message in [
@@ -168,7 +174,7 @@ def test_bad_bundles(tmp_path):
        '"name": "k", "role": "forward_cluster", "block": 64, "grid": [{'
        '"symbol": "N", "scale": 1, "divisor": 1}, {"symbol": "P", "scale": 1,'
        ' "divisor": 1}, {"symbol": "1", "scale": 1, "divisor": 1}], '
-       f'"arguments": [], "cluster_y": {value}}}]}}',
+       f'"arguments": [{ARG}], "cluster_y": {value}}}]}}',
        "kernel k: cluster_y must be true or false")
       for value in (1, '"true"', "null")],
     ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
@@ -181,8 +187,9 @@ def test_bad_bundles(tmp_path):
      '"ops": [], "rules": {"launch": {"blocks_per_multiprocessor": 1e30}}}',
      "rules.launch.blocks_per_multiprocessor must be a whole number"),
     ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
-     '"ops": [{"op": "sum", "sum": "missing"}]}',
-     "op names kernel 'missing', which the bundle lacks"),
+     '"ops": [{"op": "partition_reduce_sum", "sum": "missing"}]}',
+     "op 0 (partition_reduce_sum) names kernel 'missing' as its sum, which "
+     "the bundle lacks"),
     ('{"format_version": 1, "target": {"vendor": "amd"}, "kernels": []}',
      "no ops array"),
 ])
@@ -219,7 +226,8 @@ def test_malformed_manifests(tmp_path, manifest, message):
     # numbers are expected.
     (b'[' * 65 + b']' * 65, "nesting deeper than 64"),
     (b'{"format_version": 1, "target": {"vendor": "amd"}, "kernels": [], '
-     b'"ops": [{"op": "sum", "width": 18446744073709551616}]}',
+     b'"ops": [{"op": "partition_reduce_sum", '
+     b'"width": 18446744073709551616}]}',
      "op fact width must be a whole number in [1, 65536]"),
 ])
 def test_malformed_json(tmp_path, manifest, message):

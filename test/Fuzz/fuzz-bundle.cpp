@@ -4,9 +4,11 @@
 // It is given to attnresRuntimeLoadFromMemory (which parses and checks the
 // manifest before it opens a driver: on a machine without one it stops
 // there) and, written into a bundle folder, to attnresRuntimeInspect, whose
-// ops' workspace sizes and launch counts are then asked for a few token
-// counts. Every answer must be a status with a message, never a crash, an
-// abort or a sanitizer report.
+// ops' workspace sizes, launch counts and launches (which stop before the
+// driver, the bundle being inspected) are then asked for token, block and
+// partition counts up to the edge of int64_t. Every answer must be a status
+// with a message, never a crash, an abort or a sanitizer report (UBSan's
+// included: a wrapped size is one).
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,21 +71,48 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check(status, error);
   if (status != ATTNRES_OK)
     return 0;
+  const int64_t counts[] = {
+      0,         1, 4096, int64_t(1) << 31, int64_t(1) << 58, int64_t(1) << 62,
+      INT64_MAX, -1};
   for (int op = 0; op < attnresRuntimeNumOps(runtime); ++op) {
     (void)attnresRuntimeOpKind(runtime, op);
     (void)attnresRuntimeOpDescription(runtime, op);
-    for (int64_t tokens : {int64_t(1), int64_t(4096), int64_t(1) << 31}) {
-      size_t bytes = 0;
+    for (int64_t tokens : counts) {
+      // Counts chosen by the rules (0), and given.
+      for (int64_t given : {int64_t(0), int64_t(1), int64_t(4), tokens}) {
+        size_t bytes = 0;
+        error = nullptr;
+        check(attnresForwardWorkspaceSize(runtime, op, tokens, given, &bytes,
+                                          &error),
+              error);
+        error = nullptr;
+        check(attnresBackwardWorkspaceSize(runtime, op, tokens, given, given,
+                                           &bytes, &error),
+              error);
+        AttnresForwardArgs forward = {};
+        forward.num_tokens = tokens;
+        forward.partitions = given;
+        error = nullptr;
+        check(attnresForward(runtime, op, &forward, nullptr, &error), error);
+        AttnresBackwardArgs backward = {};
+        backward.num_tokens = tokens;
+        backward.blocks = given;
+        backward.partitions = given;
+        error = nullptr;
+        check(attnresBackward(runtime, op, &backward, nullptr, &error), error);
+      }
+      AttnresMergeArgs merge = {};
+      merge.num_rows = tokens;
+      merge.rows_per_weight = tokens;
       error = nullptr;
-      check(attnresForwardWorkspaceSize(runtime, op, tokens, 0, &bytes, &error),
-            error);
+      check(attnresMerge(runtime, op, &merge, nullptr, &error), error);
       error = nullptr;
-      check(attnresBackwardWorkspaceSize(runtime, op, tokens, 0, 0, &bytes,
-                                         &error),
+      check(attnresSum(runtime, op, nullptr, nullptr, tokens, nullptr, &error),
             error);
       (void)attnresForwardPartitions(runtime, op, tokens);
       int64_t blocks = attnresBackwardBlocks(runtime, op, tokens);
       (void)attnresBackwardPartitions(runtime, op, blocks);
+      (void)attnresBackwardPartitions(runtime, op, tokens);
     }
   }
   attnresRuntimeDestroy(runtime);

@@ -6,7 +6,8 @@
 // options at compile time, and the compiler writes their constants into
 // every manifest (rules.launch) and states them in its rules text.
 //
-// Plain C++17, no dependencies (the runtime has no LLVM).
+// Plain C++17 (with GCC's and Clang's overflow builtins), no dependencies
+// (the runtime has no LLVM).
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,7 +37,9 @@ struct Rules {
 /// What the compiler writes into every manifest.
 inline constexpr Rules kDefaultRules{};
 
-inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/// ceil(a / b) for b > 0, without the overflow of (a + b - 1) / b near
+/// INT64_MAX.
+inline int64_t ceilDiv(int64_t a, int64_t b) { return a / b + (a % b > 0); }
 
 /// The most blocks a thread-block cluster holds on every device that has
 /// clusters (the portable cluster size, NVIDIA sm_90 and later): the most
@@ -59,6 +62,45 @@ struct Integers {
   Value ceilDiv(Value a, Value b) const { return launch::ceilDiv(a, b); }
   Value mul(Value a, Value b) const { return a * b; }
   Value add(Value a, Value b) const { return a + b; }
+};
+
+/// Integers that remember an overflow: a result that does not fit in
+/// int64_t (and every result computed from one) is `overflowed`. The
+/// runtime sizes workspaces with them, so that a token, block or partition
+/// count too large for any device is refused instead of wrapping around.
+struct CheckedIntegers {
+  struct Value {
+    int64_t value = 0;
+    bool overflowed = false;
+  };
+  Value constant(int64_t value) const { return {value, false}; }
+  Value min(Value a, Value b) const {
+    return {std::min(a.value, b.value), a.overflowed || b.overflowed};
+  }
+  Value max(Value a, Value b) const {
+    return {std::max(a.value, b.value), a.overflowed || b.overflowed};
+  }
+  Value div(Value a, Value b) const {
+    return {b.value ? a.value / b.value : 0,
+            a.overflowed || b.overflowed || b.value == 0};
+  }
+  Value ceilDiv(Value a, Value b) const {
+    return {b.value > 0 ? launch::ceilDiv(a.value, b.value) : 0,
+            a.overflowed || b.overflowed || b.value <= 0};
+  }
+  Value mul(Value a, Value b) const {
+    Value product;
+    product.overflowed =
+        __builtin_mul_overflow(a.value, b.value, &product.value) ||
+        a.overflowed || b.overflowed;
+    return product;
+  }
+  Value add(Value a, Value b) const {
+    Value sum;
+    sum.overflowed = __builtin_add_overflow(a.value, b.value, &sum.value) ||
+                     a.overflowed || b.overflowed;
+    return sum;
+  }
 };
 
 /// The most partitions a forward's L sources split into, whatever the
