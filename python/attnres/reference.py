@@ -114,7 +114,9 @@ def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
     rho = torch.rsqrt(t.square().mean(-1) + eps)           # [L, N]
     khat = rho[..., None] * t
     ell = torch.einsum("lnr,mr->mln", khat, a)             # [M, L, N]
-    if lse is None:
+    if lse is None or L == 1:
+        # One source's weight is 1 whatever the lse given (an lse rounded
+        # to f32 differs from the logit).
         p = torch.softmax(scale * ell, dim=1)
     else:
         p = torch.exp(scale * ell - lse.to(compute).reshape(M, 1, -1))

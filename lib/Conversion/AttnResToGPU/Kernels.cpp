@@ -556,9 +556,14 @@ Value logitOf(KernelEmitter &e, const AttnResSpec &spec, Value ell) {
 }
 
 /// The softmax weight p = exp(z - lse) of a source, from its ell and the
-/// row's lse (the backward's, which has the lse the forward saved).
+/// row's lse (the backward's, which has the lse the forward saved). With
+/// one source it is 1: the backward's logit, reduced in another order than
+/// the forward's, can differ from the saved lse in its last bits, and
+/// p = exp(tiny) would leave dq, dg and dv - do not exactly zero.
 Value weightOf(KernelEmitter &e, const AttnResSpec &spec, Value ell,
                Value lse) {
+  if (spec.numSources == 1)
+    return e.constF32(1.0);
   return e.exp(e.sub(logitOf(e, spec, ell), lse));
 }
 

@@ -240,10 +240,16 @@ template <typename OpT> SourceTerms computeSourceTerms(Emitter &e, OpT op) {
   return terms;
 }
 
-/// p[m, l, n] = exp(scale * ell[m, l, n] - lse[m, n]).
+/// p[m, l, n] = exp(scale * ell[m, l, n] - lse[m, n]); 1 with one source,
+/// whatever the rounding: the backward's lse comes from the forward, whose
+/// logit may differ from the one recomputed here in its last bits, and
+/// p = exp(tiny) would leave dq, dg and dv - do not exactly zero.
 Value softmaxWeights(Emitter &e, const SourceTerms &terms, double scale,
                      Value lse) {
   OpFoldResult N = terms.numTokens;
+  if (terms.numSources == 1)
+    return e.filled(
+        {e.b.getIndexAttr(terms.numQueries), e.b.getIndexAttr(1), N}, 1.0);
   return e.generic({terms.ell, lse}, {e.map(3, {0, 1, 2}), e.map(3, {0, 2})},
                    e.empty({e.b.getIndexAttr(terms.numQueries),
                             e.b.getIndexAttr(terms.numSources), N}),

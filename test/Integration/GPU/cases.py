@@ -93,6 +93,37 @@ def edge_cases():
             c["seed"] = 5000 + index
             cases.append(c)
             index += 1
+    return cases + one_source_cases()
+
+
+def one_source_cases():
+    """One source, whose softmax weight is 1: o is the source, dq and dg
+    are zero and the source's gradient is do, exactly, in every save mode
+    (Report.one_source); f16 with the shapes a user tried with save=lse,
+    and large logits, where a recomputed logit is furthest from the saved
+    lse."""
+    shapes = [
+        dict(dtype="f16", save="lse", N=1000, D=4096, R=4096),
+        dict(dtype="f16", save="lse", N=4096, D=1024, R=1024, key_norm=True),
+        dict(dtype="f16", save="o_pre", N=300, D=769, R=192, key_norm=True),
+        dict(dtype="bf16", save="lse", inputs="large_logits", M=3,
+             multi_query=True, key_norm=True, output_norm=True),
+        dict(dtype="bf16", save="o_pre_residual", D=2048, R=512,
+             key_norm=True),
+        dict(dtype="f32", save="lse", inputs="large_logits", packed=True),
+        dict(dtype="f32", save="o_pre", inputs="large_logits", M=3,
+             multi_query=True, output_norm=True, per_query=True),
+    ]
+    cases = []
+    for index, shape in enumerate(shapes):
+        c = dict(L=1, D=64, R=16, M=1, key_norm=False, output_norm=False,
+                 multi_query=False, per_query=False, packed=False,
+                 scale=1.0, eps=1e-6, inputs="normal", N=300)
+        c.update(shape)
+        c["param_dtype"] = c["dtype"]
+        c["id"] = f"o{index:03d}"
+        c["seed"] = 6000 + index
+        cases.append(c)
     return cases
 
 

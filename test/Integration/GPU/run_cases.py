@@ -183,7 +183,10 @@ def ref_backward(v, q, g, h, grad, lse, saved, eps, scale, magnitudes=False):
     a = q * g if g is not None else q
     khat = rho[..., None] * t                                 # [L, N, R]
     ell = torch.einsum("lnr,mr->mln", khat, a)                # [M, L, N]
-    p = torch.exp(scale * ell - lse[:, None])
+    # One source's weight is 1 whatever the lse given (an lse rounded to f32
+    # differs from the logit).
+    p = torch.ones_like(ell) if v.shape[0] == 1 else \
+        torch.exp(scale * ell - lse[:, None])
     o_pre = saved if saved is not None else torch.einsum("mln,lnd->mnd", p, v)
     dh = None
     if h is not None:
@@ -252,6 +255,37 @@ class Report:
             self.failures.append(
                 f"{name}: error {error:.3e} > tolerance {tolerance:.3e} "
                 f"(max|ref| {scale:.3e})")
+
+    def exact(self, name, got, expected):
+        """`got` must equal `expected` bit for bit (after the same cast)."""
+        got = got.detach().cpu()
+        expected = expected.detach().to(got.dtype).cpu().expand_as(got)
+        if not torch.equal(got, expected):
+            differ = (got != expected).sum().item()
+            self.failures.append(f"{name}: not exact ({differ} of "
+                                 f"{got.numel()} values differ)")
+
+    def one_source(self, c, tag, x, o=None, o_pre=None, dv=None, dq=None,
+                   dg=None):
+        """With one source its softmax weight is 1, whatever the rounding
+        of the logits: o (or o_pre, with an output norm) is the source for
+        every query, dq and dg are zero and, with one query and no output
+        norm, dv is do, all exactly in every save mode. No-op for L > 1."""
+        if c["L"] != 1:
+            return
+        M, N, D = c["M"], c["N"], c["D"]
+        v = x["v"].reshape(1, N, D)
+        mixed = o_pre if c["output_norm"] else o
+        if mixed is not None:
+            self.exact(f"{tag} one source: o_pre = v", mixed.reshape(M, N, D),
+                       v)
+        for name, grad in (("dq", dq), ("dg", dg)):
+            if grad is not None:
+                self.exact(f"{tag} one source: {name} = 0", grad,
+                           torch.zeros_like(grad))
+        if dv is not None and M == 1 and not c["output_norm"]:
+            self.exact(f"{tag} one source: dv = do", dv.reshape(1, N, D),
+                       x["grad"].reshape(1, N, D))
 
 
 # --------------------------------------------------------------------------
@@ -427,6 +461,7 @@ def attnres_case(bundle, c, device, report, dry_run):
             check_residual(report, f"o_pre+residual {tag}",
                            out.get("o_pre", out["o"]), out["o_pre_residual"],
                            opre64)
+        report.one_source(c, tag, x, o=out["o"], o_pre=out.get("o_pre"))
 
     # The backward takes the forward's saved results as a forward would have
     # stored them; the reference uses the same stored values.
@@ -467,6 +502,8 @@ def attnres_case(bundle, c, device, report, dry_run):
         if dh64 is not None:
             report.check(f"dh {tag}", out["dh"], dh64, dh32, c["param_dtype"],
                          dh_abs)
+        report.one_source(c, tag, x, dv=out["dv"], dq=out["dq"],
+                          dg=out.get("dg"))
 
 
 # --------------------------------------------------------------------------

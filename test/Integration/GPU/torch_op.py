@@ -251,7 +251,7 @@ def references(c, x, lse, saved):
                             saved.to(dtype) if saved is not None else None,
                             eps, scale, magnitudes)
 
-    return dict(o=(o64, o32), stored=stored,
+    return dict(o=(o64, o32), stored=stored, inputs=x,
                 backward64=backward(torch.float64, True),
                 backward32=backward(torch.float32))
 
@@ -268,6 +268,8 @@ def check(c, report, mode, got, ref):
     if dh64 is not None:
         report.check(f"{mode} dh", dh.reshape(dh64.shape), dh64, dh32,
                      c["param_dtype"], dh_abs)
+    # (o is o_pre where there is no output norm.)
+    report.one_source(c, mode, ref["inputs"], o=o, dv=dv, dq=dq, dg=dg)
 
 
 def attnres_case(c, report, device, modes):

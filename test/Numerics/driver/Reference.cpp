@@ -55,9 +55,13 @@ double outputNormWeight(const Problem &pb, int64_t m, int64_t d) {
   return pb.h[(pb.perQueryOutputNorm ? m * pb.D : 0) + d];
 }
 
+/// exp(z - lse) of each source; 1 for one source, whose softmax weight is 1
+/// whatever the lse given (rounded to f32, it differs from the logit).
 std::vector<double> softmaxWeights(const Problem &pb, const SourceRow &row,
                                    double lse) {
   std::vector<double> p;
+  if (pb.L == 1)
+    return {1.0};
   for (int64_t l = 0; l < pb.L; ++l)
     p.push_back(std::exp(pb.scale * row.ell[l] - lse));
   return p;

@@ -216,6 +216,11 @@ struct Case {
   // residual(...).
   bool residual = false;
   bool gradLse = false; // backward: grad_lse(...), the lse's gradient
+  // With one source (L = 1) its softmax weight is 1 whatever the rounding
+  // of the logits: o (or o_pre) is the source, dq and dg are zero and,
+  // with one query and no output norm, the source's gradient is do, all
+  // exactly (checked bit for bit, not against the reference).
+  bool exactOneSource = false;
   Elem storage = Elem::F32, params = Elem::F32;
   double eps = 1e-6, scale = 1.0;
   Inputs inputs = Inputs::Normal;
@@ -258,7 +263,8 @@ std::string Case::describe() const {
        << (outputNorm ? (perQueryOutputNorm ? " h[MD]" : " h") : "")
        << (packed ? " packed" : " list")
        << (saveOPre ? (residual ? " o_pre+residual" : " o_pre") : " recompute")
-       << (gradLse ? " dlse" : "") << " " << name(storage) << "/"
+       << (gradLse ? " dlse" : "") << (exactOneSource ? " exact" : "")
+       << " " << name(storage) << "/"
        << name(params) << " eps=" << eps << " scale=" << scale;
     switch (inputs) {
     case Inputs::Normal:
@@ -480,7 +486,17 @@ struct Check {
   const Buffer *rounded = nullptr;
   /// 0: the case's tolerance.
   double tolerance = 0.0;
+  /// Every value must equal `expected` exactly (the tolerance is unused).
+  bool exact = false;
 };
+
+/// A check that `buffer` holds exactly `values`.
+Check exactCheck(const std::string &what, Buffer *buffer,
+                 std::vector<double> values) {
+  Check check{what, buffer, {values, values}};
+  check.exact = true;
+  return check;
+}
 
 /// The values a check compares: the buffer's, or the o_pre that a residual
 /// and its bf16 values decode to.
@@ -798,6 +814,17 @@ Outcome runAndCompare(Runner &runner, const Case &c, const std::string &source,
       }
       double tolerance = check.tolerance > 0 ? check.tolerance : c.tolerance();
       std::vector<double> values = checkedValues(*check.buffer, check.rounded);
+      if (check.exact) {
+        int64_t differ = 0;
+        for (size_t i = 0; i < values.size(); ++i)
+          differ += values[i] != check.expected.value[i];
+        outcome.passed &= differ == 0;
+        os << " " << check.what << "="
+           << (differ ? "NOT-EXACT(" + std::to_string(differ) + " of " +
+                            std::to_string(values.size()) + ")(FAIL)"
+                      : std::string("exact"));
+        continue;
+      }
       double error = relativeError(values, check.expected);
       bool ok = error <= tolerance;
       char text[96];
@@ -852,6 +879,16 @@ Outcome runForward(Runner &runner, const Case &c) {
   if (savesOPre) {
     w.output("o_pre", oPre, outShape, "%r#2");
     checks.push_back({"o_pre", &oPre, expected.oPre});
+  }
+  if (c.exactOneSource) {
+    // Every query's o_pre is the one source.
+    std::vector<double> sourceForEachQuery;
+    for (int64_t m = 0; m < c.M; ++m)
+      llvm::append_range(sourceForEachQuery, data.problem.v);
+    if (!c.outputNorm)
+      checks[0] = exactCheck("o", &o, sourceForEachQuery);
+    else if (savesOPre)
+      checks[2] = exactCheck("o_pre", &oPre, sourceForEachQuery);
   }
   if (c.residual) {
     w.output("residual", residual, residualShape,
@@ -995,6 +1032,14 @@ Outcome runBackward(Runner &runner, const Case &c) {
   if (c.gradLse && c.inputs == Inputs::LargeLogits && c.storage == Elem::F32)
     for (Check &check : checks)
       check.tolerance = kToleranceLargeLogitGradLse;
+  if (c.exactOneSource)
+    for (Check &check : checks) {
+      if (check.what == "dq" || check.what == "dg")
+        check = exactCheck(check.what, check.buffer,
+                           std::vector<double>(check.buffer->count, 0.0));
+      else if (check.what == "dv" && c.M == 1 && !c.outputNorm)
+        check = exactCheck("dv", check.buffer, dout);
+    }
 
   std::string typeList;
   for (size_t i = 0; i < types.size(); ++i)
@@ -1252,6 +1297,19 @@ std::vector<Case> edgeCases() {
         c.params = Elem::F32;
         cases.push_back(c);
       }
+      // One source, where every softmax weight is 1: exact results, with
+      // the saved o_pre and recomputing it from the lse, one query and
+      // three, with the norms and without.
+      for (bool saveOPre : {true, false})
+        for (bool norms : {false, true})
+          for (int64_t M : {1, 3}) {
+            c = base();
+            c.L = 1, c.M = M, c.multiQueryForm = M > 1;
+            c.saveOPre = saveOPre, c.keyNorm = norms, c.outputNorm = norms;
+            c.inputs = Inputs::LargeLogits;
+            c.exactOneSource = true;
+            cases.push_back(c);
+          }
       if (kind == Kind::Backward) {
         c = base();
         c.gradLse = true; // the lse's gradient with large logits
