@@ -558,8 +558,9 @@ Value logitOf(KernelEmitter &e, const AttnResSpec &spec, Value ell) {
 /// The softmax weight p = exp(z - lse) of a source, from its ell and the
 /// row's lse (the backward's, which has the lse the forward saved). With
 /// one source it is 1: the backward's logit, reduced in another order than
-/// the forward's, can differ from the saved lse in its last bits, and
-/// p = exp(tiny) would leave dq, dg and dv - do not exactly zero.
+/// the forward's or with its last product fused into the subtraction, can
+/// differ from the saved lse in its last bits, and p = exp(tiny) would
+/// leave dq, dg and dv - do not exactly zero.
 Value weightOf(KernelEmitter &e, const AttnResSpec &spec, Value ell,
                Value lse) {
   if (spec.numSources == 1)
@@ -1261,7 +1262,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
           acc.push_back(e.mul(state[accAt + m * C + c], alphaV));
       }
       for (auto [i, slot] : llvm::enumerate(slots)) {
-        Value beta = e.exp(e.sub(logits[m][i], newMax));
+        // One source's weight is 1, exactly: z - max(z) is not 0 where the
+        // logit's last product fuses into the subtraction (an FMA leaves
+        // the product's rounding error, 1e-3 at |z| = 1e4), and o must be
+        // the source bit for bit.
+        Value beta = L == 1 ? e.constF32(1.0)
+                            : e.exp(e.sub(logits[m][i], newMax));
         weightSum = e.add(weightSum, beta);
         Value betaV = e.splat(beta, width);
         SmallVector<Value> row = rowAgain(e, slot);
