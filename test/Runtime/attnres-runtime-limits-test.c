@@ -16,22 +16,11 @@
 #include "attnres-c/GpuWrappers.h"
 #include "attnres-c/Runtime.h"
 
+#include "ShowStatus.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void show(const char *what, AttnresStatus status, char *error) {
-  printf("%s: status %d: %s\n", what, (int)status, error ? error : "ok");
-  attnresFreeString(error);
-}
-
-/* The call runs before `error` is read (argument order is unspecified). */
-#define SHOW(what, call)                                                       \
-  do {                                                                         \
-    error = NULL;                                                              \
-    AttnresStatus shown = (call);                                              \
-    show(what, shown, error);                                                  \
-  } while (0)
 
 static AttnresRuntime *inspect(const char *folder) {
   AttnresRuntime *runtime = NULL;

@@ -8,22 +8,10 @@
 
 #include "attnres-c/Runtime.h"
 
+#include "ShowStatus.h"
+
 #include <stdio.h>
 #include <string.h>
-
-static void show(const char *what, AttnresStatus status, char *error) {
-  printf("%s: status %d: %s\n", what, (int)status, error ? error : "ok");
-  attnresFreeString(error);
-}
-
-/* The call must run before `error` is read: argument evaluation order is
- * unspecified in C. */
-#define SHOW(what, call)                                                       \
-  do {                                                                         \
-    error = NULL;                                                              \
-    AttnresStatus shown = (call);                                              \
-    show(what, shown, error);                                                  \
-  } while (0)
 
 int main(int argc, char **argv) {
   if (argc < 3) {
