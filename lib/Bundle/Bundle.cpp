@@ -561,12 +561,12 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   SmallVector<StringRef> parts;
   rest.split(parts, ',', -1, /*KeepEmpty=*/false);
   static const char *const flags[] = {"key_norm", "packed", "multi_query",
-                                      "grad_lse"};
+                                      "grad_lse", "accumulate"};
   static const char *const known[] = {
       "L",           "D",        "R",           "M",      "dtype",
       "param_dtype", "key_norm", "output_norm", "save",   "eps",
       "scale",       "packed",   "multi_query", "tokens", "output_dtype",
-      "grad_lse"};
+      "grad_lse",    "accumulate"};
   for (StringRef part : parts) {
     StringRef item = part.trim();
     auto [key, value] = item.split('=');
@@ -675,6 +675,12 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
             "backward) needs a backward: or train: spec";
     return failure();
   }
+  bool accumulate = items.count("accumulate");
+  if (accumulate && kind == "forward") {
+    error = "spec item accumulate (the backward adds its source gradients "
+            "into the ones given) needs a backward: or train: spec";
+    return failure();
+  }
   bool perQuery = text("output_norm", "") == "per_query";
   std::string save = text("save", "o_pre");
   double eps = 1e-6, scale = 1.0;
@@ -753,6 +759,8 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
     }
     if (gradLse)
       arguments.push_back(lseType);
+    if (accumulate)
+      arguments.append(packed ? 1 : L, packed ? packedType : sourceType);
   }
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   b.setInsertionPointToEnd(module->getBody());
@@ -791,13 +799,14 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
       savedResidual = next(residual);
     }
     Value gradLseValue = next(gradLse);
+    ValueRange accumulated = accumulate ? args : ValueRange();
     SmallVector<Type> sourceGrads(packed ? 1 : L,
                                   packed ? packedType : sourceType);
     BackwardOp::create(
         b, loc, sourceGrads, queryType, keyNorm ? keyNormType : Type(),
         outputNorm ? outputNormType : Type(), sources, packed, query,
         keyNormWeight, outputNormWeight, grad, lse, saved, savedResidual,
-        gradLseValue, APFloat(eps), APFloat(scale));
+        gradLseValue, accumulated, APFloat(eps), APFloat(scale));
   }
   func::ReturnOp::create(b, loc);
 

@@ -106,3 +106,30 @@ func.func @lse_gradient(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tens
       -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
   return %dq : tensor<16xf32>
 }
+
+// -----
+
+// An accumulating backward: each block's source gradients start from the
+// gradients the op accumulates into (the forall's outputs are those, not
+// new tensors) and its tile accumulates into its slice of them, so that
+// bufferization keeps them in place; the token dimensions are merged on
+// them too.
+// CHECK-LABEL: func.func @accumulating(
+// CHECK-SAME: %[[ACC:[a-z0-9]+]]: tensor<3x4x5x32xf32>)
+// CHECK: %[[FLAT:.*]] = tensor.collapse_shape %[[ACC]] {{\[\[}}0], [1, 2], [3]] : tensor<3x4x5x32xf32> into tensor<3x20x32xf32>
+// CHECK: scf.forall (%{{.*}}) in (7) shared_outs(%[[OUT:.*]] = %[[FLAT]], %{{.*}} = %{{.*}}) -> (tensor<3x20x32xf32>, tensor<7x8xf32>)
+// CHECK: %[[SLICE:.*]] = tensor.extract_slice %[[OUT]][0, %[[OFF:.*]], 0] [3, %[[LEN:.*]], 32] [1, 1, 1]
+// CHECK: attnres.backward {{.*}} accumulate(%[[SLICE]] : tensor<3x?x32xf32>)
+// CHECK: tensor.parallel_insert_slice %{{.*}} into %[[OUT]][0, %[[OFF]], 0] [3, %[[LEN]], 32]
+// AUTO-LABEL: func.func @accumulating
+// AUTO: scf.forall (%{{.*}}) in (2)
+func.func @accumulating(%v: tensor<3x4x5x32xf32>, %q: tensor<8xf32>,
+                        %do: tensor<4x5x32xf32>, %lse: tensor<4x5xf32>,
+                        %acc: tensor<3x4x5x32xf32>)
+    -> (tensor<3x4x5x32xf32>, tensor<8xf32>) {
+  %dv, %dq = attnres.backward packed(%v : tensor<3x4x5x32xf32>)
+      query(%q : tensor<8xf32>) grad(%do : tensor<4x5x32xf32>)
+      lse(%lse : tensor<4x5xf32>) accumulate(%acc : tensor<3x4x5x32xf32>)
+      -> tensor<3x4x5x32xf32>, tensor<8xf32>
+  return %dv, %dq : tensor<3x4x5x32xf32>, tensor<8xf32>
+}

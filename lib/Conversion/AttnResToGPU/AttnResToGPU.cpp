@@ -468,12 +468,13 @@ AttnResSpec gpu_kernels::forwardSpec(Operation *op) {
 
 AttnResSpec gpu_kernels::backwardSpec(Operation *op) {
   auto of = [](auto backward, Value gradQuery, Value gradKeyNorm,
-               Value gradOutputNorm) {
+               Value gradOutputNorm, bool accumulate) {
     AttnResSpec spec = commonSpec(backward);
     spec.grad = elementOf(backward.getGradOutput());
     spec.saved = elementOf(backward.getSavedOutput());
     spec.readResidual = static_cast<bool>(backward.getSavedResidual());
     spec.readGradLse = static_cast<bool>(backward.getGradLse());
+    spec.accumulate = accumulate;
     spec.gradQuery = elementOf(gradQuery);
     spec.gradKeyNorm = elementOf(gradKeyNorm);
     spec.gradOutputNorm = elementOf(gradOutputNorm);
@@ -482,10 +483,12 @@ AttnResSpec gpu_kernels::backwardSpec(Operation *op) {
   if (auto backward = dyn_cast<BackwardIntoOp>(op))
     return of(backward, backward.getGradQueryBuffer(),
               backward.getGradKeyNormWeightBuffer(),
-              backward.getGradOutputNormWeightBuffer());
+              backward.getGradOutputNormWeightBuffer(),
+              backward.getAccumulate());
   auto backward = cast<BackwardOp>(op);
   return of(backward, backward.getGradQuery(), backward.getGradKeyNormWeight(),
-            backward.getGradOutputNormWeight());
+            backward.getGradOutputNormWeight(),
+            !backward.getAccumulated().empty());
 }
 
 MergeSpec gpu_kernels::mergeSpec(Operation *op, int64_t loadsInFlight) {
@@ -900,6 +903,9 @@ struct ConvertAttnResToGPUPass
     facts.append("reads_saved_residual", b.getBoolAttr(spec.readResidual));
     if (spec.readGradLse)
       facts.append("reads_grad_lse", b.getBoolAttr(true));
+    // The source gradients' rows are read and added to, not overwritten.
+    if (spec.accumulate)
+      facts.append("accumulates", b.getBoolAttr(true));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     // Whether the backward adds its row groups' partial rows before writing
     // them (bundles without this fact wrote one per row group).

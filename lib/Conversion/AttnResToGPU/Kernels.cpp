@@ -361,7 +361,8 @@ void storeWithResidual(KernelEmitter &e, Value chunk, Value base, Value index,
 /// `element`, chunk by chunk (so that a chunk's registers are free once it
 /// is stored).
 void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
-              Type element, Value valid, Value residualBase = {}) {
+              Type element, Value valid, Value residualBase = {},
+              bool accumulate = false) {
   int64_t width = e.layout.vectorWidth;
   Value rowStart = e.mulI(row, e.constI64(e.layout.width));
   for (int64_t c = 0; c < e.layout.chunks; ++c) {
@@ -369,6 +370,13 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
     e.ifThen(inRow, [&] {
       Value index =
           e.addI(rowStart, e.mulI(e.vectorIndex[c], e.constI64(width)));
+      if (accumulate) {
+        // One chunk at a time: the row's old values are not all held in
+        // registers at once.
+        e.storeVector(e.add(chunks[c], e.loadVector(base, index, element)),
+                      base, index, element);
+        return;
+      }
       if (!residualBase) {
         e.storeVector(chunks[c], base, index, element);
         return;
@@ -2045,7 +2053,11 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                   e.add(dv[c], keyMasks.empty()
                                    ? keyTerm[c]
                                    : e.select(keyMasks[c], keyTerm[c], zero));
-            storeRow(e, dv, targets[i], rowc, spec.value, writes);
+            // An accumulating backward adds the gradient the row already
+            // has (each row of each source is this thread's alone), in
+            // FP32, and rounds once.
+            storeRow(e, dv, targets[i], rowc, spec.value, writes, {},
+                     spec.accumulate);
           }
           return next;
         };

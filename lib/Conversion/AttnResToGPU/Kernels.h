@@ -56,6 +56,9 @@ struct AttnResSpec {
   Type grad, saved;          // saved is null for the recompute backward
   bool readResidual = false; // residual(...) of the saved o_pre
   bool readGradLse = false;  // grad_lse(...): delta - dlse in place of delta
+  // accumulate: each source gradient row is read, added to in FP32 and
+  // written back (the gradients the sources already have).
+  bool accumulate = false;
   Type gradQuery, gradKeyNorm, gradOutputNorm;
 };
 

@@ -142,6 +142,22 @@ public:
 };
 
 /// What forward and backward both derive from the sources and the query.
+/// A list of per-source tensors [T..., D], or one packed [L, T..., D], as one
+/// [L, N, D] tensor: the packed one with its token dimensions merged, the
+/// list copied side by side (one concatenation, not a chain of insertions:
+/// bufferization analysis time grows quickly with the length of such
+/// chains).
+Value asLND(OpBuilder &b, Location loc, ValueRange values, bool packed,
+            int64_t numTokenDims) {
+  if (packed)
+    return flattenDims(b, loc, values.front(), 1, numTokenDims);
+  SmallVector<Value> rows;
+  for (Value value : values)
+    rows.push_back(
+        flattenDims(b, loc, flattenDims(b, loc, value, 0, numTokenDims), 0, 0));
+  return tensor::ConcatOp::create(b, loc, /*dim=*/0, rows);
+}
+
 struct SourceTerms {
   int64_t numSources, width, rank, numQueries;
   SmallVector<OpFoldResult> tokenSizes; // T...
@@ -171,19 +187,9 @@ template <typename OpT> SourceTerms computeSourceTerms(Emitter &e, OpT op) {
   // list of sources copied side by side.
   Value first = op.getSources().front();
   SmallVector<OpFoldResult> firstSizes = tensor::getMixedSizes(b, loc, first);
-  if (op.getPacked()) {
-    terms.tokenSizes.assign(firstSizes.begin() + 1, firstSizes.end() - 1);
-    terms.sources = flattenDims(b, loc, first, 1, numTokenDims);
-  } else {
-    terms.tokenSizes.assign(firstSizes.begin(), firstSizes.end() - 1);
-    // One concatenation, not a chain of insertions: bufferization analysis
-    // time grows quickly with the length of such chains.
-    SmallVector<Value> rows;
-    for (Value source : op.getSources())
-      rows.push_back(flattenDims(
-          b, loc, flattenDims(b, loc, source, 0, numTokenDims), 0, 0));
-    terms.sources = tensor::ConcatOp::create(b, loc, /*dim=*/0, rows);
-  }
+  terms.tokenSizes.assign(firstSizes.begin() + (op.getPacked() ? 1 : 0),
+                          firstSizes.end() - 1);
+  terms.sources = asLND(b, loc, op.getSources(), op.getPacked(), numTokenDims);
   terms.numTokens = tensor::getMixedSize(b, loc, terms.sources, 1);
   OpFoldResult N = terms.numTokens;
   auto idx = [&](int64_t v) -> OpFoldResult { return b.getIndexAttr(v); };
@@ -636,6 +642,20 @@ struct BackwardLowering : OpRewritePattern<BackwardOp> {
           e.filled({idx(R)}, 0.0), e.map(2, {0}), {kPar, kRed},
           [&](FloatArithmetic &f, ValueRange x) {
             return f.add(x[2], f.mul(x[0], x[1]));
+          });
+    }
+
+    // The gradients accumulated into, added in FP32 and rounded once with
+    // the op's own.
+    if (!op.getAccumulated().empty()) {
+      Value accumulated = asLND(b, e.loc, op.getAccumulated(), op.getPacked(),
+                                numTokenDims);
+      gradSources = e.generic(
+          {gradSources, accumulated},
+          {e.map(3, {0, 1, 2}), e.map(3, {0, 1, 2})},
+          e.empty({idx(L), N, idx(D)}), e.map(3, {0, 1, 2}),
+          {kPar, kPar, kPar}, [&](FloatArithmetic &f, ValueRange x) {
+            return f.add(x[0], x[1]);
           });
     }
 

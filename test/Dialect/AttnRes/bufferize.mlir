@@ -109,3 +109,27 @@ func.func @branch(%c: i1, %p: tensor<7x16xf32>, %s: tensor<16xf32>)
   }
   return %r : tensor<16xf32>
 }
+
+// -----
+
+// An accumulating backward writes its source gradients into the buffers of
+// the gradients it accumulates into (in place: no allocation for them), and
+// reads them (`accumulate`); the query's gradient gets a new buffer.
+// CHECK-LABEL: func.func @accumulating(
+// CHECK-SAME: %[[V:.*]]: memref<2x?x64xbf16>, {{.*}}, %[[G:.*]]: memref<2x?x64xbf16>)
+// CHECK-NOT: memref.alloc({{.*}}) {{.*}} : memref<2x?x64xbf16>
+// CHECK: %[[DQ:.*]] = memref.alloc() {{.*}} : memref<16xf32>
+// CHECK: attnres.backward_into packed(%[[V]] : memref<2x?x64xbf16>) query(%{{.*}} : memref<16xf32>) grad(%{{.*}} : memref<?x64xbf16>) lse(%{{.*}} : memref<?xf32>) saved(%{{.*}} : memref<?x64xbf16>) accumulate outs(%[[G]], %[[DQ]] : memref<2x?x64xbf16>, memref<16xf32>)
+// CHECK: return %[[G]], %[[DQ]]
+func.func @accumulating(%v: tensor<2x?x64xbf16>, %q: tensor<16xf32>,
+                        %do: tensor<?x64xbf16>, %lse: tensor<?xf32>,
+                        %o: tensor<?x64xbf16>,
+                        %g: tensor<2x?x64xbf16> {bufferization.writable = true})
+    -> (tensor<2x?x64xbf16>, tensor<16xf32>) {
+  %dv, %dq = attnres.backward packed(%v : tensor<2x?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xbf16>)
+      lse(%lse : tensor<?xf32>) saved(%o : tensor<?x64xbf16>)
+      accumulate(%g : tensor<2x?x64xbf16>)
+      -> tensor<2x?x64xbf16>, tensor<16xf32>
+  return %dv, %dq : tensor<2x?x64xbf16>, tensor<16xf32>
+}

@@ -140,3 +140,17 @@ func.func @sum(%p: memref<7x16xf32>, %s: memref<16xbf16>) {
       outs(%s : memref<16xbf16>)
   return
 }
+
+// -----
+
+// CHECK-LABEL: func.func @accumulating_into
+// CHECK: attnres.backward_into packed(%{{.*}} : memref<2x?x64xbf16>) query(%{{.*}} : memref<16xf32>) grad(%{{.*}} : memref<?x64xbf16>) lse(%{{.*}} : memref<?xf32>) accumulate outs(%{{.*}}, %{{.*}} : memref<2x?x64xbf16>, memref<16xf32>)
+func.func @accumulating_into(%v: memref<2x?x64xbf16>, %q: memref<16xf32>,
+                             %do: memref<?x64xbf16>, %lse: memref<?xf32>,
+                             %dv: memref<2x?x64xbf16>, %dq: memref<16xf32>) {
+  attnres.backward_into packed(%v : memref<2x?x64xbf16>)
+      query(%q : memref<16xf32>) grad(%do : memref<?x64xbf16>)
+      lse(%lse : memref<?xf32>) accumulate
+      outs(%dv, %dq : memref<2x?x64xbf16>, memref<16xf32>)
+  return
+}

@@ -117,6 +117,23 @@ func.func @backward_one_source_lse_gradient(%v: tensor<?x64xf32>, %q: tensor<16x
 
 // -----
 
+// An accumulating backward over one source stays: its source gradient is
+// added into the one given in place once bufferized, which an add here
+// would not be.
+// CHECK-LABEL: func.func @backward_one_source_accumulating
+// CHECK: attnres.backward {{.*}} accumulate(
+func.func @backward_one_source_accumulating(%v: tensor<?x64xf32>, %q: tensor<16xf32>,
+                                            %do: tensor<?x64xf32>, %lse: tensor<?xf32>,
+                                            %acc: tensor<?x64xf32>)
+    -> (tensor<?x64xf32>, tensor<16xf32>) {
+  %dv, %dq = attnres.backward sources(%v : tensor<?x64xf32>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xf32>) lse(%lse : tensor<?xf32>)
+      accumulate(%acc : tensor<?x64xf32>) -> tensor<?x64xf32>, tensor<16xf32>
+  return %dv, %dq : tensor<?x64xf32>, tensor<16xf32>
+}
+
+// -----
+
 // Packed, with an f32 gradient of bf16 sources: do is truncated and expanded.
 // CHECK-LABEL: func.func @backward_one_packed_source
 // CHECK-SAME: %[[DO:[a-z0-9]+]]: tensor<8x64xf32>, %{{.*}}: tensor<8xf32>)

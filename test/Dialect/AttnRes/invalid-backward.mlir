@@ -104,7 +104,7 @@ func.func @result_type_count(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %g: tens
 
 func.func @gradient_count(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
   // expected-error @+1 {{expects one source gradient per source operand (2), got 1}}
-  %r:2 = "attnres.backward"(%v, %v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 2, 1, 0, 0, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
+  %r:2 = "attnres.backward"(%v, %v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 2, 1, 0, 0, 1, 1, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
       : (tensor<8x64xbf16>, tensor<8x64xbf16>, tensor<16xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<16xf32>)
   return
 }
@@ -113,7 +113,7 @@ func.func @gradient_count(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor
 
 func.func @gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
   // expected-error @+1 {{source gradient #0 must have the type of source #0 'tensor<8x64xbf16>', got 'tensor<8x64xf32>'}}
-  %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
+  %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
       : (tensor<8x64xbf16>, tensor<16xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xf32>, tensor<16xf32>)
   return
 }
@@ -122,7 +122,7 @@ func.func @gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor<
 
 func.func @query_gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
   // expected-error @+1 {{query gradient must have the type of the query 'tensor<16xf32>' or its shape in f32 (an FP32 partial), got 'tensor<16xbf16>'}}
-  %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
+  %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
       : (tensor<8x64xbf16>, tensor<16xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<16xbf16>)
   return
 }
@@ -131,7 +131,7 @@ func.func @query_gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: t
 
 func.func @key_norm_gradient_without_weight(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
   // expected-error @+1 {{has a key_norm weight gradient but no key_norm weight}}
-  %r:3 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 1, 0>}>
+  %r:3 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 1, 0>}>
       : (tensor<8x64xbf16>, tensor<16xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<16xf32>, tensor<16xf32>)
   return
 }
@@ -140,7 +140,7 @@ func.func @key_norm_gradient_without_weight(%v: tensor<8x64xbf16>, %q: tensor<16
 
 func.func @output_norm_gradient_missing(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %h: tensor<64xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
   // expected-error @+1 {{has a output_norm weight but no output_norm weight gradient result}}
-  %r:2 = "attnres.backward"(%v, %q, %h, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
+  %r:2 = "attnres.backward"(%v, %q, %h, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1, 1, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
       : (tensor<8x64xbf16>, tensor<16xf32>, tensor<64xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<16xf32>)
   return
 }
@@ -149,7 +149,7 @@ func.func @output_norm_gradient_missing(%v: tensor<8x64xbf16>, %q: tensor<16xf32
 
 func.func @output_norm_gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, %h: tensor<64xf32>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
   // expected-error @+1 {{output_norm weight gradient must have the type of the output_norm weight 'tensor<64xf32>' or its shape in f32 (an FP32 partial), got 'tensor<64xbf16>'}}
-  %r:3 = "attnres.backward"(%v, %q, %h, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 1>}>
+  %r:3 = "attnres.backward"(%v, %q, %h, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 1, 1, 1, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 1>}>
       : (tensor<8x64xbf16>, tensor<16xf32>, tensor<64xf32>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<16xf32>, tensor<64xbf16>)
   return
 }
@@ -158,7 +158,7 @@ func.func @output_norm_gradient_type(%v: tensor<8x64xbf16>, %q: tensor<16xf32>, 
 
 func.func @partial_gradient_shape(%v: tensor<8x64xbf16>, %q: tensor<16xbf16>, %do: tensor<8x64xbf16>, %lse: tensor<8xf32>) {
   // expected-error @+1 {{query gradient must have the type of the query 'tensor<16xbf16>' or its shape in f32 (an FP32 partial), got 'tensor<8x16xf32>'}}
-  %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
+  %r:2 = "attnres.backward"(%v, %q, %do, %lse) <{operandSegmentSizes = array<i32: 1, 1, 0, 0, 1, 1, 0, 0, 0, 0>, resultSegmentSizes = array<i32: 1, 1, 0, 0>}>
       : (tensor<8x64xbf16>, tensor<16xbf16>, tensor<8x64xbf16>, tensor<8xf32>) -> (tensor<8x64xbf16>, tensor<8x16xf32>)
   return
 }
@@ -224,5 +224,35 @@ func.func @grad_lse_type(%a: tensor<?x64xbf16>, %q: tensor<16xf32>, %do: tensor<
   %dv, %dq = attnres.backward sources(%a : tensor<?x64xbf16>) query(%q : tensor<16xf32>)
       grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>) grad_lse(%dlse : tensor<?xbf16>)
       -> tensor<?x64xbf16>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @accumulate_count(%a: tensor<?x64xbf16>, %b: tensor<?x64xbf16>, %q: tensor<16xf32>, %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %g: tensor<?x64xbf16>) {
+  // expected-error @+1 {{accumulate(...) takes one gradient per source operand (2), got 1}}
+  %dv:2, %dq = attnres.backward sources(%a, %b : tensor<?x64xbf16>) query(%q : tensor<16xf32>)
+      grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>) accumulate(%g : tensor<?x64xbf16>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @accumulate_type(%a: tensor<?x64xbf16>, %q: tensor<16xf32>, %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %g: tensor<?x64xf32>) {
+  // expected-error @+1 {{accumulated gradient #0 must have the type of source gradient #0 'tensor<?x64xbf16>', got 'tensor<?x64xf32>'}}
+  %dv, %dq = attnres.backward sources(%a : tensor<?x64xbf16>) query(%q : tensor<16xf32>)
+      grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>) accumulate(%g : tensor<?x64xf32>)
+      -> tensor<?x64xbf16>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @accumulate_packed_shape(%v: tensor<3x?x64xbf16>, %q: tensor<16xf32>, %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %g: tensor<2x?x64xbf16>) {
+  // expected-error @+1 {{accumulated gradient #0 must have the type of source gradient #0 'tensor<3x?x64xbf16>', got 'tensor<2x?x64xbf16>'}}
+  %dv, %dq = attnres.backward packed(%v : tensor<3x?x64xbf16>) query(%q : tensor<16xf32>)
+      grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>) accumulate(%g : tensor<2x?x64xbf16>)
+      -> tensor<3x?x64xbf16>, tensor<16xf32>
   return
 }

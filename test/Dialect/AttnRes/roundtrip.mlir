@@ -196,3 +196,39 @@ func.func @lse_gradient(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
       -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<2x16xf32>
   return %dq : tensor<2x16xf32>
 }
+
+// -----
+
+// An accumulating backward: the source gradients are the given ones plus
+// this op's (one per source operand, typed as the source gradients).
+// CHECK-LABEL: func.func @accumulating_list
+// CHECK: attnres.backward sources(%{{.*}}, %{{.*}} : tensor<?x64xbf16>) query(%{{.*}} : tensor<16xf32>) grad(%{{.*}} : tensor<?x64xbf16>) lse(%{{.*}} : tensor<?xf32>) saved(%{{.*}} : tensor<?x64xbf16>) accumulate(%{{.*}}, %{{.*}} : tensor<?x64xbf16>, tensor<?x64xbf16>) -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+func.func @accumulating_list(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>,
+                             %q: tensor<16xf32>, %do: tensor<?x64xbf16>,
+                             %lse: tensor<?xf32>, %o: tensor<?x64xbf16>,
+                             %g0: tensor<?x64xbf16>, %g1: tensor<?x64xbf16>)
+    -> (tensor<?x64xbf16>, tensor<?x64xbf16>) {
+  %dv:2, %dq = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xbf16>)
+      lse(%lse : tensor<?xf32>) saved(%o : tensor<?x64xbf16>)
+      accumulate(%g0, %g1 : tensor<?x64xbf16>, tensor<?x64xbf16>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return %dv#0, %dv#1 : tensor<?x64xbf16>, tensor<?x64xbf16>
+}
+
+// -----
+
+// Packed: one accumulated gradient for the packed sources, after grad_lse.
+// CHECK-LABEL: func.func @accumulating_packed
+// CHECK: attnres.backward packed(%{{.*}} : tensor<3x?x64xbf16>) query(%{{.*}} : tensor<2x16xf32>) grad(%{{.*}} : tensor<2x?x64xf32>) lse(%{{.*}} : tensor<2x?xf32>) grad_lse(%{{.*}} : tensor<2x?xf32>) accumulate(%{{.*}} : tensor<3x?x64xbf16>) -> tensor<3x?x64xbf16>, tensor<2x16xf32>
+func.func @accumulating_packed(%v: tensor<3x?x64xbf16>, %q: tensor<2x16xf32>,
+                               %do: tensor<2x?x64xf32>, %lse: tensor<2x?xf32>,
+                               %dlse: tensor<2x?xf32>, %g: tensor<3x?x64xbf16>)
+    -> tensor<3x?x64xbf16> {
+  %dv, %dq = attnres.backward packed(%v : tensor<3x?x64xbf16>)
+      query(%q : tensor<2x16xf32>) grad(%do : tensor<2x?x64xf32>)
+      lse(%lse : tensor<2x?xf32>) grad_lse(%dlse : tensor<2x?xf32>)
+      accumulate(%g : tensor<3x?x64xbf16>)
+      -> tensor<3x?x64xbf16>, tensor<2x16xf32>
+  return %dv : tensor<3x?x64xbf16>
+}

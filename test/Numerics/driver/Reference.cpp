@@ -130,10 +130,16 @@ Forward forward(const Problem &pb) {
 Backward backward(const Problem &pb, const std::vector<double> &gradOutput,
                   const std::vector<double> &lse,
                   const std::vector<double> *savedOPre,
-                  const std::vector<double> *gradLse) {
+                  const std::vector<double> *gradLse,
+                  const std::vector<double> *accumulated) {
   Backward out;
   out.dv.value.assign(pb.L * pb.N * pb.D, 0.0);
   out.dv.magnitude = out.dv.value;
+  if (accumulated)
+    for (size_t i = 0; i < accumulated->size(); ++i) {
+      out.dv.value[i] = (*accumulated)[i];
+      out.dv.magnitude[i] = std::fabs((*accumulated)[i]);
+    }
   std::vector<double> da(pb.M * pb.R, 0.0), daMag(pb.M * pb.R, 0.0);
   int64_t hRows = pb.perQueryOutputNorm ? pb.M : 1;
   if (pb.hasOutputNorm) {
@@ -335,9 +341,25 @@ Tensor sum(int64_t P, int64_t S, const std::vector<double> &partials) {
 
 namespace {
 
-/// <o, gradOutput> (+ <lse, gradLse> when given).
+/// A second reader of a problem's sources (another layer of a model): its
+/// own query, key-norm weight and output gradient.
+struct SecondReader {
+  std::vector<double> q, g, gradOutput;
+};
+
+/// The problem as `second` reads it: the same sources, its query and key
+/// norm weight.
+Problem readBy(const Problem &pb, const SecondReader &second) {
+  Problem other = pb;
+  other.q = second.q, other.g = second.g;
+  return other;
+}
+
+/// <o, gradOutput> (+ <lse, gradLse> when given), plus the second reader's
+/// <o', gradOutput'> when given.
 double loss(const Problem &pb, const std::vector<double> &gradOutput,
-            const std::vector<double> *gradLse) {
+            const std::vector<double> *gradLse,
+            const SecondReader *second = nullptr) {
   Forward f = forward(pb);
   double total = 0.0;
   for (size_t i = 0; i < f.o.value.size(); ++i)
@@ -345,6 +367,11 @@ double loss(const Problem &pb, const std::vector<double> &gradOutput,
   if (gradLse)
     for (size_t i = 0; i < f.lse.value.size(); ++i)
       total += f.lse.value[i] * (*gradLse)[i];
+  if (second) {
+    Forward other = forward(readBy(pb, *second));
+    for (size_t i = 0; i < other.o.value.size(); ++i)
+      total += other.o.value[i] * second->gradOutput[i];
+  }
   return total;
 }
 
@@ -353,7 +380,8 @@ double compareWithDifferences(const Problem &pb,
                               const std::vector<double> &gradOutput,
                               const std::vector<double> *gradLse,
                               std::vector<double> Problem::*parameter,
-                              const std::vector<double> &analytic) {
+                              const std::vector<double> &analytic,
+                              const SecondReader *second = nullptr) {
   Problem probe = pb;
   double worst = 0.0, scale = 0.0;
   std::vector<double> numeric;
@@ -361,9 +389,9 @@ double compareWithDifferences(const Problem &pb,
     double x = (pb.*parameter)[i];
     double step = 1e-5 * std::max(1.0, std::fabs(x));
     (probe.*parameter)[i] = x + step;
-    double up = loss(probe, gradOutput, gradLse);
+    double up = loss(probe, gradOutput, gradLse, second);
     (probe.*parameter)[i] = x - step;
-    double down = loss(probe, gradOutput, gradLse);
+    double down = loss(probe, gradOutput, gradLse, second);
     (probe.*parameter)[i] = x;
     numeric.push_back((up - down) / (2 * step));
     scale = std::max(scale, std::fabs(numeric.back()));
@@ -390,7 +418,7 @@ double checkGradientsByFiniteDifferences(bool verbose) {
       {1, 2, 4, 2, 1, true, true, false, 1e-6, 1.0},
       {5, 1, 8, 2, 2, true, false, false, 0.5, 2.0},
   };
-  std::mt19937_64 rng(1234), lseRng(4321);
+  std::mt19937_64 rng(1234), lseRng(4321), secondRng(2468);
   std::normal_distribution<double> normal;
   double worst = 0.0;
   for (const Shape &s : shapes) {
@@ -398,17 +426,18 @@ double checkGradientsByFiniteDifferences(bool verbose) {
     pb.L = s.L, pb.N = s.N, pb.D = s.D, pb.R = s.R, pb.M = s.M;
     pb.hasKeyNorm = s.keyNorm, pb.hasOutputNorm = s.outputNorm;
     pb.perQueryOutputNorm = s.perQuery, pb.eps = s.eps, pb.scale = s.scale;
-    auto fill = [&](std::vector<double> &x, size_t count, double mean) {
+    auto fill = [&](std::vector<double> &x, size_t count, double mean,
+                    std::mt19937_64 &from) {
       x.resize(count);
       for (double &value : x)
-        value = mean + normal(rng);
+        value = mean + normal(from);
     };
-    fill(pb.v, s.L * s.N * s.D, 0.0);
-    fill(pb.q, s.M * s.R, 0.0);
-    fill(pb.g, s.R, 1.0);
-    fill(pb.h, (s.perQuery ? s.M : 1) * s.D, 1.0);
+    fill(pb.v, s.L * s.N * s.D, 0.0, rng);
+    fill(pb.q, s.M * s.R, 0.0, rng);
+    fill(pb.g, s.R, 1.0, rng);
+    fill(pb.h, (s.perQuery ? s.M : 1) * s.D, 1.0, rng);
     std::vector<double> gradOutput;
-    fill(gradOutput, s.M * s.N * s.D, 0.0);
+    fill(gradOutput, s.M * s.N * s.D, 0.0, rng);
     // From a generator of its own, so the problems stay those checked
     // before lse gradients were.
     std::vector<double> randomGradLse(s.M * s.N);
@@ -440,6 +469,24 @@ double checkGradientsByFiniteDifferences(bool verbose) {
       for (size_t i = 0; i < saved.dv.value.size(); ++i)
         error = std::max(error,
                          std::fabs(saved.dv.value[i] - recomputed.dv.value[i]));
+      // A second reader of the same sources (a later layer of a model)
+      // whose backward accumulates into the first one's dv: the sum is the
+      // sources' gradient of both readers' loss.
+      // (From a generator of its own, so the problems stay those checked
+      // before.)
+      SecondReader second;
+      fill(second.q, s.M * s.R, 0.0, secondRng);
+      fill(second.g, s.R, 1.0, secondRng);
+      fill(second.gradOutput, s.M * s.N * s.D, 0.0, secondRng);
+      Problem other = readBy(pb, second);
+      Forward otherForward = forward(other);
+      Backward both =
+          backward(other, second.gradOutput, otherForward.lse.value,
+                   &otherForward.oPre.value, nullptr, &saved.dv.value);
+      error = std::max(error,
+                       compareWithDifferences(pb, gradOutput, gradLse,
+                                              &Problem::v, both.dv.value,
+                                              &second));
       if (verbose)
         std::printf("finite differences L=%lld N=%lld D=%lld R=%lld M=%lld "
                     "g=%d h=%d%s%s: max relative error %.3g\n",

@@ -48,11 +48,13 @@ Forward forward(const Problem &problem);
 /// `savedOPre` is the forward's o_pre ([M, N, D]) for the single-pass
 /// backward, or null to recompute it from the sources and lse. `gradLse`
 /// ([M, N]) is the gradient of the forward's lse, or null when the lse is
-/// not used.
+/// not used. `accumulated` ([L, N, D]) is the gradient the sources already
+/// have, which dv adds to (an accumulating backward), or null.
 Backward backward(const Problem &problem, const std::vector<double> &gradOutput,
                   const std::vector<double> &lse,
                   const std::vector<double> *savedOPre,
-                  const std::vector<double> *gradLse = nullptr);
+                  const std::vector<double> *gradLse = nullptr,
+                  const std::vector<double> *accumulated = nullptr);
 
 /// Softmax merge of P partitions: partials [P, N, D], lse [P, N], optional
 /// sink [N]. Returns o [N, D] and lse [N].

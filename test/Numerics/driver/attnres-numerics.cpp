@@ -221,6 +221,9 @@ struct Case {
   // with one query and no output norm, the source's gradient is do, all
   // exactly (checked bit for bit, not against the reference).
   bool exactOneSource = false;
+  // backward: accumulate(...), the gradients the sources already have (the
+  // source gradients are those plus the op's).
+  bool accumulate = false;
   Elem storage = Elem::F32, params = Elem::F32;
   double eps = 1e-6, scale = 1.0;
   Inputs inputs = Inputs::Normal;
@@ -263,7 +266,8 @@ std::string Case::describe() const {
        << (outputNorm ? (perQueryOutputNorm ? " h[MD]" : " h") : "")
        << (packed ? " packed" : " list")
        << (saveOPre ? (residual ? " o_pre+residual" : " o_pre") : " recompute")
-       << (gradLse ? " dlse" : "") << (exactOneSource ? " exact" : "")
+       << (gradLse ? " dlse" : "") << (accumulate ? " accumulate" : "")
+       << (exactOneSource ? " exact" : "")
        << " " << name(storage) << "/"
        << name(params) << " eps=" << eps << " scale=" << scale;
     switch (inputs) {
@@ -951,9 +955,16 @@ Outcome runBackward(Runner &runner, const Case &c) {
   Buffer gradLse(Elem::F32, actual(c, perQueryLead(c), {}));
   std::vector<double> dlse =
       gradLse.setAll(random.normals(gradLse.count, 0.0, 1.0));
+  // The gradients the sources already have, [L, T..., D] as the sources.
+  Buffer accumulated(c.storage, actual(c, {c.L}, {c.D}));
+  std::vector<double> accumulatedValues;
+  if (c.accumulate)
+    accumulatedValues =
+        accumulated.setAll(random.normals(accumulated.count, 0.0, 1.0));
   ref::Backward expected =
       ref::backward(pb, dout, lseValues, c.saveOPre ? &savedValues : nullptr,
-                    c.gradLse ? &dlse : nullptr);
+                    c.gradLse ? &dlse : nullptr,
+                    c.accumulate ? &accumulatedValues : nullptr);
 
   operands += " grad(" + w.input("do", gradOutput, outShape) + " : " +
               KernelWriter::tensorType(gradOutput, outShape) + ")";
@@ -968,6 +979,26 @@ Outcome runBackward(Runner &runner, const Case &c) {
   if (c.gradLse)
     operands += " grad_lse(" + w.input("dlse", gradLse, lseShape) + " : " +
                 KernelWriter::tensorType(gradLse, lseShape) + ")";
+  if (c.accumulate) {
+    // One operand per source operand, as the sources: slices of one buffer,
+    // or the packed buffer itself.
+    std::vector<int64_t> packedShape = printed(c, {c.L}, {c.D});
+    std::string packedType = KernelWriter::tensorType(accumulated, packedShape);
+    std::string whole = w.input("acc", accumulated, packedShape);
+    if (c.packed) {
+      operands += " accumulate(" + whole + " : " + packedType + ")";
+    } else {
+      std::vector<int64_t> shape = printed(c, {}, {c.D});
+      std::string sliceType = KernelWriter::tensorType(accumulated, shape);
+      std::string values, types;
+      for (int64_t l = 0; l < c.L; ++l) {
+        values += (l ? ", " : "") +
+                  w.slice(whole, packedType, sliceType, l, shape);
+        types += (l ? ", " : "") + sliceType;
+      }
+      operands += " accumulate(" + values + " : " + types + ")";
+    }
+  }
 
   std::vector<Buffer *> arguments = data.leadingArguments();
   arguments.push_back(&gradOutput);
@@ -978,6 +1009,8 @@ Outcome runBackward(Runner &runner, const Case &c) {
     arguments.push_back(&residual);
   if (c.gradLse)
     arguments.push_back(&gradLse);
+  if (c.accumulate)
+    arguments.push_back(&accumulated);
 
   // Results: source gradients, then dq, dg, dh. The gradients of a source
   // list are concatenated into one [L, T..., D] output.
@@ -1209,6 +1242,7 @@ std::vector<Case> matrix(Kind kind, Elem storage) {
         c.residual = c.saveOPre && storage == Elem::BF16 && D % 2 == 0 &&
                      (index % 4 == 0 || index % 4 == 3);
         c.gradLse = kind == Kind::Backward && (index / 2) % 3 == 1;
+        c.accumulate = kind == Kind::Backward && index % 4 == 2;
         c.scale = index % 7 == 3 ? 0.5 : 1.0;
         // Keep L * N * D near a million elements or fewer.
         int64_t N = std::clamp<int64_t>(1200000 / (L * D), 1, 40);

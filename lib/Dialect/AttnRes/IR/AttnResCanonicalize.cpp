@@ -102,6 +102,10 @@ struct BackwardOfOneSource : OpRewritePattern<BackwardOp> {
     // key coordinates.
     if (op.getGradLse())
       return rewriter.notifyMatchFailure(op, "the lse has a gradient");
+    // The op adds into its source gradients in place (once bufferized);
+    // an add here would be a new tensor.
+    if (!op.getAccumulated().empty())
+      return rewriter.notifyMatchFailure(op, "the op accumulates");
     Location loc = op.getLoc();
     auto gradSourceType =
         cast<RankedTensorType>(op.getGradSources().front().getType());

@@ -249,6 +249,8 @@ struct ForwardResultTypes {
 /// The backward's operands past the shared ones.
 struct BackwardOperandTypes {
   Type gradOutput, lse, savedOutput, savedResidual, gradLse;
+  /// The source gradients accumulated into (accumulate(...)), if any.
+  TypeRange accumulated = {};
 };
 
 /// What a backward produces, in order.
@@ -675,6 +677,22 @@ static LogicalResult verifyBackward(OpT op, const SourceOperandTypes &sources,
                               << " must have the type of source #" << index
                               << " " << source << ", got " << grad;
   }
+  if (!operands.accumulated.empty()) {
+    if (operands.accumulated.size() != results.gradSources.size())
+      return op.emitOpError()
+             << "accumulate(...) takes one gradient per source operand ("
+             << results.gradSources.size() << "), got "
+             << operands.accumulated.size();
+    for (auto [index, pair] : llvm::enumerate(
+             llvm::zip(operands.accumulated, results.gradSources))) {
+      auto [accumulated, grad] = pair;
+      if (accumulated != grad)
+        return op.emitOpError()
+               << "accumulated gradient #" << index
+               << " must have the type of source gradient #" << index << " "
+               << grad << ", got " << accumulated;
+    }
+  }
   if (failed(verifyParameterGradient(op, sources.query, results.gradQuery,
                                      "query")))
     return failure();
@@ -704,7 +722,8 @@ LogicalResult BackwardOp::verify() {
   return verifyBackward(
       *this, sourceOperandTypes(*this),
       {getGradOutput().getType(), getLse().getType(), typeOf(getSavedOutput()),
-       typeOf(getSavedResidual()), typeOf(getGradLse())},
+       typeOf(getSavedResidual()), typeOf(getGradLse()),
+       getAccumulated().getTypes()},
       {getGradSources().getTypes(), getGradQuery().getType(),
        typeOf(getGradKeyNormWeight()), typeOf(getGradOutputNormWeight())});
 }
@@ -904,18 +923,26 @@ static LogicalResult verifyOutCount(Operation *op, ValueRange outs,
 }
 
 /// Reads every operand but `outs`, writes `outs`.
+/// Reads every operand but `outs`, writes `outs`, and reads the first
+/// `readOuts` of them too (an accumulating backward's source gradients).
 static void bufferEffects(
     Operation *op, OperandRange outs,
     SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
-        &effects) {
+        &effects,
+    unsigned readOuts = 0) {
   // outs are the last operands.
   unsigned firstOut = op->getNumOperands() - outs.size();
-  for (OpOperand &operand : op->getOpOperands())
+  for (OpOperand &operand : op->getOpOperands()) {
+    unsigned number = operand.getOperandNumber();
+    if (number >= firstOut && number < firstOut + readOuts)
+      effects.emplace_back(MemoryEffects::Read::get(), &operand,
+                           SideEffects::DefaultResource::get());
     effects.emplace_back(
-        operand.getOperandNumber() < firstOut
+        number < firstOut
             ? static_cast<MemoryEffects::Effect *>(MemoryEffects::Read::get())
             : MemoryEffects::Write::get(),
         &operand, SideEffects::DefaultResource::get());
+  }
 }
 
 Value ForwardIntoOp::getOutputBuffer() { return outAt(getOuts(), 0); }

@@ -230,6 +230,10 @@ BackwardOp::getTiledImplementation(OpBuilder &b, ArrayRef<OpFoldResult> offsets,
     if (perToken)
       operands.push_back(
           tokenSlice(b, loc, perToken, perQuery, offsets, sizes, slices));
+  // The gradients accumulated into, tiled as the sources.
+  for (Value accumulated : getAccumulated())
+    operands.push_back(tokenSlice(b, loc, accumulated, sourceLayout(*this),
+                                  offsets, sizes, slices));
   // Source gradients are tiles of the sources; the parameter gradients of a
   // tile are FP32 partial sums over its tokens.
   SmallVector<Type> types;

@@ -5,7 +5,10 @@
 // views, where their rows are contiguous) and writes into new ones: the op
 // on buffers
 // takes the same operands and attributes, and the allocated buffers as
-// `outs`, in the order of the results.
+// `outs`, in the order of the results. An accumulating backward's source
+// gradients are the exception: each is written into the buffer of the
+// gradient it accumulates into (destination-passing style), which the op on
+// buffers reads and writes (`accumulate`).
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,32 +29,56 @@ using namespace mlir::bufferization;
 
 namespace {
 
+/// The gradients an accumulating backward adds into (none for other ops).
+OperandRange accumulatedOperands(Operation *op) {
+  if (auto backward = dyn_cast<BackwardOp>(op))
+    return backward.getAccumulated();
+  return op->getOperands().take_back(0);
+}
+
+/// The accumulated gradient `operand` is, or -1.
+int64_t accumulatedIndex(Operation *op, OpOperand &operand) {
+  OperandRange accumulated = accumulatedOperands(op);
+  if (accumulated.empty() ||
+      operand.getOperandNumber() < accumulated.getBeginOperandIndex())
+    return -1;
+  return operand.getOperandNumber() - accumulated.getBeginOperandIndex();
+}
+
 template <typename OpT, typename IntoOpT>
 struct AttnResOpInterface : public BufferizableOpInterface::ExternalModel<
                                 AttnResOpInterface<OpT, IntoOpT>, OpT> {
-  bool bufferizesToAllocation(Operation *, Value) const { return true; }
+  bool bufferizesToAllocation(Operation *op, Value result) const {
+    return cast<OpResult>(result).getResultNumber() >=
+           accumulatedOperands(op).size();
+  }
 
   bool bufferizesToMemoryRead(Operation *, OpOperand &,
                               const AnalysisState &) const {
     return true;
   }
 
-  bool bufferizesToMemoryWrite(Operation *, OpOperand &,
+  bool bufferizesToMemoryWrite(Operation *op, OpOperand &operand,
                                const AnalysisState &) const {
-    return false;
+    return accumulatedIndex(op, operand) >= 0;
   }
 
-  AliasingValueList getAliasingValues(Operation *, OpOperand &,
+  AliasingValueList getAliasingValues(Operation *op, OpOperand &operand,
                                       const AnalysisState &) const {
-    return {};
+    int64_t index = accumulatedIndex(op, operand);
+    if (index < 0)
+      return {};
+    return {{op->getResult(index), BufferRelation::Equivalent}};
   }
 
   LogicalResult bufferize(Operation *op, RewriterBase &rewriter,
                           const BufferizationOptions &options,
                           BufferizationState &state) const {
     Location loc = op->getLoc();
-    SmallVector<Value> operands;
-    for (Value operand : op->getOperands()) {
+    OperandRange accumulated = accumulatedOperands(op);
+    SmallVector<Value> operands, accumulatedBuffers;
+    for (OpOperand &opOperand : op->getOpOperands()) {
+      Value operand = opOperand.get();
       FailureOr<Value> buffer = getBuffer(rewriter, operand, options, state);
       if (failed(buffer))
         return failure();
@@ -70,14 +97,17 @@ struct AttnResOpInterface : public BufferizableOpInterface::ExternalModel<
         if (failed(buffer))
           return failure();
       }
-      operands.push_back(*buffer);
+      (accumulatedIndex(op, opOperand) >= 0 ? accumulatedBuffers : operands)
+          .push_back(*buffer);
     }
 
     ReifiedRankedShapedTypeDims shapes;
     if (failed(reifyResultShapes(rewriter, op, shapes)))
       return op->emitError("cannot size the buffers of the op's results");
-    SmallVector<Value> outs;
-    for (auto [result, shape] : llvm::zip_equal(op->getResults(), shapes)) {
+    SmallVector<Value> outs(accumulatedBuffers);
+    for (auto [result, shape] : llvm::zip_equal(
+             op->getResults().drop_front(accumulatedBuffers.size()),
+             ArrayRef(shapes).drop_front(accumulatedBuffers.size()))) {
       auto tensorType = cast<TensorType>(result.getType());
       std::optional<Attribute> memorySpace =
           options.defaultMemorySpaceFn(tensorType);
@@ -110,6 +140,10 @@ struct AttnResOpInterface : public BufferizableOpInterface::ExternalModel<
       if (attribute.getName() == "operandSegmentSizes") {
         SmallVector<int32_t> sizes(
             cast<DenseI32ArrayAttr>(attribute.getValue()).asArrayRef());
+        // The accumulated gradients, the backward's last segment, become
+        // its first outs.
+        if (isa<BackwardOp>(op))
+          sizes.pop_back();
         sizes.push_back(static_cast<int32_t>(outs.size()));
         into.addAttribute(attribute.getName(),
                           rewriter.getDenseI32ArrayAttr(sizes));
@@ -117,6 +151,9 @@ struct AttnResOpInterface : public BufferizableOpInterface::ExternalModel<
       }
       into.addAttribute(attribute.getName(), attribute.getValue());
     }
+    if (!accumulated.empty())
+      into.addAttribute(BackwardIntoOp::getAccumulateAttrName(into.name),
+                        rewriter.getUnitAttr());
     rewriter.create(into);
     replaceOpWithBufferizedValues(rewriter, op, outs);
     return success();

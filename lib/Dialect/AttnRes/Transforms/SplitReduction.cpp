@@ -51,6 +51,10 @@ BackwardOp withOneTokenDim(IRRewriter &rewriter, BackwardOp op) {
   SmallVector<Type> gradSourceTypes;
   for (Value source : sources)
     gradSourceTypes.push_back(source.getType());
+  SmallVector<Value> accumulated;
+  for (Value gradient : op.getAccumulated())
+    accumulated.push_back(
+        flattenDims(rewriter, loc, gradient, sourceLead, numTokenDims));
   auto typeOf = [](Value value) { return value ? value.getType() : Type(); };
   auto flatOp = BackwardOp::create(
       rewriter, loc, gradSourceTypes, op.getGradQuery().getType(),
@@ -58,7 +62,7 @@ BackwardOp withOneTokenDim(IRRewriter &rewriter, BackwardOp op) {
       sources, op.getPackedAttr(), op.getQuery(), op.getKeyNormWeight(),
       op.getOutputNormWeight(), flat(op.getGradOutput()), flat(op.getLse()),
       flat(op.getSavedOutput()), flat(op.getSavedResidual()),
-      flat(op.getGradLse()), op.getEpsAttr(), op.getScaleAttr());
+      flat(op.getGradLse()), accumulated, op.getEpsAttr(), op.getScaleAttr());
 
   SmallVector<Value> replacements;
   for (auto [grad, original] :
@@ -89,14 +93,17 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
       rewriter, loc, s0.ceilDiv(s1), {tokens, rewriter.getIndexAttr(blocks)});
 
   unsigned numSourceGrads = op.getGradSources().size();
-  SmallVector<Value> inits;
-  for (Value grad : op.getGradSources()) {
-    auto type = cast<RankedTensorType>(grad.getType());
-    SmallVector<OpFoldResult> sizes =
-        tensor::getMixedSizes(rewriter, loc, op.getSources().front());
-    inits.push_back(
-        tensor::EmptyOp::create(rewriter, loc, sizes, type.getElementType()));
-  }
+  // The source gradients are written tile by tile into the gradients they
+  // accumulate into, where the op accumulates, else into new tensors.
+  SmallVector<Value> inits(op.getAccumulated());
+  if (inits.empty())
+    for (Value grad : op.getGradSources()) {
+      auto type = cast<RankedTensorType>(grad.getType());
+      SmallVector<OpFoldResult> sizes =
+          tensor::getMixedSizes(rewriter, loc, op.getSources().front());
+      inits.push_back(
+          tensor::EmptyOp::create(rewriter, loc, sizes, type.getElementType()));
+    }
   Type f32 = rewriter.getF32Type();
   for (Value grad : op.getResults().drop_front(numSourceGrads)) {
     SmallVector<int64_t> shape{blocks};
@@ -126,6 +133,28 @@ LogicalResult splitBackward(IRRewriter &rewriter, BackwardOp op,
           status = failure();
           return;
         }
+        // A tile accumulates into its slice of the block's gradients (the
+        // forall's outputs), so that bufferization keeps them in place.
+        auto tiled = cast<BackwardOp>(tile->tiledOps.front());
+        OpBuilder::InsertionGuard beforeTile(b);
+        b.setInsertionPoint(tiled);
+        for (OpOperand &accumulated : tiled.getAccumulatedMutable()) {
+          unsigned index = accumulated.getOperandNumber() -
+                           tiled.getAccumulated().getBeginOperandIndex();
+          SmallVector<OpFoldResult> offsets, sizes;
+          if (failed(tiling.getResultTilePosition(b, index, {offset}, {size},
+                                                  offsets, sizes))) {
+            status = failure();
+            return;
+          }
+          Operation *original = accumulated.get().getDefiningOp();
+          accumulated.set(tensor::ExtractSliceOp::create(
+              b, nestedLoc, outs[index], offsets, sizes,
+              SmallVector<OpFoldResult>(offsets.size(), b.getIndexAttr(1))));
+          if (original && original->use_empty())
+            original->erase();
+        }
+        b.setInsertionPointAfter(tiled);
         auto terminator = scf::InParallelOp::create(b, nestedLoc);
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(terminator.getBody());

@@ -174,6 +174,14 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
       merged by `partition_reduce`). It adds `scale * p_s * dlse` to every
       logit's gradient: the backward forms `delta - dlse` where it would form
       `delta`. Without it the `lse` result is taken to be unused.
+    * `accumulate(%g...)`: optional, one tensor per source operand (one
+      packed tensor when the sources are packed), of the source gradients'
+      types; the gradients the sources already have. The source gradient
+      results are then these plus this op's contributions (each formed in
+      FP32, added to the FP32 value of the accumulated element and rounded
+      once), so that a source read by several ops gets one gradient tensor
+      that each op's backward adds into in place once bufferized (a
+      residual history: every later layer reads every earlier output).
 
     The query, key-norm and output-norm gradients are reductions over every
     token; they are computed in FP32 in a fixed order (deterministic) and
@@ -208,7 +216,8 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
       AnyRankedTensor:$lse,
       Optional<AnyRankedTensor>:$saved_output,
       Optional<AnyRankedTensor>:$saved_residual,
-      Optional<AnyRankedTensor>:$grad_lse), AttnRes_NormAttrs);
+      Optional<AnyRankedTensor>:$grad_lse,
+      Variadic<AnyRankedTensor>:$accumulated), AttnRes_NormAttrs);
   let results = (outs
       Variadic<AnyRankedTensor>:$grad_sources,
       AnyRankedTensor:$grad_query,
@@ -221,6 +230,7 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
     (`saved` `(` $saved_output^ `:` type($saved_output) `)`)?
     (`residual` `(` $saved_residual^ `:` type($saved_residual) `)`)?
     (`grad_lse` `(` $grad_lse^ `:` type($grad_lse) `)`)?
+    (`accumulate` `(` $accumulated^ `:` type($accumulated) `)`)?
     attr-dict
     custom<GradientTypes>(ref(type($sources)), ref(type($key_norm_weight)),
         ref(type($output_norm_weight)), type($grad_sources), type($grad_query),
@@ -401,7 +411,10 @@ def AttnRes_BackwardIntoOp : AttnRes_Op<"backward_into", AttnRes_BufferTraits> {
     `attnres.backward` reading buffers and writing its gradients into
     `outs`: one per source operand, the query's, then the key-norm and
     output-norm weights' where the op has those weights (the results of the
-    op on tensors, in order).
+    op on tensors, in order). With `accumulate`, the source gradients'
+    buffers hold the gradients the sources already have and the op adds its
+    contributions into them (what `accumulate(...)` on tensors becomes):
+    it reads and writes them.
 
     ```mlir
     func.func @backward(%v: memref<2x?x64xbf16>, %q: memref<64xf32>,
@@ -422,6 +435,7 @@ def AttnRes_BackwardIntoOp : AttnRes_Op<"backward_into", AttnRes_BufferTraits> {
       Optional<AnyMemRef>:$saved_output,
       Optional<AnyMemRef>:$saved_residual,
       Optional<AnyMemRef>:$grad_lse), AttnRes_NormAttrs, (ins
+      UnitAttr:$accumulate,
       Variadic<AnyMemRef>:$outs));
 
   let assemblyFormat = AttnRes_SourceFormat # [{
@@ -430,6 +444,7 @@ def AttnRes_BackwardIntoOp : AttnRes_Op<"backward_into", AttnRes_BufferTraits> {
     (`saved` `(` $saved_output^ `:` type($saved_output) `)`)?
     (`residual` `(` $saved_residual^ `:` type($saved_residual) `)`)?
     (`grad_lse` `(` $grad_lse^ `:` type($grad_lse) `)`)?
+    (`accumulate` $accumulate^)?
     `outs` `(` $outs `:` type($outs) `)`
     attr-dict
   }];
@@ -444,7 +459,15 @@ def AttnRes_BackwardIntoOp : AttnRes_Op<"backward_into", AttnRes_BufferTraits> {
     ::mlir::Value getGradKeyNormWeightBuffer();
     ::mlir::Value getGradOutputNormWeightBuffer();
   }];
-  let extraClassDefinition = AttnRes_BufferEffects;
+  // With `accumulate` it also reads the source gradients' buffers.
+  let extraClassDefinition = [{
+    void $cppClass::getEffects(
+        ::llvm::SmallVectorImpl<::mlir::SideEffects::EffectInstance<
+            ::mlir::MemoryEffects::Effect>> &effects) {
+      bufferEffects(*this, getOuts(), effects,
+                    getAccumulate() ? getGradSourceBuffers().size() : 0);
+    }
+  }];
   let hasVerifier = 1;
 }
 
