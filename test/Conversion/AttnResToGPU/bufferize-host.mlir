@@ -382,3 +382,27 @@ func.func @partitions_in_place(%v: tensor<4x?x64xbf16>, %q: tensor<64xbf16>)
       query(%q : tensor<64xbf16>) save(lse) -> tensor<?x64xf32>, tensor<?xf32>
   return %o0, %o1 : tensor<?x64xf32>, tensor<?x64xf32>
 }
+
+// -----
+
+// An accumulating backward adds into the buffer of the gradient it is given,
+// here the caller's argument, in place (that is what accumulating is for:
+// one gradient buffer for every reader of the sources), and returns it; only
+// the query's gradient gets a new buffer.
+// CHECK-LABEL: func.func @accumulating(
+// CHECK-SAME: %[[V:[a-z0-9]+]]: memref<3x?x64xbf16>, {{.*}}, %[[ACC:[a-z0-9]+]]: memref<3x?x64xbf16>) -> (memref<3x?x64xbf16>, memref<16xf32>)
+// CHECK-NOT: memref.copy
+// CHECK-NOT: gpu.memcpy
+// CHECK: %[[DQ:.*]] = gpu.alloc  () : memref<16xf32>
+// CHECK: attnres.backward_into packed(%[[V]] : memref<3x?x64xbf16>) {{.*}} accumulate outs(%[[ACC]], %[[DQ]] : memref<3x?x64xbf16>, memref<16xf32>)
+// CHECK: return %[[ACC]], %[[DQ]]
+func.func @accumulating(%v: tensor<3x?x64xbf16>, %q: tensor<16xf32>,
+                        %do: tensor<?x64xbf16>, %lse: tensor<?xf32>,
+                        %o: tensor<?x64xbf16>, %acc: tensor<3x?x64xbf16>)
+    -> (tensor<3x?x64xbf16>, tensor<16xf32>) {
+  %dv, %dq = attnres.backward packed(%v : tensor<3x?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>)
+      saved(%o : tensor<?x64xbf16>) accumulate(%acc : tensor<3x?x64xbf16>)
+      -> tensor<3x?x64xbf16>, tensor<16xf32>
+  return %dv, %dq : tensor<3x?x64xbf16>, tensor<16xf32>
+}

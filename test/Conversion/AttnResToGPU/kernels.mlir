@@ -317,3 +317,29 @@ func.func @partial(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16
       -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
   return
 }
+
+// -----
+
+// An accumulating backward: its manifest entry says so, and each chunk of a
+// source gradient row is loaded from the row the gradient table points to,
+// widened, added to in FP32, rounded once and stored back to the same
+// address (a 128-bit load and store of 8 bf16).
+// CHECK-LABEL: accumulates = true, backward = "accumulating_0_backward"
+// CHECK: gpu.func @accumulating_0_backward(
+// CHECK: scf.if
+// CHECK: %[[AT:.*]] = llvm.getelementptr %[[ROW:.*]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// CHECK-NEXT: %[[HAD:.*]] = llvm.load %[[AT]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK-NEXT: %[[WIDE:.*]] = llvm.fpext %[[HAD]] : vector<8xbf16> to vector<8xf32>
+// CHECK-NEXT: %[[SUM:.*]] = arith.addf %{{.*}}, %[[WIDE]] fastmath<contract> : vector<8xf32>
+// CHECK-NEXT: %[[ROUNDED:.*]] = llvm.fptrunc %[[SUM]] : vector<8xf32> to vector<8xbf16>
+// CHECK-NEXT: %[[BACK:.*]] = llvm.getelementptr %[[ROW]][%[[I]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// CHECK-NEXT: llvm.store %[[ROUNDED]], %[[BACK]] {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+func.func @accumulating(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xf32>,
+                        %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %o: tensor<?x64xbf16>,
+                        %g0: tensor<?x64xbf16>, %g1: tensor<?x64xbf16>) {
+  %dv:2, %dq = attnres.backward sources(%v0, %v1 : tensor<?x64xbf16>)
+      query(%q : tensor<16xf32>) grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>)
+      saved(%o : tensor<?x64xbf16>) accumulate(%g0, %g1 : tensor<?x64xbf16>, tensor<?x64xbf16>)
+      -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return
+}

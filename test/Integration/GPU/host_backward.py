@@ -4,7 +4,9 @@ attnres-split-reduction, in the shapes host-layer.test leaves out: many
 queries with a per-query output norm on short rows (whose split tiles add
 their row groups' shares in rounds), a key of R < D coordinates with a key
 norm and an lse gradient, separate f32 sources and a recomputed o_pre, a
-saved 16-bit o_pre with its residual.
+saved 16-bit o_pre with its residual; and backwards that accumulate into
+the source gradients given (accumulate(...): a list and a packed one), whose
+rows the kernels read and add to.
 
 `build` writes a module of one backward per case (its token count dynamic),
 compiles it with attnres-opt's NVVM pipeline, the host functions kept,
@@ -42,6 +44,12 @@ CASES = [
     dict(name="q1_residual", L=5, D=128, R=128, M=1, N=77, dtype="bf16",
          packed=True, key_norm=True, output_norm="shared", saved="residual",
          grad_lse=False, scale=1.0),
+    dict(name="q3_accumulate", L=4, D=128, R=32, M=3, N=131, dtype="bf16",
+         packed=False, key_norm=True, output_norm="shared", saved="o_pre",
+         grad_lse=False, scale=1.0, accumulate=True),
+    dict(name="q1_packed_accumulate", L=6, D=64, R=64, M=1, N=100,
+         dtype="f32", packed=True, key_norm=False, output_norm=None,
+         saved=None, grad_lse=False, scale=0.5, accumulate=True),
 ]
 # The whole backward (its blocks and partitions the runtime's rules at run
 # time), and attnres-split-reduction's loop over B blocks of tokens.
@@ -73,6 +81,12 @@ def operand_types(c):
         args.append(("residual", f"tensor<{lead}?x{D // 2}xi8>"))
     if c["grad_lse"]:
         args.append(("dlse", f"tensor<{lead}?xf32>"))
+    if c.get("accumulate"):
+        # The gradients the sources already have, typed as the sources.
+        if c["packed"]:
+            args.append(("acc", f"tensor<{L}x?x{D}x{t}>"))
+        else:
+            args += [(f"acc{l}", f"tensor<?x{D}x{t}>") for l in range(L)]
     return args
 
 
@@ -104,6 +118,10 @@ def module(c):
                           ("residual", "residual"), ("dlse", "grad_lse")):
         if name in types:
             parts.append(f"{keyword}(%{name} : {types[name]})")
+    if c.get("accumulate"):
+        names = ["acc"] if c["packed"] else [f"acc{l}" for l in range(c["L"])]
+        parts.append(f"accumulate({', '.join('%' + n for n in names)} : "
+                     f"{', '.join(types[n] for n in names)})")
     signature = ", ".join(f"%{n}: {t}" for n, t in args)
     result_list = ", ".join(t for _, t in results)
     values = ", ".join(f"%{n}" for n, _ in results)
@@ -228,6 +246,8 @@ def run(args):
                            D, mean=1.0, std=0.2).to(T)
         if c["grad_lse"]:
             x["dlse"] = randn(*lead, N).float()
+        if c.get("accumulate"):
+            x["acc"] = randn(L, N, D).to(T)
         # The forward's saved results, as a forward would store them.
         v64 = x["v"].double()
         q64 = x["q"].double().reshape(-1, R)
@@ -251,11 +271,14 @@ def run(args):
 
         def reference(dtype):
             y = {k: t.to(dtype) for k, t in x.items()}
-            return attnres_backward_reference(
+            grads = list(attnres_backward_reference(
                 y["v"], y["q"], y["do"], key_norm_weight=y.get("g"),
                 output_norm_weight=y.get("h"), scale=c["scale"],
                 grad_lse=y.get("dlse"), lse=y["lse"],
-                o_pre=stored.to(dtype) if stored is not None else None)
+                o_pre=stored.to(dtype) if stored is not None else None))
+            if "acc" in y:
+                grads[0] = grads[0] + y["acc"]
+            return grads
 
         ref64, ref32 = reference(torch.float64), reference(torch.float32)
         device = {k: t.cuda().contiguous() for k, t in x.items()}
@@ -263,6 +286,8 @@ def run(args):
         if not c["packed"]:
             for l in range(L):
                 device[f"v{l}"] = device["v"][l].contiguous()
+                if "acc" in device:
+                    device[f"acc{l}"] = device["acc"][l].contiguous()
         arguments = [describe(device[n]) for n in names]
         results = result_types(c)
         fields = [(n, descriptor_type(rank_of(t))) for n, t in results]
@@ -278,13 +303,25 @@ def run(args):
         if error:
             report.failures.append(f"runtime: {error.decode()}")
         got = {}
+        arguments_at = {a.allocated for a in arguments}
         for n, t in results:
             kind = "f32" if "xf32>" in t else c["dtype"]
             raw = torch.as_tensor(DeviceArray(getattr(out, n), kind),
                                   device="cuda")
             got[n] = (raw.view(torch.bfloat16) if kind == "bf16" else raw
                       ).clone()
-            runtime.mgpuMemFree(getattr(out, n).allocated, None)
+            # A result written in place into an argument's buffer is the
+            # caller's (PyTorch's), not the library's to free.
+            if getattr(out, n).allocated not in arguments_at:
+                runtime.mgpuMemFree(getattr(out, n).allocated, None)
+        if c.get("accumulate"):
+            # The source gradients are the accumulated ones, in place.
+            pairs = [("dv", "acc")] if c["packed"] else [
+                (f"dv{l}", f"acc{l}") for l in range(L)]
+            for result, argument in pairs:
+                if getattr(out, result).aligned != device[argument].data_ptr():
+                    report.failures.append(
+                        f"{result} is not written in place into {argument}")
         dv = got["dv"] if c["packed"] else torch.stack(
             [got[f"dv{l}"] for l in range(L)])
         storage = c["dtype"]
