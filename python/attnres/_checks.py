@@ -53,14 +53,17 @@ class Call:
         for name, value in fields.items():
             setattr(self, name, value)
 
-    def spec(self, partial=False, fp32_output=False):
+    def spec(self, partial=False, fp32_output=False, accumulate=False):
         """The compiler spec (docs/Bundle.md) of the forward and backward;
         with `partial`, of the partial result (FP32 o and its lse, no output
         norm) and its backward, which takes the lse's gradient too; with
         `fp32_output`, of an FP32 o (and o_pre), whose backward takes an
-        FP32 output gradient and saved o_pre."""
+        FP32 output gradient and saved o_pre; with `accumulate`, whose
+        backward adds into the source gradients it is given."""
         items = [f"L={self.L}", f"D={self.D}", f"R={self.R}", f"M={self.M}",
                  f"dtype={self.value_type}", "multi_query"]
+        if accumulate:
+            items.append("accumulate")
         if partial or fp32_output:
             items.append("output_dtype=f32")
         if partial:
@@ -90,9 +93,11 @@ def keeps_residual(dtype, width, save):
 
 
 def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
-                  scale, save, *, cuda_available=True):
+                  scale, save, *, cuda_available=True, any_device=False):
     """Checks the arguments of attnres.attnres; returns a :class:`Call` or
-    raises TypeError / InvalidArgumentError naming the argument and rule."""
+    raises TypeError / InvalidArgumentError naming the argument and rule.
+    `any_device`: the tensors may be on any one device (a caller with an
+    implementation for the CPU), not only a GPU."""
     if _is_tensor(sources):
         packed = True
         shape = _shape(sources)
@@ -196,7 +201,7 @@ def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
             f"backward reads each source once) or 'lse' (recompute: less "
             f"memory), got {save!r}")
 
-    check_devices(tensors, cuda_available)
+    check_devices(tensors, cuda_available, any_device)
     tokens = 1
     for extent in lead:
         tokens *= extent
@@ -211,10 +216,10 @@ def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
                 save=save)
 
 
-def check_devices(tensors, cuda_available=True):
-    """Every tensor on one GPU."""
+def check_devices(tensors, cuda_available=True, any_device=False):
+    """Every tensor on one GPU (on one device, with `any_device`)."""
     first_name, first = tensors[0]
-    if first.device.type != "cuda":
+    if first.device.type != "cuda" and not any_device:
         hint = "" if cuda_available else \
             " (and this PyTorch sees no CUDA or ROCm GPU)"
         raise InvalidArgumentError(

@@ -325,11 +325,14 @@ def _parameter_grads(query, key_norm, output_norm):
 
 def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
                   saved_residual, eps, scale, save, fp32_output=False,
-                  grad_lse=None):
+                  grad_lse=None, into=None, accumulate=False):
     """What attnres::backward computes: (d sources [L, N, D], dq, dg, dh).
     With `fp32_output` the output gradient and the saved o_pre are FP32 (the
     kernels of Call.spec(fp32_output=True)); with `grad_lse` the backward of
-    attnres::partial (Call.spec(partial=True)), given the lse's gradient."""
+    attnres::partial (Call.spec(partial=True)), given the lse's gradient.
+    `into`, a dense [L, N, D] tensor, receives the source gradients (and is
+    the first result); with `accumulate` the kernels add them to what it
+    holds (Call.spec(accumulate=True)), in place."""
     sources, query, key_norm, output_norm = _dense_all(
         sources, query, key_norm, output_norm)
     grad, lse, saved = dense(grad), dense(lse), maybe_dense(saved)
@@ -340,17 +343,19 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
     N, D, L = sources[0].shape[-2], call.D, call.L
     # One [L, N, D] buffer for every source gradient: its table is computed
     # on the device, and a list of sources gets views of it.
-    grad_sources = torch.empty((L, N, D), dtype=sources[0].dtype,
-                               device=device)
+    grad_sources = into if into is not None else torch.empty(
+        (L, N, D), dtype=sources[0].dtype, device=device)
     dq, dg, dh = _parameter_grads(query, key_norm, output_norm)
     if N == 0:
         dq.zero_()
         dg.zero_()
         dh.zero_()
-        grad_sources.zero_()
+        if not accumulate:
+            grad_sources.zero_()
         return grad_sources, dq, dg, dh
     runtime = _runtime(call.spec(partial=grad_lse is not None,
-                                 fp32_output=fp32_output), device)
+                                 fp32_output=fp32_output,
+                                 accumulate=accumulate), device)
     op = runtime.op("backward")
     blocks = runtime.backward_blocks(op, N)
     partitions = runtime.backward_partitions(op, blocks)
@@ -393,6 +398,44 @@ def _(sources, query, key_norm, output_norm, grad, lse, saved,
     grad_sources = sources[0].new_empty((L, N, D))
     dq, dg, dh = _parameter_grads(query, key_norm, output_norm)
     return grad_sources, dq, dg, dh
+
+
+@torch.library.custom_op("attnres::backward_into",
+                         mutates_args=("grad_sources",))
+def backward_into_op(sources: list[torch.Tensor], query: torch.Tensor,
+                     key_norm: torch.Tensor | None,
+                     output_norm: torch.Tensor | None, grad: torch.Tensor,
+                     lse: torch.Tensor, saved: torch.Tensor | None,
+                     saved_residual: torch.Tensor | None, eps: float,
+                     scale: float, save: str, grad_sources: torch.Tensor,
+                     accumulate: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """attnres::backward writing the source gradients into `grad_sources`
+    (a dense [L, N, D] tensor: a residual history's gradient rows), added to
+    what it holds where `accumulate`, in the backward kernel (no separate
+    add, no per-source tensors); returns (dq, dg, dh)."""
+    L = len(sources) if sources[0].dim() == 2 else sources[0].shape[0]
+    expected = (L,) + tuple(sources[0].shape[-2:])
+    if tuple(grad_sources.shape) != expected or \
+            grad_sources.dtype != sources[0].dtype or \
+            grad_sources.device != sources[0].device or \
+            not grad_sources.is_contiguous():
+        raise ValueError(
+            f"grad_sources must be a dense {list(expected)} "
+            f"{sources[0].dtype} tensor on {sources[0].device}, got "
+            f"{list(grad_sources.shape)} {grad_sources.dtype} on "
+            f"{grad_sources.device}")
+    _, dq, dg, dh = backward_impl(sources, query, key_norm, output_norm, grad,
+                                  lse, saved, saved_residual, eps, scale,
+                                  save, into=grad_sources,
+                                  accumulate=accumulate)
+    return dq, dg, dh
+
+
+@backward_into_op.register_fake
+def _(sources, query, key_norm, output_norm, grad, lse, saved,
+      saved_residual, eps, scale, save, grad_sources, accumulate):
+    return _parameter_grads(query, key_norm, output_norm)
 
 
 def _kept(save, output_norm, o, o_pre):

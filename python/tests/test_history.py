@@ -1,0 +1,176 @@
+"""attnres.nn.ResidualHistory on the CPU (the float64 formulas of
+attnres.reference behind the same buffers and autograd structure as the
+GPU kernels): a Full AttnRes stack built on it has the gradients of the
+same stack built on the list op, every layer output's gradient comes back
+once every later reader has added into it, activation checkpointing
+recomputes what the first run read, and misuse is refused by rule. The
+kernels themselves run on the GPU (test/Integration/GPU/history.py)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnres.nn import HistoryError, ResidualHistory  # noqa: E402
+from attnres.reference import attnres_reference  # noqa: E402
+
+
+class Stack(torch.nn.Module):
+    """Full AttnRes: layer i reads the embedding and every earlier output,
+    then a D x D linear layer (with a tanh, so that gradients depend on the
+    values); a last read gives the output."""
+
+    def __init__(self, layers, D, R, seed=0, M=None):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+
+        def param(*shape, mean=0.0, std=1.0):
+            return torch.nn.Parameter(
+                torch.randn(*shape, generator=gen) * std + mean)
+        lead = () if M is None else (M,)
+        self.queries = torch.nn.ParameterList(
+            [param(*lead, R, std=0.5) for _ in range(layers + 1)])
+        self.key_norms = torch.nn.ParameterList(
+            [param(R, mean=1.0, std=0.1) for _ in range(layers + 1)])
+        self.weights = torch.nn.ParameterList(
+            [param(D, D, std=D ** -0.5) for _ in range(layers)])
+
+    def layer(self, i, x):
+        if x.dim() == self.weights[i].dim() + 1:  # M queries: their mean
+            x = x.mean(0)
+        return torch.tanh(x @ self.weights[i])
+
+    def with_list(self, embedding):
+        outputs = [embedding]
+        for i in range(len(self.weights)):
+            x = attnres_reference(torch.stack(outputs), self.queries[i],
+                                  key_norm_weight=self.key_norms[i])
+            outputs.append(self.layer(i, x))
+        return attnres_reference(torch.stack(outputs), self.queries[-1],
+                                 key_norm_weight=self.key_norms[-1])
+
+    def with_history(self, embedding, history, checkpointed=False):
+        history.start(embedding)
+        for i in range(len(self.weights)):
+            def body(i=i):
+                x = history.attend(self.queries[i],
+                                   key_norm_weight=self.key_norms[i])
+                return self.layer(i, x)
+            y = history.checkpoint(body) if checkpointed else body()
+            history.append(y)
+        return history.attend(self.queries[-1],
+                              key_norm_weight=self.key_norms[-1])
+
+
+def _grads(model, embedding, run):
+    model.zero_grad()
+    leaf = embedding.detach().clone().requires_grad_()
+    out = run(leaf)
+    gen = torch.Generator().manual_seed(7)
+    (out * torch.randn(out.shape, generator=gen)).sum().backward()
+    return [p.grad.clone() for p in model.parameters()] + [leaf.grad], out
+
+
+def _close(a, b, tol):
+    """Relative to b, with b's norm floored at 1: a gradient that is zero
+    by a softmax over one source (the first layer's query) comes out of the
+    formulas as float32 rounding, not 0."""
+    return (a - b).norm() <= tol * max(b.norm(), 1.0)
+
+
+@pytest.mark.parametrize("M", [None, 3])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_stack_matches_the_list_op(M, checkpointed):
+    L, N, D = 5, 7, 16
+    model = Stack(L, D, R=8, M=M)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(1))
+    history = ResidualHistory(capacity=L + 1)
+    expected, out_list = _grads(model, embedding, model.with_list)
+    got, out = _grads(model, embedding,
+                      lambda e: model.with_history(e, history, checkpointed))
+    assert _close(out, out_list, 1e-6)
+    for g, e in zip(got, expected):
+        assert _close(g, e, 1e-5), (g - e).abs().max()
+
+
+def test_second_step_reuses_the_buffers():
+    L, N, D = 3, 5, 8
+    model = Stack(L, D, R=8)
+    history = ResidualHistory(capacity=L + 1)
+    for seed in (2, 3):
+        embedding = torch.randn(N, D,
+                                generator=torch.Generator().manual_seed(seed))
+        expected, _ = _grads(model, embedding, model.with_list)
+        got, _ = _grads(model, embedding,
+                        lambda e: model.with_history(e, history))
+        buffers = (history._rows.data_ptr(), history._grads.data_ptr())
+        if seed == 2:
+            first = buffers
+        for g, e in zip(got, expected):
+            assert _close(g, e, 1e-5)
+    assert buffers == first
+
+
+def test_an_output_read_by_no_one_gets_no_history_gradient():
+    # The last output is appended but never read: its gradient is the
+    # model's alone.
+    D = 8
+    history = ResidualHistory(capacity=3)
+    q = torch.randn(D, requires_grad=True)
+    e = torch.randn(4, D, requires_grad=True)
+    history.start(e)
+    y = (history.attend(q) * 2).requires_grad_()
+    history.append(y)
+    (y.sum() + e.sum()).backward()
+    expected = torch.ones_like(e)
+    o = attnres_reference(e.detach()[None], q.detach())
+    assert torch.allclose(o, e.detach())  # one source: o is the source
+    assert torch.allclose(e.grad, expected + 2 * torch.ones_like(e))
+
+
+def test_misuse_is_refused_by_rule():
+    D = 8
+    history = ResidualHistory(capacity=2)
+    with pytest.raises(HistoryError, match="append before start"):
+        history.append(torch.zeros(3, D))
+    with pytest.raises(HistoryError, match="attend before start"):
+        history.attend(torch.zeros(D))
+    history.start(torch.zeros(3, D))
+    with pytest.raises(HistoryError, match=r"row 1 must be a \[3, 8\] "
+                       r"torch.float32 tensor on cpu \(as the first row\), "
+                       r"got \[3, 4\] torch.float32"):
+        history.append(torch.zeros(3, 4))
+    with pytest.raises(HistoryError, match="got \\[3, 8\\] torch.float16"):
+        history.append(torch.zeros(3, D, dtype=torch.float16))
+    history.append(torch.zeros(3, D))
+    with pytest.raises(HistoryError, match="append past the capacity: the "
+                       "history holds 2 rows"):
+        history.append(torch.zeros(3, D))
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(HistoryError, match="capacity must be an int"):
+            ResidualHistory(bad)
+    with pytest.raises(HistoryError, match="bf16, f16 or f32"):
+        ResidualHistory(2).start(torch.zeros(3, D, dtype=torch.float64))
+
+
+def test_a_backward_after_the_next_start_is_refused():
+    D = 8
+    history = ResidualHistory(capacity=3)
+    q = torch.randn(D, requires_grad=True)
+    history.start(torch.randn(4, D, requires_grad=True))
+    out = history.attend(q)
+    history.start(torch.randn(4, D))   # overwrites the rows `out` read
+    with pytest.raises(HistoryError, match="rows were overwritten"):
+        out.sum().backward()
+
+
+def test_a_second_backward_is_refused():
+    D = 8
+    history = ResidualHistory(capacity=3)
+    q = torch.randn(D, requires_grad=True)
+    e = torch.randn(4, D, requires_grad=True)
+    history.start(e)
+    history.append(torch.tanh(history.attend(q)))
+    out = history.attend(q)
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(HistoryError, match="a second backward"):
+        out.sum().backward()
