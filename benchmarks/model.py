@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""AttnRes in a whole model: a Full AttnRes stack's training step with the
+residual history (attnres.nn.ResidualHistory), the list op
+(attnres.attnres), PyTorch ops (attnres.reference) and FLA's fused_attnres
+where it is importable, against the plain residual stream.
+
+Layer i (i = 1..L) reads the embedding and the i - 1 earlier outputs by
+AttnRes (a key norm, R = D, bf16), then a D x D linear layer; the last
+layer's output is the model's. A step is the forward and backward of the
+whole stack (torch.autograd, every parameter's gradient). Per shape:
+step time (CUDA events, median of steady calls), peak memory above what
+the inputs and parameters hold, AttnRes's share (step minus the plain
+residual step) and the sum of the layers' forward + backward byte floors
+(common.py: layer i moves (3i + 3) N D elt bytes at least), over the copy
+bandwidth of the same run. Gradients of every parameter and of the
+embedding are compared with the list op's (relative Frobenius), and at
+the first shape with a float32 PyTorch reference on the same bf16 values.
+
+  here:  PYTHONPATH=python python3 benchmarks/model.py --prebuild DIR
+  there: ATTNRES_BUNDLE_DIR=DIR PYTHONPATH=python python3 benchmarks/model.py \\
+             --json OUT.json
+
+Prints a table last; exits 1 where a gradient is off.
+"""
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "python"))
+import common  # noqa: E402
+from attnres import _checks  # noqa: E402
+
+SHAPES = [(16, 8192, 4096), (32, 4096, 4096), (16, 16384, 2048),
+          (64, 2048, 4096)]
+# A tiny shape: the GPU is idle there, the step times the host.
+HOST_SHAPE = (64, 16, 256)
+# Gradients within bf16 rounding of the list op's, and of float32's.
+GRADIENT_TOLERANCE = 2e-3
+
+
+class _Shape:
+    """Looks like a CUDA tensor of a shape and dtype to the checks."""
+
+    class _Device:
+        type, index = "cuda", 0
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, self._Device
+
+    def stride(self):
+        return ()
+
+    def data_ptr(self):
+        return 0
+
+
+def keys():
+    """The kernel keys every contender of every shape needs: layer i reads
+    i sources, the history's backward accumulating (but the first one run,
+    which writes)."""
+    import torch
+    result = set()
+    for L, N, D in SHAPES + [HOST_SHAPE]:
+        for count in range(1, L + 1):
+            call = _checks.check_attnres(
+                _Shape((count, N, D), torch.bfloat16),
+                _Shape((D,), torch.bfloat16), _Shape((D,), torch.bfloat16),
+                None, common.EPS, common.SCALE, "o_pre")
+            result.add(call.spec())
+            result.add(call.spec(accumulate=True))
+    return sorted(result)
+
+
+def floor_bytes(L, N, D, elt=2):
+    return sum(common.forward_bytes(i, N, D, elt) +
+               common.backward_bytes(i, N, D, elt) for i in range(1, L + 1))
+
+
+class Model:
+    """The stack's parameters and inputs (bf16 unless `dtype`)."""
+
+    def __init__(self, L, N, D, dtype, seed=0):
+        import torch
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+
+        def randn(*shape, mean=0.0, std=1.0):
+            return (torch.randn(*shape, generator=gen, device="cuda") * std
+                    + mean).to(dtype)
+
+        self.L, self.N, self.D, self.dtype = L, N, D, dtype
+        self.embedding = randn(N, D).requires_grad_()
+        self.weights = [randn(D, D, std=D ** -0.5).requires_grad_()
+                        for _ in range(L)]
+        self.queries = [randn(D, std=D ** -0.5).requires_grad_()
+                        for _ in range(L)]
+        self.key_norms = [randn(D, mean=1.0, std=0.1).requires_grad_()
+                          for _ in range(L)]
+        self.grad_out = randn(N, D)
+
+    def parameters(self):
+        return [self.embedding, *self.weights, *self.queries,
+                *self.key_norms]
+
+    def converted(self, dtype):
+        """The same values in `dtype` (a float32 reference of bf16 ones)."""
+        other = Model.__new__(Model)
+        other.L, other.N, other.D, other.dtype = self.L, self.N, self.D, \
+            dtype
+        for name in ("embedding",):
+            setattr(other, name,
+                    getattr(self, name).detach().to(dtype).requires_grad_())
+        for name in ("weights", "queries", "key_norms"):
+            setattr(other, name, [t.detach().to(dtype).requires_grad_()
+                                  for t in getattr(self, name)])
+        other.grad_out = self.grad_out.to(dtype)
+        return other
+
+
+def plain_step(m):
+    h = m.embedding
+    for W in m.weights:
+        h = h + h @ W
+    h.backward(m.grad_out)
+
+
+def list_step(m, op):
+    outputs = [m.embedding]
+    for i, W in enumerate(m.weights):
+        x = op(outputs, m.queries[i], key_norm_weight=m.key_norms[i])
+        y = x @ W
+        outputs.append(y)
+    y.backward(m.grad_out)
+
+
+def history_step(m, history):
+    history.start(m.embedding)
+    for i, W in enumerate(m.weights):
+        x = history.attend(m.queries[i], key_norm_weight=m.key_norms[i])
+        y = x @ W
+        if i + 1 < len(m.weights):
+            history.append(y)
+    y.backward(m.grad_out)
+
+
+def contenders():
+    """(name, function(model) -> step function) of what is importable."""
+    import attnres
+    from attnres.nn import ResidualHistory
+    from attnres.reference import attnres_reference
+
+    def torch_op(sources, query, key_norm_weight):
+        return attnres_reference(torch_stack(sources), query,
+                                 key_norm_weight=key_norm_weight)
+
+    def torch_stack(sources):
+        import torch
+        return torch.stack(sources)
+
+    found = [
+        ("plain", lambda m: lambda: plain_step(m)),
+        ("history", lambda m: (lambda h: lambda: history_step(m, h))(
+            ResidualHistory(m.L))),
+        ("list op", lambda m: lambda: list_step(m, attnres.attnres)),
+        ("PyTorch ops", lambda m: lambda: list_step(m, torch_op)),
+    ]
+    fla = fla_op()
+    if fla is not None:
+        found.append(("FLA", lambda m: lambda: list_step(m, fla)))
+    return found
+
+
+def fla_op():
+    """FLA's fused_attnres as (sources, query, key_norm_weight) -> o, or
+    None (and a line saying so) where FLA is not importable."""
+    try:
+        from fla.ops.attnres import fused_attnres  # noqa: F401
+    except Exception as error:  # not installed, or another API
+        print(f"FLA: not importable ({type(error).__name__}: {error}); "
+              f"skipped")
+        return None
+
+    def op(sources, query, key_norm_weight):
+        import torch
+        return fused_attnres(torch.stack(sources), query,
+                             key_norm_weight=key_norm_weight)
+    return op
+
+
+def gradients(m, step):
+    for p in m.parameters():
+        p.grad = None
+    step()
+    return [p.grad.detach().clone() for p in m.parameters()]
+
+
+def compare(got, expected):
+    return max(common.relative_error(g, e) for g, e in zip(got, expected))
+
+
+def measure(m, step, repeats):
+    import torch
+
+    def one():
+        for p in m.parameters():
+            p.grad = None
+        step()
+    one()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    one()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    ms = common.time_steady(one, repeats=repeats, warmup=2)
+    return ms, peak
+
+
+def run_shape(L, N, D, bandwidth, reference, repeats):
+    import torch
+    m = Model(L, N, D, torch.bfloat16)
+    row = dict(L=L, N=N, D=D,
+               floor_ms=floor_bytes(L, N, D) / bandwidth * 1e3)
+    found = contenders()
+    expected = gradients(m, found[2][1](m))   # the list op's
+    errors = {}
+    for name, make in found:
+        step = make(m)
+        if name != "plain":
+            errors[name] = compare(gradients(m, step), expected)
+        ms, peak = measure(m, step, repeats)
+        row[name] = dict(ms=ms, peak_gb=peak / 1e9)
+        torch.cuda.empty_cache()
+    row["errors_vs_list"] = errors
+    if reference:
+        f32 = m.converted(torch.float32)
+        from attnres.reference import attnres_reference
+        exact = gradients(f32, lambda: list_step(
+            f32, lambda s, q, key_norm_weight: attnres_reference(
+                torch.stack(s), q, key_norm_weight=key_norm_weight)))
+        row["errors_vs_f32"] = {
+            name: compare(gradients(m, make(m)), exact)
+            for name, make in found if name in ("history", "list op")}
+        del f32, exact
+    del m
+    torch.cuda.empty_cache()
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prebuild", type=pathlib.Path,
+                        help="compile every bundle this needs into this "
+                        "folder (on a machine with the compiler) and exit")
+    parser.add_argument("--target", default="sm_90")
+    parser.add_argument("--json", type=pathlib.Path)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--shapes", default="",
+                        help="L,N,D;... (default: the four of the issue)")
+    args = parser.parse_args()
+    if args.prebuild:
+        import attnres
+        needed = keys()
+        attnres.prebuild(needed, args.target, args.prebuild)
+        print(f"{len(needed)} bundles in {args.prebuild / args.target}")
+        return 0
+
+    import torch
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split(","))
+                  for s in args.shapes.split(";")]
+    start = time.time()
+    bandwidth = common.copy_bandwidth()
+    rows = []
+    for index, (L, N, D) in enumerate(shapes):
+        rows.append(run_shape(L, N, D, bandwidth, reference=index == 0,
+                              repeats=args.repeats))
+        print(json.dumps(rows[-1]), flush=True)
+    host = run_shape(*HOST_SHAPE, bandwidth, reference=False,
+                     repeats=max(args.repeats, 20))
+    print(json.dumps(host), flush=True)
+
+    failed = False
+    print(f"\ncopy {bandwidth / 1e12:.3f} TB/s; {torch.cuda.get_device_name()}"
+          f"; torch {torch.__version__}; {time.time() - start:.0f} s")
+    names = [n for n in rows[0] if isinstance(rows[0][n], dict) and
+             "ms" in rows[0][n]]
+    print("Full AttnRes step (ms) / AttnRes share (ms, x floor) / peak GB")
+    header = f"{'L, N, D':>18} {'floor':>6}" + "".join(
+        f" {n:>22}" for n in names)
+    print(header)
+    for row in rows:
+        plain = row["plain"]["ms"]
+        cells = []
+        for n in names:
+            ms = row[n]["ms"]
+            share = ms - plain
+            cells.append(f"{ms:6.1f} {share:5.1f} {share / row['floor_ms']:4.2f}x"
+                         f" {row[n]['peak_gb']:4.1f}" if n != "plain" else
+                         f"{ms:6.1f} {'':>15}")
+        print(f"{str((row['L'], row['N'], row['D'])):>18} "
+              f"{row['floor_ms']:6.2f}" + "".join(f" {c:>22}" for c in cells))
+    for row in rows:
+        for name, error in row["errors_vs_list"].items():
+            if name in ("history",) and not error <= GRADIENT_TOLERANCE:
+                failed = True
+        print(f"{(row['L'], row['N'], row['D'])}: gradients vs the list op: "
+              + ", ".join(f"{n} {e:.2e}"
+                          for n, e in row["errors_vs_list"].items())
+              + ("; vs float32: " + ", ".join(
+                  f"{n} {e:.2e}" for n, e in row["errors_vs_f32"].items())
+                 if "errors_vs_f32" in row else ""))
+    print(f"host shape {HOST_SHAPE}: step " + ", ".join(
+        f"{n} {host[n]['ms']:.2f} ms" for n in names)
+        + f"; history / plain {host['history']['ms'] / host['plain']['ms']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(dict(
+            bandwidth=bandwidth, device=common.device_facts(), rows=rows,
+            host=host), indent=1))
+    if failed:
+        print(f"FAILED: a history gradient is off the list op's by more "
+              f"than {GRADIENT_TOLERANCE}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

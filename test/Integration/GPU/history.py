@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""attnres.nn.ResidualHistory on the GPU: a Full AttnRes stack (layer i
+reads the embedding and every earlier output, then a linear layer and a
+tanh) built on the history, against the same stack on the list op
+(attnres.attnres) and on float64 PyTorch (attnres.reference), in bf16, f16
+and f32: the output and every parameter's and the embedding's gradient,
+eagerly, replayed from a CUDA graph of the whole step, with activation
+checkpointing (history.checkpoint) and under torch.compile(fullgraph=True);
+then the misuse the history refuses.
+
+  here:  PYTHONPATH=python python3 test/Integration/GPU/history.py --prebuild DIR
+  there: ATTNRES_BUNDLE_DIR=DIR PYTHONPATH=python python3 test/Integration/GPU/history.py
+
+Prints a line per case and "history: N of N passed" last.
+"""
+
+import argparse
+import pathlib
+import sys
+import zlib
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2] / "python"))
+
+from attnres import _checks  # noqa: E402
+
+# (layers, tokens, width, rank, queries per read (None: a [R] query), dtype)
+CASES = [
+    (4, 300, 256, 256, None, "bf16"),
+    (6, 77, 128, 32, None, "f16"),
+    (3, 64, 64, 64, 3, "f32"),
+    (9, 200, 512, 512, None, "bf16"),
+]
+# Relative Frobenius distance to float64 allowed per dtype (bf16 rounding
+# of every gradient, compounded over the layers), and to the list op.
+TOLERANCE = {"bf16": 3e-2, "f16": 5e-3, "f32": 2e-5}
+MODES = ["eager", "graph", "checkpoint", "compile"]
+
+
+class _Shape:
+    class _Device:
+        type, index = "cuda", 0
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, self._Device
+
+    def stride(self):
+        return ()
+
+    def data_ptr(self):
+        return 0
+
+
+def keys():
+    import torch
+    dtypes = dict(bf16=torch.bfloat16, f16=torch.float16, f32=torch.float32)
+    result = set()
+    for L, N, D, R, M, dtype in CASES:
+        T = dtypes[dtype]
+        for count in range(1, L + 1):
+            call = _checks.check_attnres(
+                _Shape((count, N, D), T),
+                _Shape((R,) if M is None else (M, R), T), _Shape((R,), T),
+                None, 1e-6, 1.0, "o_pre")
+            result.add(call.spec())
+            result.add(call.spec(accumulate=True))
+    return sorted(result)
+
+
+def make(case, dtype, device, seed):
+    import torch
+    L, N, D, R, M, _ = case
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def randn(*shape, mean=0.0, std=1.0):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * std
+                + mean).to(device)
+    lead = () if M is None else (M,)
+    params = dict(
+        embedding=randn(N, D),
+        weights=[randn(D, D, std=D ** -0.5) for _ in range(L)],
+        queries=[randn(*lead, R, std=R ** -0.5) for _ in range(L)],
+        key_norms=[randn(R, mean=1.0, std=0.1) for _ in range(L)],
+        grad_out=randn(N, D))
+    return params
+
+
+def leaves(params, dtype):
+    import torch
+    out = {}
+    for name, value in params.items():
+        if isinstance(value, list):
+            out[name] = [v.to(dtype).requires_grad_() for v in value]
+        elif name == "grad_out":
+            out[name] = value.to(dtype)
+        else:
+            out[name] = value.to(dtype).requires_grad_()
+    return out
+
+
+def flat(p):
+    return [p["embedding"], *p["weights"], *p["queries"], *p["key_norms"]]
+
+
+def layer(x, W):
+    if x.dim() == 3:   # M queries: their mean
+        x = x.mean(0)
+    import torch
+    return torch.tanh(x @ W)
+
+
+def stack_on_list(p, op):
+    import torch
+    outputs = [p["embedding"]]
+    for i, W in enumerate(p["weights"]):
+        outputs.append(layer(op(outputs, p["queries"][i],
+                                p["key_norms"][i]), W))
+    return outputs[-1]
+
+
+def stack_on_history(p, history, checkpointed=False):
+    history.start(p["embedding"])
+    y = None
+    for i, W in enumerate(p["weights"]):
+        def body(i=i, W=W):
+            return layer(history.attend(p["queries"][i],
+                                        key_norm_weight=p["key_norms"][i]), W)
+        y = history.checkpoint(body) if checkpointed else body()
+        if i + 1 < len(p["weights"]):
+            history.append(y)
+    return y
+
+
+def run(p, forward):
+    import torch
+    for t in flat(p):
+        t.grad = None
+    out = forward()
+    out.backward(p["grad_out"])
+    return [out.detach().clone()] + [t.grad.detach().clone() for t in flat(p)]
+
+
+def distance(got, want):
+    import torch
+    worst = 0.0
+    for g, w in zip(got, want):
+        g, w = g.double(), w.double()
+        if not torch.isfinite(g).all():
+            return float("inf")
+        worst = max(worst, ((g - w).norm() / max(w.norm(), 1e-30)).item())
+    return worst
+
+
+def check_case(case, mode):
+    import torch
+    import attnres
+    from attnres.nn import ResidualHistory
+    from attnres.reference import attnres_reference
+    dtypes = dict(bf16=torch.bfloat16, f16=torch.float16, f32=torch.float32)
+    T = dtypes[case[-1]]
+    params = make(case, T, "cuda", seed=zlib.crc32(repr(case).encode()))
+
+    def ref_op(outputs, q, g):
+        return attnres_reference(torch.stack(outputs), q, key_norm_weight=g)
+
+    def list_op(outputs, q, g):
+        return attnres.attnres(outputs, q, key_norm_weight=g)
+
+    p64 = leaves(params, torch.float64)
+    exact = run(p64, lambda: stack_on_list(p64, ref_op))
+    p = leaves(params, T)
+    listed = run(p, lambda: stack_on_list(p, list_op))
+    history = ResidualHistory(case[0])
+    if mode == "eager":
+        got = run(p, lambda: stack_on_history(p, history))
+    elif mode == "checkpoint":
+        got = run(p, lambda: stack_on_history(p, history, True))
+    elif mode == "compile":
+        torch._dynamo.reset()
+        step = torch.compile(lambda: stack_on_history(p, history),
+                             fullgraph=True)
+        got = run(p, step)
+    else:  # graph: the whole step captured, replayed on new values
+        static = leaves(params, T)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                run(static, lambda: stack_on_history(static, history))
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        for t in flat(static):
+            t.grad = None
+        with torch.cuda.graph(graph):
+            out = stack_on_history(static, history)
+            out.backward(static["grad_out"])
+        with torch.no_grad():
+            for s, v in zip(flat(static), flat(p)):
+                s.copy_(v)
+        graph.replay()
+        torch.cuda.synchronize()
+        got = [out.detach().clone()] + [t.grad.detach().clone()
+                                        for t in flat(static)]
+    to_exact = distance(got, exact)
+    to_list = distance(got, listed)
+    list_to_exact = distance(listed, exact)
+    # Within the dtype's tolerance of float64, and no further from it than
+    # the list op is (with a margin for rounding in another order).
+    ok = to_exact <= max(TOLERANCE[case[-1]], 1.5 * list_to_exact)
+    return ok, f"vs float64 {to_exact:.2e} (list op {list_to_exact:.2e}), " \
+        f"vs list op {to_list:.2e}"
+
+
+def check_misuse():
+    import torch
+    from attnres.nn import HistoryError, ResidualHistory
+    failures = []
+    h = ResidualHistory(2)
+    x = torch.randn(4, 64, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    q = torch.randn(64, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    h.start(x)
+    h.append(torch.randn(4, 64, device="cuda", dtype=torch.bfloat16))
+    for what, call, message in [
+            ("past capacity", lambda: h.append(x), "append past the capacity"),
+            ("dtype", lambda: h.append(x.float()), "row 2 must be"),
+    ]:
+        try:
+            call()
+            failures.append(f"{what}: not refused")
+        except HistoryError as error:
+            if message not in str(error):
+                failures.append(f"{what}: {error}")
+    out = h.attend(q)
+    h.start(x)
+    try:
+        out.float().sum().backward()
+        failures.append("backward after the next start: not refused")
+    except HistoryError as error:
+        if "rows were overwritten" not in str(error):
+            failures.append(f"backward after start: {error}")
+    return failures
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prebuild", type=pathlib.Path)
+    parser.add_argument("--target", default="sm_90")
+    parser.add_argument("--modes", default=",".join(MODES))
+    args = parser.parse_args()
+    if args.prebuild:
+        import attnres
+        needed = keys()
+        attnres.prebuild(needed, args.target, args.prebuild)
+        print(f"{len(needed)} bundles in {args.prebuild / args.target}")
+        return 0
+    import torch
+    import attnres.ops  # noqa: F401  (registers torch.ops.attnres)
+    torch._dynamo.config.cache_size_limit = 256
+    total = passed = 0
+    for case in CASES:
+        for mode in args.modes.split(","):
+            total += 1
+            try:
+                ok, detail = check_case(case, mode)
+            except Exception as error:  # a failing case must not stop the run
+                ok, detail = False, f"exception: {type(error).__name__}: " \
+                    f"{str(error)[:300]}"
+            passed += ok
+            print(f"{'PASS' if ok else 'FAIL'} {case} {mode}: {detail}",
+                  flush=True)
+    total += 1
+    failures = check_misuse()
+    passed += not failures
+    print(f"{'PASS' if not failures else 'FAIL'} misuse"
+          + ("" if not failures else ": " + "; ".join(failures)))
+    print(f"history: {passed} of {total} passed")
+    return 0 if passed == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
