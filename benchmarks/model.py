@@ -40,8 +40,8 @@ SHAPES = [(16, 8192, 4096), (32, 4096, 4096), (16, 16384, 2048),
           (64, 2048, 4096)]
 # A tiny shape: the GPU is idle there, the step times the host.
 HOST_SHAPE = (64, 16, 256)
-# Gradients within bf16 rounding of the list op's, and of float32's.
-GRADIENT_TOLERANCE = 2e-3
+# Gradients within bf16 rounding (through every layer) of the list op's.
+GRADIENT_TOLERANCE = 2e-2
 
 
 class _Shape:
@@ -199,8 +199,23 @@ def gradients(m, step):
     return [p.grad.detach().clone() for p in m.parameters()]
 
 
-def compare(got, expected):
-    return max(common.relative_error(g, e) for g, e in zip(got, expected))
+KINDS = ("embedding", "weights", "queries", "key_norms")
+
+
+def compare(got, expected, L):
+    """The largest relative (Frobenius) error of each kind of gradient: the
+    embedding's, the linear layers', the queries', the key norms'. (The
+    first layer's query reads one source: its gradient is zero, and is
+    compared with the largest query gradient's norm as its scale.)"""
+    groups = [(0, 1), (1, 1 + L), (1 + L, 1 + 2 * L), (1 + 2 * L, 1 + 3 * L)]
+    result = {}
+    for kind, (first, last) in zip(KINDS, groups):
+        scale = max(e.double().norm().item() for e in expected[first:last])
+        result[kind] = max(
+            (g.double() - e.double()).norm().item() /
+            max(e.double().norm().item(), 1e-2 * scale, 1e-30)
+            for g, e in zip(got[first:last], expected[first:last]))
+    return result
 
 
 def measure(m, step, repeats):
@@ -231,10 +246,16 @@ def run_shape(L, N, D, bandwidth, reference, repeats):
     errors = {}
     for name, make in found:
         step = make(m)
-        if name != "plain":
-            errors[name] = compare(gradients(m, step), expected)
-        ms, peak = measure(m, step, repeats)
-        row[name] = dict(ms=ms, peak_gb=peak / 1e9)
+        try:
+            if name != "plain":
+                errors[name] = compare(gradients(m, step), expected, L)
+            ms, peak = measure(m, step, repeats)
+            row[name] = dict(ms=ms, peak_gb=peak / 1e9)
+        except torch.OutOfMemoryError:
+            row[name] = dict(ms=float("nan"), peak_gb=float("nan"),
+                             note="out of memory")
+        for p in m.parameters():
+            p.grad = None
         torch.cuda.empty_cache()
     row["errors_vs_list"] = errors
     if reference:
@@ -244,7 +265,7 @@ def run_shape(L, N, D, bandwidth, reference, repeats):
             f32, lambda s, q, key_norm_weight: attnres_reference(
                 torch.stack(s), q, key_norm_weight=key_norm_weight)))
         row["errors_vs_f32"] = {
-            name: compare(gradients(m, make(m)), exact)
+            name: compare(gradients(m, make(m)), exact, L)
             for name, make in found if name in ("history", "list op")}
         del f32, exact
     del m
@@ -304,18 +325,25 @@ def main():
             cells.append(f"{ms:6.1f} {share:5.1f} {share / row['floor_ms']:4.2f}x"
                          f" {row[n]['peak_gb']:4.1f}" if n != "plain" else
                          f"{ms:6.1f} {'':>15}")
+            if "note" in row[n]:
+                cells[-1] = row[n]["note"]
         print(f"{str((row['L'], row['N'], row['D'])):>18} "
               f"{row['floor_ms']:6.2f}" + "".join(f" {c:>22}" for c in cells))
+    def kinds(errors):
+        return "/".join(f"{errors[k]:.1e}" for k in KINDS)
+    print("gradients, relative Frobenius (" + "/".join(KINDS) + "):")
     for row in rows:
-        for name, error in row["errors_vs_list"].items():
-            if name in ("history",) and not error <= GRADIENT_TOLERANCE:
-                failed = True
-        print(f"{(row['L'], row['N'], row['D'])}: gradients vs the list op: "
-              + ", ".join(f"{n} {e:.2e}"
+        history = row["errors_vs_list"]["history"]
+        if not max(history.values()) <= GRADIENT_TOLERANCE:
+            failed = True
+        print(f"{(row['L'], row['N'], row['D'])}: vs the list op: "
+              + ", ".join(f"{n} {kinds(e)}"
                           for n, e in row["errors_vs_list"].items())
               + ("; vs float32: " + ", ".join(
-                  f"{n} {e:.2e}" for n, e in row["errors_vs_f32"].items())
+                  f"{n} {kinds(e)}" for n, e in row["errors_vs_f32"].items())
                  if "errors_vs_f32" in row else ""))
+    print("Block AttnRes: not run (the history's block form is not built "
+          "yet)")
     print(f"host shape {HOST_SHAPE}: step " + ", ".join(
         f"{n} {host[n]['ms']:.2f} ms" for n in names)
         + f"; history / plain {host['history']['ms'] / host['plain']['ms']:.2f}")
