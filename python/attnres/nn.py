@@ -65,6 +65,7 @@ class ResidualHistory:
         self._written = 0       # gradient rows written this backward
         self._backwards = set()  # reads whose backward ran this step
         self._reads = 0
+        self._plans = {}         # the eager CUDA path's, by signature
 
     # --- the step --------------------------------------------------------
 
@@ -90,12 +91,15 @@ class ResidualHistory:
             self._rows = torch.empty(shape, dtype=first.dtype,
                                      device=first.device)
             self._grads = torch.empty_like(self._rows)
+            self._plans = {}
         self._step += 1
         self._count = 0
         self._written = 0
         self._backwards = set()
         self._reads = 0
-        self._token = torch.empty(0, device=first.device, requires_grad=True)
+        # The chain's first link (it requires a gradient wherever the rows
+        # do: a tensor made with requires_grad would not trace).
+        self._token = first.new_empty(0)
         self._append(first)
 
     def append(self, output):
@@ -149,14 +153,12 @@ class ResidualHistory:
         if self._rows is None or self._count == 0:
             raise HistoryError("attend before start: the history has no rows")
         count = getattr(self, "_pinned_count", None) or self._count
-        from . import _checks
-        call = _checks.check_attnres(self._rows[:count], query,
-                                     key_norm_weight, output_norm_weight,
-                                     eps, scale, save, any_device=True)
+        plan = _plan_for(self, count, query, key_norm_weight,
+                         output_norm_weight, eps, scale, save)
         read = self._reads
         self._reads += 1
         return _Attend.apply(self._token, query, key_norm_weight,
-                             output_norm_weight, self, count, call, read,
+                             output_norm_weight, self, count, plan, read,
                              eps, scale, save)
 
     def checkpoint(self, function, *args, **kwargs):
@@ -243,11 +245,11 @@ class _Attend(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, token, query, key_norm, output_norm, history, count,
-                call, read, eps, scale, save):
+                plan, read, eps, scale, save):
         rows = history._rows[:count]
-        o, saved = _forward(rows, call, query, key_norm, output_norm, eps,
+        o, saved = _forward(rows, plan, query, key_norm, output_norm, eps,
                             scale, save)
-        ctx.history, ctx.count, ctx.call = history, count, call
+        ctx.history, ctx.count, ctx.plan = history, count, plan
         ctx.step, ctx.read = history._step, read
         ctx.constants = (eps, scale, save)
         ctx.has = (key_norm is not None, output_norm is not None)
@@ -261,17 +263,82 @@ class _Attend(torch.autograd.Function):
         query, key_norm, output_norm, *saved = ctx.saved_tensors
         grads, accumulate = history._gradient_rows(ctx.count)
         dq, dg, dh = _backward(history._rows[:ctx.count], grads, accumulate,
-                               ctx.call, query, key_norm, output_norm, saved,
+                               ctx.plan, query, key_norm, output_norm, saved,
                                grad_o, *ctx.constants)
         return (grad_o.new_empty(0), dq, dg if ctx.has[0] else None,
                 dh if ctx.has[1] else None, None, None, None, None, None,
                 None, None)
 
 
-# --- the two implementations ------------------------------------------------
+# --- the implementations ----------------------------------------------------
+# CUDA tensors, eagerly: the runtime's launches from a plan made by the
+# first read of a signature (the checks, the bundles, launch counts and
+# workspace sizes, the device tables of the rows and their gradients), so
+# that a read costs about what a linear layer's launch does on the host.
+# CUDA tensors under torch.compile (or inputs the kernels cannot read in
+# place): the custom ops attnres::forward and attnres::backward_into. CPU
+# tensors: the float64 formulas.
 
-def _forward(rows, call, query, key_norm, output_norm, eps, scale, save):
+class _Plan:
+    """What one signature of a read needs: its Call and, for the eager CUDA
+    path, its launches."""
+
+    def __init__(self, call, rows=None, grads=None):
+        self.call = call
+        self.eager = None
+        if rows is None:
+            return
+        from . import ops
+        device = rows.device
+        self.eager = ops._Plan(call, device)   # forward, writing backward
+        runtime = ops._runtime(call.spec(accumulate=True), device)
+        backward = runtime.op("backward")
+        N = call.N
+        self.accumulating = runtime   # keeps its bundle loaded
+        self.accumulate_handle = runtime._handle
+        self.accumulate_op = backward.index
+        self.accumulate_blocks = runtime.backward_blocks(backward, N)
+        self.accumulate_partitions = runtime.backward_partitions(
+            backward, self.accumulate_blocks)
+        self.accumulate_workspace = runtime.backward_workspace_size(
+            backward, N, self.accumulate_blocks, self.accumulate_partitions)
+        self.rows_table = ops._packed_table(rows)
+        self.grads_table = ops._packed_table(grads)
+
+
+def _plan_for(history, count, query, key_norm, output_norm, eps, scale,
+              save):
+    rows = history._rows[:count]
+    if rows.is_cuda and not torch.compiler.is_compiling():
+        from . import ops
+        signature = (ops._weight_signature(query),
+                     ops._weight_signature(key_norm),
+                     ops._weight_signature(output_norm))
+        if False not in signature:
+            key = (count,) + signature + (type(eps), eps, type(scale),
+                                          scale, save)
+            plan = history._plans.get(key)
+            if plan is None:
+                call = _check(rows, query, key_norm, output_norm, eps,
+                              scale, save)
+                plan = _Plan(call, rows, history._grads[:count])
+                history._plans[key] = plan
+            return plan
+    return _Plan(_check(rows, query, key_norm, output_norm, eps, scale,
+                        save))
+
+
+def _check(rows, query, key_norm, output_norm, eps, scale, save):
+    from . import _checks
+    return _checks.check_attnres(rows, query, key_norm, output_norm, eps,
+                                 scale, save, any_device=True)
+
+
+def _forward(rows, plan, query, key_norm, output_norm, eps, scale, save):
     """o in the caller's layout, and the tensors the backward needs."""
+    if plan.eager is not None:
+        return _launch_forward(plan, query, key_norm, output_norm)
+    call = plan.call
     if rows.is_cuda:
         from . import ops
         N, D = call.N, call.D
@@ -290,10 +357,14 @@ def _forward(rows, call, query, key_norm, output_norm, eps, scale, save):
     return o, (lse,)
 
 
-def _backward(rows, grads, accumulate, call, query, key_norm, output_norm,
+def _backward(rows, grads, accumulate, plan, query, key_norm, output_norm,
               saved, grad_o, eps, scale, save):
     """Adds (or writes) the rows' gradients into `grads`; returns dq, dg,
     dh in the parameters' dtypes."""
+    if plan.eager is not None:
+        return _launch_backward(plan, accumulate, query, key_norm,
+                                output_norm, saved, grad_o, rows.dtype)
+    call = plan.call
     if rows.is_cuda:
         N, D = call.N, call.D
         lse, kept, residual = saved
@@ -315,3 +386,70 @@ def _backward(rows, grads, accumulate, call, query, key_norm, output_norm,
     return (dq.to(query.dtype),
             dg.to(key_norm.dtype) if dg is not None else None,
             dh.to(output_norm.dtype) if dh is not None else None)
+
+
+def _launch_forward(plan, query, key_norm, output_norm):
+    import ctypes
+    from . import _native, ops
+    p = plan.eager
+    device = p.device
+    dtype = plan.call.value_type
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16,
+             "f32": torch.float32}[dtype]
+    o = torch.empty(p.out_shape, dtype=dtype, device=device)
+    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=device)
+    o_pre = torch.empty(p.out_shape, dtype=dtype, device=device) \
+        if p.writes_o_pre else None
+    residual = torch.empty(p.residual_shape, dtype=torch.int8,
+                           device=device) if p.residual_shape else None
+    workspace = torch.empty(p.forward_workspace, dtype=torch.uint8,
+                            device=device) if p.forward_workspace else None
+    args = _native.ForwardArgs(
+        p.num_tokens, plan.rows_table.data_ptr(), query.data_ptr(),
+        ops._pointer(key_norm), ops._pointer(output_norm), o.data_ptr(),
+        lse.data_ptr(), ops._pointer(o_pre), p.partitions,
+        ops._pointer(workspace), p.forward_workspace, ops._pointer(residual))
+    error = ctypes.c_void_p()
+    ops._check(_native.runtime_lib().attnresForward(
+        p.handle, p.forward_op, ctypes.byref(args), ops._raw_stream(p.index),
+        ctypes.byref(error)), error)
+    kept = o if p.keeps_o else o_pre
+    return o, (lse, kept, residual)
+
+
+def _launch_backward(plan, accumulate, query, key_norm, output_norm, saved,
+                     grad_o, dtype):
+    import ctypes
+    from . import _native, ops
+    p = plan.eager
+    device = p.device
+    lse, kept, residual = saved
+    if grad_o.dtype is not dtype:
+        grad_o = grad_o.to(dtype)
+    grad_o = ops.dense(grad_o)
+    dq = torch.empty(query.shape, dtype=query.dtype, device=device)
+    dg = torch.empty(key_norm.shape, dtype=key_norm.dtype, device=device) \
+        if key_norm is not None else None
+    dh = torch.empty(output_norm.shape, dtype=output_norm.dtype,
+                     device=device) if output_norm is not None else None
+    if accumulate:
+        handle, op = plan.accumulate_handle, plan.accumulate_op
+        blocks, partitions = plan.accumulate_blocks, \
+            plan.accumulate_partitions
+        size = plan.accumulate_workspace
+    else:
+        handle, op = p.handle, p.backward_op
+        blocks, partitions = p.blocks, p.backward_partitions
+        size = p.backward_workspace
+    workspace = torch.empty(size, dtype=torch.uint8, device=device)
+    args = _native.BackwardArgs(
+        p.num_tokens, plan.rows_table.data_ptr(), query.data_ptr(),
+        ops._pointer(key_norm), ops._pointer(output_norm), grad_o.data_ptr(),
+        lse.data_ptr(), ops._pointer(kept), plan.grads_table.data_ptr(),
+        dq.data_ptr(), ops._pointer(dg), ops._pointer(dh), blocks,
+        partitions, workspace.data_ptr(), size, ops._pointer(residual))
+    error = ctypes.c_void_p()
+    ops._check(_native.runtime_lib().attnresBackward(
+        handle, op, ctypes.byref(args), ops._raw_stream(p.index),
+        ctypes.byref(error)), error)
+    return dq, dg, dh
