@@ -63,15 +63,14 @@ class _Shape:
 def keys():
     """The kernel keys every contender of every shape needs: layer i reads
     i sources, the history's backward accumulating (but the first one run,
-    which writes)."""
-    import torch
+    which writes). (The checks read dtypes by name: no PyTorch needed.)"""
+    bf16 = "torch.bfloat16"
     result = set()
     for L, N, D in SHAPES + [HOST_SHAPE]:
         for count in range(1, L + 1):
             call = _checks.check_attnres(
-                _Shape((count, N, D), torch.bfloat16),
-                _Shape((D,), torch.bfloat16), _Shape((D,), torch.bfloat16),
-                None, common.EPS, common.SCALE, "o_pre")
+                _Shape((count, N, D), bf16), _Shape((D,), bf16),
+                _Shape((D,), bf16), None, common.EPS, common.SCALE, "o_pre")
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
     return sorted(result)

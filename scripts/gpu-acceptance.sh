@@ -2,7 +2,8 @@
 # The GPU checks of one pipeline in one run on a machine without MLIR: the
 # keep-host programs of every decomposition test/Integration/GPU's lit
 # tests compile (host-layer.test, host-forward.test, host-backward.test),
-# the bundle cases (cases.test) and the speed benchmark (benchmarks/run.py),
+# the bundle cases (cases.test), the residual history (history.test) and
+# the speed benchmark (benchmarks/run.py),
 # each result checked against float64 (the benchmark's against float32),
 # and the benchmark's speed against the committed one
 # (docs/performance/h200.json, benchmarks/compare.py: no measure slower by
@@ -21,7 +22,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
-  sed -n '11,14p' "$0"
+  sed -n '12,15p' "$0"
   exit 2
 }
 
@@ -55,7 +56,8 @@ stage() {
   local toolkit=${CUDA_TOOLKIT:-/usr/local/cuda} cc=${CC:-cc}
   local gpu=$root/test/Integration/GPU
   # Only what an earlier staging wrote is removed (DIR may hold more).
-  rm -rf "$dir/lib" "$dir/host" "$dir/hb" "$dir/cases" "$dir/bundles"
+  rm -rf "$dir/lib" "$dir/host" "$dir/hb" "$dir/cases" "$dir/bundles" \
+    "$dir/history"
   mkdir -p "$dir/lib" "$dir/host"
   cp -P "$build"/lib/libAttnResRuntime.so* "$dir/lib/"
   for entry in "${layers[@]}"; do
@@ -80,6 +82,8 @@ stage() {
     --target sm_90 --out "$dir/cases" --jobs 2
   PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
     python3 "$root/benchmarks/prebuild.py" "$dir/bundles"
+  PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
+    python3 "$gpu/history.py" --prebuild "$dir/history"
   du -sh "$dir"
 }
 
@@ -125,6 +129,9 @@ kernel mix_0_forward; the launch was skipped"
   check cases env ATTNRES_LIBRARY_DIR="$dir/lib" python3 \
     "$root/test/Integration/GPU/run_cases.py" --cases "$dir/cases" \
     --out "$out/cases"
+  check history env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
+    ATTNRES_BUNDLE_DIR="$dir/history" python3 \
+    "$root/test/Integration/GPU/history.py" --modes eager,graph,checkpoint
   check benchmark env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
     ATTNRES_BUNDLE_DIR="$dir/bundles" python3 "$root/benchmarks/run.py" \
     --json "$out/h200.json" --no-chart

@@ -52,8 +52,10 @@ class _Shape:
 
 
 def keys():
-    import torch
-    dtypes = dict(bf16=torch.bfloat16, f16=torch.float16, f32=torch.float32)
+    """The kernel keys of every case (the checks read dtypes by name: no
+    PyTorch needed to list them)."""
+    dtypes = dict(bf16="torch.bfloat16", f16="torch.float16",
+                  f32="torch.float32")
     result = set()
     for L, N, D, R, M, dtype in CASES:
         T = dtypes[dtype]
