@@ -66,6 +66,12 @@ def keys():
                 None, 1e-6, 1.0, "o_pre")
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
+    # check_misuse's history: two bf16 rows of 64, a [64] query.
+    call = _checks.check_attnres(
+        _Shape((2, 4, 64), dtypes["bf16"]), _Shape((64,), dtypes["bf16"]),
+        None, None, 1e-6, 1.0, "o_pre")
+    result.add(call.spec())
+    result.add(call.spec(accumulate=True))
     return sorted(result)
 
 
