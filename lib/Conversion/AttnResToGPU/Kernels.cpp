@@ -359,7 +359,8 @@ void storeWithResidual(KernelEmitter &e, Value chunk, Value base, Value index,
 /// Stores the chunk vectors of a row where `valid` (i1) holds. With a
 /// `residualBase`, also the residuals of the chunks' rounding to the 16-bit
 /// `element`, chunk by chunk (so that a chunk's registers are free once it
-/// is stored).
+/// is stored). With `accumulate`, adds each chunk to what the row holds
+/// (loaded, widened, added in FP32, rounded once), one chunk at a time.
 void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
               Type element, Value valid, Value residualBase = {},
               bool accumulate = false) {
