@@ -161,6 +161,32 @@ class ResidualHistory:
                              output_norm_weight, self, count, plan, read,
                              eps, scale, save)
 
+    def read_block(self, queries, *, key_norm_weight=None, eps=1e-6,
+                   scale=1.0):
+        """Block AttnRes: every row so far (the embedding and the completed
+        blocks' summaries) read once by the queries of all layers of the
+        next block, ``[S, R]`` (S <= 16). Returns a :class:`BlockRead`
+        whose ``input(m, partial)`` is layer m's input: that read merged
+        with the partial sum of the block's earlier outputs. Append the
+        block's sum when the block is done."""
+        if self._rows is None or self._count == 0:
+            raise HistoryError("read_block before start: the history has no "
+                               "rows")
+        if not isinstance(queries, torch.Tensor) or queries.dim() != 2:
+            raise HistoryError(
+                f"read_block takes the block's queries as one [S, R] tensor, "
+                f"got {getattr(queries, 'shape', type(queries).__name__)}")
+        count = getattr(self, "_pinned_count", None) or self._count
+        rows = self._rows[:count]
+        plan = _Plan(_check(rows, queries, key_norm_weight, None, eps, scale,
+                            "o_pre"))
+        read = self._reads
+        self._reads += 1
+        o, lse = _ReadPartial.apply(self._token, queries, key_norm_weight,
+                                    self, count, plan, read, eps, scale)
+        return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
+                         self._rows.dtype)
+
     def checkpoint(self, function, *args, **kwargs):
         """``torch.utils.checkpoint.checkpoint(function, *args, **kwargs)``
         (non-reentrant) for a function that reads this history: its
@@ -217,6 +243,53 @@ def _check_read_once(history, step, read):
     history._backwards.add(read)
 
 
+class BlockRead:
+    """What :meth:`ResidualHistory.read_block` read: the FP32 partial
+    result (o, lse) of the history's rows for each query of a block."""
+
+    def __init__(self, o, lse, queries, key_norm, eps, scale, dtype):
+        self.o, self.lse = o, lse            # [S, ..., D] f32, [S, ...]
+        self.queries, self.key_norm = queries, key_norm
+        self.eps, self.scale, self.dtype = eps, scale, dtype
+
+    def input(self, m, partial=None, *, output_norm_weight=None):
+        """Layer m's input: AttnRes over the history's rows and `partial`
+        (the sum of the block's earlier outputs, a row's shape; None for
+        the block's first layer), with query m and the output norm `h`
+        ([D]) if given, in the rows' dtype (or h's)."""
+        o, lse = self.o[m], self.lse[m]
+        cuda = o.is_cuda
+        if partial is not None:
+            # The partial sum is one more source: its partial result is
+            # itself and its logit.
+            if cuda:
+                import attnres
+                o_p, lse_p = attnres.attnres_partial(
+                    [partial], self.queries[m], key_norm_weight=self.key_norm,
+                    eps=self.eps, scale=self.scale)
+            else:
+                from .reference import attnres_partial_reference
+                o_p, lse_p = attnres_partial_reference(
+                    partial[None], self.queries[m],
+                    key_norm_weight=self.key_norm, eps=self.eps,
+                    scale=self.scale)
+            o = torch.stack([o, o_p.to(o.dtype)])
+            lse = torch.stack([lse, lse_p.to(lse.dtype)])
+        else:
+            o, lse = o[None], lse[None]
+        if cuda:
+            import attnres
+            merged, _ = attnres.partition_reduce(
+                o, lse, output_norm_weight=output_norm_weight, eps=self.eps)
+        else:
+            from .reference import partition_reduce_reference
+            merged, _ = partition_reduce_reference(
+                o, lse, output_norm_weight=output_norm_weight, eps=self.eps)
+        dtype = output_norm_weight.dtype if output_norm_weight is not None \
+            else self.dtype
+        return merged.to(dtype)
+
+
 class _Append(torch.autograd.Function):
     """Writes an output into its row; its backward returns the row's
     gradient, which every later reader (ordered before it by the token
@@ -267,6 +340,71 @@ class _Attend(torch.autograd.Function):
                                grad_o, *ctx.constants)
         return (grad_o.new_empty(0), dq, dg if ctx.has[0] else None,
                 dh if ctx.has[1] else None, None, None, None, None, None,
+                None, None)
+
+
+class _ReadPartial(torch.autograd.Function):
+    """The partial result of the history's first `count` rows for a
+    block's queries; its backward (given the gradients of o and lse) adds
+    the rows' gradients into the history's gradient buffer in the
+    kernel."""
+
+    @staticmethod
+    def forward(ctx, token, queries, key_norm, history, count, plan, read,
+                eps, scale):
+        rows = history._rows[:count]
+        call = plan.call
+        if rows.is_cuda:
+            from . import ops  # noqa: F401  (registers torch.ops.attnres)
+            o, lse = torch.ops.attnres.partial(
+                [rows.reshape(call.L, call.N, call.D)], queries, key_norm,
+                eps, scale)
+            o = o.reshape((call.M,) + call.lead + (call.D,))
+            lse = lse.reshape((call.M,) + call.lead)
+        else:
+            from .reference import attnres_partial_reference
+            o, lse = attnres_partial_reference(rows, queries,
+                                               key_norm_weight=key_norm,
+                                               eps=eps, scale=scale)
+        ctx.history, ctx.count, ctx.plan = history, count, plan
+        ctx.step, ctx.read = history._step, read
+        ctx.constants = (eps, scale)
+        ctx.has_key_norm = key_norm is not None
+        ctx.save_for_backward(queries, key_norm, o, lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, grad_o, grad_lse):
+        history = ctx.history
+        _check_read_once(history, ctx.step, ctx.read)
+        queries, key_norm, o, lse = ctx.saved_tensors
+        grad_o = torch.zeros_like(o) if grad_o is None else grad_o.float()
+        grad_lse = torch.zeros_like(lse) if grad_lse is None else \
+            grad_lse.float()
+        rows = history._rows[:ctx.count]
+        grads, accumulate = history._gradient_rows(ctx.count)
+        eps, scale = ctx.constants
+        call = ctx.plan.call
+        if rows.is_cuda:
+            N, D, M = call.N, call.D, call.M
+            dq, dg = torch.ops.attnres.partial_backward_into(
+                [rows.reshape(call.L, N, D)], queries, key_norm,
+                grad_o.reshape(M, N, D).contiguous(),
+                grad_lse.reshape(M, N).contiguous(), lse.reshape(M, N),
+                o.reshape(M, N, D), eps, scale, grads.view(call.L, N, D),
+                accumulate)
+        else:
+            from .reference import attnres_backward_reference
+            dv, dq, dg, _ = attnres_backward_reference(
+                rows, queries, grad_o, key_norm_weight=key_norm, eps=eps,
+                scale=scale, grad_lse=grad_lse, lse=lse, o_pre=o)
+            if accumulate:
+                dv = dv + grads.to(dv.dtype)
+            grads.copy_(dv)
+            dq = dq.to(queries.dtype)
+            dg = dg.to(key_norm.dtype) if dg is not None else None
+        return (grad_o.new_empty(0), dq,
+                dg if ctx.has_key_norm else None, None, None, None, None,
                 None, None)
 
 

@@ -547,6 +547,33 @@ def _(sources, query, key_norm, grad_o, grad_lse, lse, o, eps, scale):
     return sources[0].new_empty((L, N, D)), dq, dg
 
 
+@torch.library.custom_op("attnres::partial_backward_into",
+                         mutates_args=("grad_sources",))
+def partial_backward_into_op(sources: list[torch.Tensor],
+                             query: torch.Tensor,
+                             key_norm: torch.Tensor | None,
+                             grad_o: torch.Tensor, grad_lse: torch.Tensor,
+                             lse: torch.Tensor, o: torch.Tensor, eps: float,
+                             scale: float, grad_sources: torch.Tensor,
+                             accumulate: bool
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """attnres::partial_backward writing the source gradients into
+    `grad_sources` ([L, N, D], dense), added to what it holds where
+    `accumulate`; returns (dq, dg)."""
+    _, dq, dg, _ = backward_impl(sources, query, key_norm, None, grad_o, lse,
+                                 o, None, eps, scale, "o_pre",
+                                 grad_lse=grad_lse, into=grad_sources,
+                                 accumulate=accumulate)
+    return dq, dg
+
+
+@partial_backward_into_op.register_fake
+def _(sources, query, key_norm, grad_o, grad_lse, lse, o, eps, scale,
+      grad_sources, accumulate):
+    dq, dg, _ = _parameter_grads(query, key_norm, None)
+    return dq, dg
+
+
 def _partial_setup(ctx, inputs, output):
     sources, query, key_norm, eps, scale = inputs
     o, lse = output

@@ -174,3 +174,79 @@ def test_a_second_backward_is_refused():
     out.sum().backward(retain_graph=True)
     with pytest.raises(HistoryError, match="a second backward"):
         out.sum().backward()
+
+
+class BlockStack(torch.nn.Module):
+    """Block AttnRes: blocks of S layers; layer m of block n reads the
+    embedding, the sums of the n - 1 completed blocks and the partial sum of
+    block n's earlier outputs (none for m = 0), with its own query and
+    output-norm weight and the block's key norm; the block's sum is its
+    summary."""
+
+    def __init__(self, blocks, S, D, seed=0):
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+
+        def param(*shape, mean=0.0, std=1.0):
+            return torch.nn.Parameter(
+                torch.randn(*shape, generator=gen) * std + mean)
+        self.S = S
+        self.queries = torch.nn.ParameterList(
+            [param(S, D, std=0.5) for _ in range(blocks)])
+        self.key_norms = torch.nn.ParameterList(
+            [param(D, mean=1.0, std=0.1) for _ in range(blocks)])
+        self.pre_norms = torch.nn.ParameterList(
+            [param(S, D, mean=1.0, std=0.1) for _ in range(blocks)])
+        self.weights = torch.nn.ParameterList(
+            [param(D, D, std=D ** -0.5) for _ in range(blocks * S)])
+
+    def with_list(self, embedding):
+        summaries = [embedding]
+        for n in range(len(self.queries)):
+            partial = None
+            for m in range(self.S):
+                sources = summaries + ([partial] if partial is not None
+                                       else [])
+                x = attnres_reference(
+                    torch.stack(sources), self.queries[n][m],
+                    key_norm_weight=self.key_norms[n],
+                    output_norm_weight=self.pre_norms[n][m])
+                y = torch.tanh(x @ self.weights[n * self.S + m])
+                partial = y if partial is None else partial + y
+            summaries.append(partial)
+        return partial
+
+    def with_history(self, embedding, history):
+        history.start(embedding)
+        for n in range(len(self.queries)):
+            read = history.read_block(self.queries[n],
+                                      key_norm_weight=self.key_norms[n])
+            partial = None
+            for m in range(self.S):
+                x = read.input(m, partial,
+                               output_norm_weight=self.pre_norms[n][m])
+                y = torch.tanh(x @ self.weights[n * self.S + m])
+                partial = y if partial is None else partial + y
+            if n + 1 < len(self.queries):
+                history.append(partial)
+        return partial
+
+
+def test_block_stack_matches_the_list_op():
+    blocks, S, N, D = 4, 3, 6, 16
+    model = BlockStack(blocks, S, D)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(4))
+    history = ResidualHistory(capacity=blocks)
+    expected, out_list = _grads(model, embedding, model.with_list)
+    got, out = _grads(model, embedding,
+                      lambda e: model.with_history(e, history))
+    assert _close(out, out_list, 1e-5)
+    for g, e in zip(got, expected):
+        assert _close(g, e, 1e-5), (g - e).abs().max()
+
+
+def test_read_block_takes_one_query_tensor():
+    history = ResidualHistory(capacity=2)
+    history.start(torch.zeros(3, 8))
+    with pytest.raises(HistoryError, match=r"one \[S, R\] tensor"):
+        history.read_block(torch.zeros(8))
