@@ -40,6 +40,8 @@ SHAPES = [(16, 8192, 4096), (32, 4096, 4096), (16, 16384, 2048),
           (64, 2048, 4096)]
 # A tiny shape: the GPU is idle there, the step times the host.
 HOST_SHAPE = (64, 16, 256)
+# Block AttnRes: the layers in this many blocks.
+BLOCKS = 8
 # Gradients within bf16 rounding (through every layer) of the list op's.
 GRADIENT_TOLERANCE = 2e-2
 
@@ -73,12 +75,36 @@ def keys():
                 _Shape((D,), bf16), None, common.EPS, common.SCALE, "o_pre")
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
+    for L, N, D in SHAPES:
+        S = L // BLOCKS
+        for count in range(1, BLOCKS + 1):
+            read = _checks.check_attnres(
+                _Shape((count, N, D), bf16), _Shape((S, D), bf16),
+                _Shape((D,), bf16), None, common.EPS, common.SCALE, "o_pre")
+            result.add(read.spec(partial=True))
+            result.add(read.spec(partial=True, accumulate=True))
+        one = _checks.check_attnres(
+            _Shape((1, N, D), bf16), _Shape((D,), bf16), _Shape((D,), bf16),
+            None, common.EPS, common.SCALE, "o_pre")
+        result.add(one.spec(partial=True))
+        result.add(f"merge:P=2,D={D},out=f32")
     return sorted(result)
 
 
-def floor_bytes(L, N, D, elt=2):
+def reads(L, block):
+    """The sources each layer reads: i for layer i of Full AttnRes; for
+    Block AttnRes in BLOCKS blocks, the embedding, the completed blocks'
+    sums and the partial sum of the layer's block (none for its first
+    layer)."""
+    if not block:
+        return list(range(1, L + 1))
+    S = L // BLOCKS
+    return [n + 1 + (m > 0) for n in range(BLOCKS) for m in range(S)]
+
+
+def floor_bytes(L, N, D, block=False, elt=2):
     return sum(common.forward_bytes(i, N, D, elt) +
-               common.backward_bytes(i, N, D, elt) for i in range(1, L + 1))
+               common.backward_bytes(i, N, D, elt) for i in reads(L, block))
 
 
 class Model:
@@ -137,6 +163,41 @@ def list_step(m, op):
     y.backward(m.grad_out)
 
 
+def block_list_step(m, op):
+    """Block AttnRes on a list op: layer j of block n reads the embedding,
+    the n completed blocks' sums and its block's partial sum."""
+    S = m.L // BLOCKS
+    summaries = [m.embedding]
+    for n in range(BLOCKS):
+        partial = None
+        for j in range(S):
+            i = n * S + j
+            sources = summaries + ([partial] if partial is not None else [])
+            x = op(sources, m.queries[i], key_norm_weight=m.key_norms[n])
+            y = x @ m.weights[i]
+            partial = y if partial is None else partial + y
+        summaries.append(partial)
+    y.backward(m.grad_out)
+
+
+def block_history_step(m, history):
+    """Block AttnRes on the history: one read of the completed blocks by
+    all queries of a block, merged per layer with its partial sum."""
+    import torch
+    S = m.L // BLOCKS
+    history.start(m.embedding)
+    for n in range(BLOCKS):
+        read = history.read_block(torch.stack(m.queries[n * S:(n + 1) * S]),
+                                  key_norm_weight=m.key_norms[n])
+        partial = None
+        for j in range(S):
+            y = read.input(j, partial) @ m.weights[n * S + j]
+            partial = y if partial is None else partial + y
+        if n + 1 < BLOCKS:
+            history.append(partial)
+    y.backward(m.grad_out)
+
+
 def history_step(m, history):
     history.start(m.embedding)
     for i, W in enumerate(m.weights):
@@ -147,7 +208,7 @@ def history_step(m, history):
     y.backward(m.grad_out)
 
 
-def contenders():
+def contenders(block=False):
     """(name, function(model) -> step function) of what is importable."""
     import attnres
     from attnres.nn import ResidualHistory
@@ -161,16 +222,19 @@ def contenders():
         import torch
         return torch.stack(sources)
 
+    on_list = block_list_step if block else list_step
+    on_history = block_history_step if block else history_step
+    capacity = (lambda m: BLOCKS) if block else (lambda m: m.L)
     found = [
         ("plain", lambda m: lambda: plain_step(m)),
-        ("history", lambda m: (lambda h: lambda: history_step(m, h))(
-            ResidualHistory(m.L))),
-        ("list op", lambda m: lambda: list_step(m, attnres.attnres)),
-        ("PyTorch ops", lambda m: lambda: list_step(m, torch_op)),
+        ("history", lambda m: (lambda h: lambda: on_history(m, h))(
+            ResidualHistory(capacity(m)))),
+        ("list op", lambda m: lambda: on_list(m, attnres.attnres)),
+        ("PyTorch ops", lambda m: lambda: on_list(m, torch_op)),
     ]
     fla = fla_op()
     if fla is not None:
-        found.append(("FLA", lambda m: lambda: list_step(m, fla)))
+        found.append(("FLA", lambda m: lambda: on_list(m, fla)))
     return found
 
 
@@ -235,12 +299,12 @@ def measure(m, step, repeats):
     return ms, peak
 
 
-def run_shape(L, N, D, bandwidth, reference, repeats):
+def run_shape(L, N, D, bandwidth, reference, repeats, block=False):
     import torch
     m = Model(L, N, D, torch.bfloat16)
-    row = dict(L=L, N=N, D=D,
-               floor_ms=floor_bytes(L, N, D) / bandwidth * 1e3)
-    found = contenders()
+    row = dict(L=L, N=N, D=D, block=block,
+               floor_ms=floor_bytes(L, N, D, block) / bandwidth * 1e3)
+    found = contenders(block)
     expected = gradients(m, found[2][1](m))   # the list op's
     errors = {}
     for name, make in found:
@@ -260,7 +324,8 @@ def run_shape(L, N, D, bandwidth, reference, repeats):
     if reference:
         f32 = m.converted(torch.float32)
         from attnres.reference import attnres_reference
-        exact = gradients(f32, lambda: list_step(
+        on_list = block_list_step if block else list_step
+        exact = gradients(f32, lambda: on_list(
             f32, lambda s, q, key_norm_weight: attnres_reference(
                 torch.stack(s), q, key_norm_weight=key_norm_weight)))
         row["errors_vs_f32"] = {
@@ -298,10 +363,11 @@ def main():
     start = time.time()
     bandwidth = common.copy_bandwidth()
     rows = []
-    for index, (L, N, D) in enumerate(shapes):
-        rows.append(run_shape(L, N, D, bandwidth, reference=index == 0,
-                              repeats=args.repeats))
-        print(json.dumps(rows[-1]), flush=True)
+    for block in (False, True):
+        for index, (L, N, D) in enumerate(shapes):
+            rows.append(run_shape(L, N, D, bandwidth, reference=index == 0,
+                                  repeats=args.repeats, block=block))
+            print(json.dumps(rows[-1]), flush=True)
     host = run_shape(*HOST_SHAPE, bandwidth, reference=False,
                      repeats=max(args.repeats, 20))
     print(json.dumps(host), flush=True)
@@ -311,8 +377,9 @@ def main():
           f"; torch {torch.__version__}; {time.time() - start:.0f} s")
     names = [n for n in rows[0] if isinstance(rows[0][n], dict) and
              "ms" in rows[0][n]]
-    print("Full AttnRes step (ms) / AttnRes share (ms, x floor) / peak GB")
-    header = f"{'L, N, D':>18} {'floor':>6}" + "".join(
+    print("Full, then Block AttnRes (8 blocks): step (ms) / AttnRes share "
+          "(ms, x floor) / peak GB")
+    header = f"{'L, N, D':>24} {'floor':>6}" + "".join(
         f" {n:>22}" for n in names)
     print(header)
     for row in rows:
@@ -326,7 +393,8 @@ def main():
                          f"{ms:6.1f} {'':>15}")
             if "note" in row[n]:
                 cells[-1] = row[n]["note"]
-        print(f"{str((row['L'], row['N'], row['D'])):>18} "
+        kind = "block " if row["block"] else "full "
+        print(f"{kind + str((row['L'], row['N'], row['D'])):>24} "
               f"{row['floor_ms']:6.2f}" + "".join(f" {c:>22}" for c in cells))
     def kinds(errors):
         return "/".join(f"{errors[k]:.1e}" for k in KINDS)
@@ -335,14 +403,13 @@ def main():
         history = row["errors_vs_list"]["history"]
         if not max(history.values()) <= GRADIENT_TOLERANCE:
             failed = True
-        print(f"{(row['L'], row['N'], row['D'])}: vs the list op: "
+        kind = "block " if row["block"] else "full "
+        print(f"{kind}{(row['L'], row['N'], row['D'])}: vs the list op: "
               + ", ".join(f"{n} {kinds(e)}"
                           for n, e in row["errors_vs_list"].items())
               + ("; vs float32: " + ", ".join(
                   f"{n} {kinds(e)}" for n, e in row["errors_vs_f32"].items())
                  if "errors_vs_f32" in row else ""))
-    print("Block AttnRes: not run (the history's block form is not built "
-          "yet)")
     print(f"host shape {HOST_SHAPE}: step " + ", ".join(
         f"{n} {host[n]['ms']:.2f} ms" for n in names)
         + f"; history / plain {host['history']['ms'] / host['plain']['ms']:.2f}")

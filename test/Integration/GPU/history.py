@@ -35,6 +35,16 @@ CASES = [
 # of every gradient, compounded over the layers), and to the list op.
 TOLERANCE = {"bf16": 3e-2, "f16": 5e-3, "f32": 2e-5}
 MODES = ["eager", "graph", "checkpoint", "compile"]
+# Block AttnRes (read_block): (blocks, layers a block, tokens, width, rank,
+# dtype). Layer m of block n reads the embedding, the n - 1 completed
+# blocks' sums and the partial sum of its block (all its queries read the
+# history once), with its own output norm.
+BLOCK_CASES = [
+    (3, 2, 300, 256, 256, "bf16"),
+    (2, 4, 77, 128, 32, "f16"),
+    (3, 3, 64, 64, 64, "f32"),
+]
+EPS = 1e-6
 
 
 class _Shape:
@@ -66,6 +76,26 @@ def keys():
                 None, 1e-6, 1.0, "o_pre")
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
+    for blocks, S, N, D, R, dtype in BLOCK_CASES:
+        T = dtypes[dtype]
+        for count in range(1, blocks + 1):
+            read = _checks.check_attnres(
+                _Shape((count, N, D), T), _Shape((S, R), T), _Shape((R,), T),
+                None, EPS, 1.0, "o_pre")
+            result.add(read.spec(partial=True))
+            result.add(read.spec(partial=True, accumulate=True))
+            # The list op: the summaries, and the block's partial sum.
+            for extra in (0, 1):
+                result.add(_checks.check_attnres(
+                    _Shape((count + extra, N, D), T), _Shape((R,), T),
+                    _Shape((R,), T), _Shape((D,), T), EPS, 1.0,
+                    "o_pre").spec())
+        one = _checks.check_attnres(_Shape((1, N, D), T), _Shape((R,), T),
+                                    _Shape((R,), T), None, EPS, 1.0, "o_pre")
+        result.add(one.spec(partial=True))
+        for P in (1, 2):
+            result.add(f"merge:P={P},D={D},out={dtype},output_norm,"
+                       f"eps={EPS!r}")
     # check_misuse's history: two bf16 rows of 64, a [64] query.
     call = _checks.check_attnres(
         _Shape((2, 4, 64), dtypes["bf16"]), _Shape((64,), dtypes["bf16"]),
@@ -226,6 +256,122 @@ def check_case(case, mode):
         f"vs list op {to_list:.2e}"
 
 
+def make_block(case, device, seed):
+    import torch
+    blocks, S, N, D, R, _ = case
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def randn(*shape, mean=0.0, std=1.0):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * std
+                + mean).to(device)
+    return dict(
+        embedding=randn(N, D),
+        weights=[randn(D, D, std=D ** -0.5) for _ in range(blocks * S)],
+        queries=[randn(S, R, std=R ** -0.5) for _ in range(blocks)],
+        key_norms=[randn(R, mean=1.0, std=0.1) for _ in range(blocks)],
+        pre_norms=[randn(S, D, mean=1.0, std=0.1) for _ in range(blocks)],
+        grad_out=randn(N, D))
+
+
+def block_flat(p):
+    return [p["embedding"], *p["weights"], *p["queries"], *p["key_norms"],
+            *p["pre_norms"]]
+
+
+def block_on_list(p, op, S):
+    import torch
+    summaries = [p["embedding"]]
+    partial = None
+    for n, queries in enumerate(p["queries"]):
+        partial = None
+        for m in range(S):
+            sources = summaries + ([partial] if partial is not None else [])
+            x = op(sources, queries[m], p["key_norms"][n], p["pre_norms"][n][m])
+            y = torch.tanh(x @ p["weights"][n * S + m])
+            partial = y if partial is None else partial + y
+        summaries.append(partial)
+    return partial
+
+
+def block_on_history(p, history, S):
+    import torch
+    history.start(p["embedding"])
+    partial = None
+    for n, queries in enumerate(p["queries"]):
+        read = history.read_block(queries, key_norm_weight=p["key_norms"][n],
+                                  eps=EPS)
+        partial = None
+        for m in range(S):
+            x = read.input(m, partial, output_norm_weight=p["pre_norms"][n][m])
+            y = torch.tanh(x @ p["weights"][n * S + m])
+            partial = y if partial is None else partial + y
+        if n + 1 < len(p["queries"]):
+            history.append(partial)
+    return partial
+
+
+def run_block(p, forward):
+    for t in block_flat(p):
+        t.grad = None
+    out = forward()
+    out.backward(p["grad_out"])
+    return [out.detach().clone()] + [t.grad.detach().clone()
+                                     for t in block_flat(p)]
+
+
+def check_block_case(case, mode):
+    import torch
+    import attnres
+    from attnres.nn import ResidualHistory
+    from attnres.reference import attnres_reference
+    dtypes = dict(bf16=torch.bfloat16, f16=torch.float16, f32=torch.float32)
+    T = dtypes[case[-1]]
+    S = case[1]
+    params = make_block(case, "cuda", seed=zlib.crc32(repr(case).encode()))
+
+    def ref_op(sources, q, g, h):
+        return attnres_reference(torch.stack(sources), q, key_norm_weight=g,
+                                 output_norm_weight=h, eps=EPS)
+
+    def list_op(sources, q, g, h):
+        return attnres.attnres(sources, q, key_norm_weight=g,
+                               output_norm_weight=h, eps=EPS)
+
+    p64 = leaves(params, torch.float64)
+    exact = run_block(p64, lambda: block_on_list(p64, ref_op, S))
+    p = leaves(params, T)
+    listed = run_block(p, lambda: block_on_list(p, list_op, S))
+    history = ResidualHistory(case[0])
+    if mode == "eager":
+        got = run_block(p, lambda: block_on_history(p, history, S))
+    else:  # graph
+        static = leaves(params, T)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                run_block(static, lambda: block_on_history(static, history, S))
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        for t in block_flat(static):
+            t.grad = None
+        with torch.cuda.graph(graph):
+            out = block_on_history(static, history, S)
+            out.backward(static["grad_out"])
+        with torch.no_grad():
+            for s, v in zip(block_flat(static), block_flat(p)):
+                s.copy_(v)
+        graph.replay()
+        torch.cuda.synchronize()
+        got = [out.detach().clone()] + [t.grad.detach().clone()
+                                        for t in block_flat(static)]
+    to_exact = distance(got, exact)
+    list_to_exact = distance(listed, exact)
+    ok = to_exact <= max(TOLERANCE[case[-1]], 1.5 * list_to_exact)
+    return ok, f"vs float64 {to_exact:.2e} (list op {list_to_exact:.2e}), " \
+        f"vs list op {distance(got, listed):.2e}"
+
+
 def check_misuse():
     import torch
     from attnres.nn import HistoryError, ResidualHistory
@@ -284,6 +430,18 @@ def main():
                     f"{str(error)[:300]}"
             passed += ok
             print(f"{'PASS' if ok else 'FAIL'} {case} {mode}: {detail}",
+                  flush=True)
+    for case in BLOCK_CASES:
+        for mode in [m for m in args.modes.split(",")
+                     if m in ("eager", "graph")]:
+            total += 1
+            try:
+                ok, detail = check_block_case(case, mode)
+            except Exception as error:  # a failing case must not stop the run
+                ok, detail = False, f"exception: {type(error).__name__}: " \
+                    f"{str(error)[:300]}"
+            passed += ok
+            print(f"{'PASS' if ok else 'FAIL'} block {case} {mode}: {detail}",
                   flush=True)
     total += 1
     failures = check_misuse()
