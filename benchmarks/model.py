@@ -259,7 +259,14 @@ def gradients(m, step):
     for p in m.parameters():
         p.grad = None
     step()
-    return [p.grad.detach().clone() for p in m.parameters()]
+    # (Block AttnRes uses one key norm a block: the rest have none.)
+    return [p.grad.detach().clone() if p.grad is not None else
+            torch_zeros_like(p) for p in m.parameters()]
+
+
+def torch_zeros_like(tensor):
+    import torch
+    return torch.zeros_like(tensor)
 
 
 KINDS = ("embedding", "weights", "queries", "key_norms")
