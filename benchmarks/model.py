@@ -75,19 +75,7 @@ def keys():
                 _Shape((D,), bf16), None, common.EPS, common.SCALE, "o_pre")
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
-    for L, N, D in SHAPES:
-        S = L // BLOCKS
-        for count in range(1, BLOCKS + 1):
-            read = _checks.check_attnres(
-                _Shape((count, N, D), bf16), _Shape((S, D), bf16),
-                _Shape((D,), bf16), None, common.EPS, common.SCALE, "o_pre")
-            result.add(read.spec(partial=True))
-            result.add(read.spec(partial=True, accumulate=True))
-        one = _checks.check_attnres(
-            _Shape((1, N, D), bf16), _Shape((D,), bf16), _Shape((D,), bf16),
-            None, common.EPS, common.SCALE, "o_pre")
-        result.add(one.spec(partial=True))
-        result.add(f"merge:P=2,D={D},out=f32")
+    # Block AttnRes reads at most BLOCKS + 1 sources a layer: keys above.
     return sorted(result)
 
 
@@ -181,17 +169,18 @@ def block_list_step(m, op):
 
 
 def block_history_step(m, history):
-    """Block AttnRes on the history: one read of the completed blocks by
-    all queries of a block, merged per layer with its partial sum."""
-    import torch
+    """Block AttnRes on the history: layer j of block n reads the rows (the
+    embedding and the completed blocks' sums) and its block's partial sum
+    as an extra source; the block's sum is appended when it is done."""
     S = m.L // BLOCKS
     history.start(m.embedding)
     for n in range(BLOCKS):
-        read = history.read_block(torch.stack(m.queries[n * S:(n + 1) * S]),
-                                  key_norm_weight=m.key_norms[n])
         partial = None
         for j in range(S):
-            y = read.input(j, partial) @ m.weights[n * S + j]
+            i = n * S + j
+            x = history.attend(m.queries[i], key_norm_weight=m.key_norms[n],
+                               extra_source=partial)
+            y = x @ m.weights[i]
             partial = y if partial is None else partial + y
         if n + 1 < BLOCKS:
             history.append(partial)

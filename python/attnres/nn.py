@@ -146,20 +146,37 @@ class ResidualHistory:
     # --- reading ---------------------------------------------------------
 
     def attend(self, query, *, key_norm_weight=None, output_norm_weight=None,
-               eps=1e-6, scale=1.0, save="o_pre"):
+               eps=1e-6, scale=1.0, save="o_pre", extra_source=None):
         """AttnRes over every row so far (the arguments of
         :func:`attnres.attnres`, the sources being the rows): ``[..., D]``,
-        or ``[M, ..., D]`` for a 2-D query."""
+        or ``[M, ..., D]`` for a 2-D query.
+
+        `extra_source`, a tensor of a row's shape, dtype and device, is one
+        more source after the rows, not kept in the history: Block
+        AttnRes's partial sum of the current block (the rows being the
+        embedding and the completed blocks' sums). Its gradient is its own
+        (autograd's), the rows' go to the history."""
         if self._rows is None or self._count == 0:
             raise HistoryError("attend before start: the history has no rows")
+        if extra_source is not None:
+            row_shape = tuple(self._rows.shape[1:])
+            if not isinstance(extra_source, torch.Tensor) or \
+                    tuple(extra_source.shape) != row_shape or \
+                    extra_source.dtype != self._rows.dtype or \
+                    extra_source.device != self._rows.device:
+                raise HistoryError(
+                    f"extra_source must be a {list(row_shape)} "
+                    f"{self._rows.dtype} tensor on {self._rows.device} (a "
+                    f"row's), got {_describe(extra_source)}")
         count = getattr(self, "_pinned_count", None) or self._count
         plan = _plan_for(self, count, query, key_norm_weight,
-                         output_norm_weight, eps, scale, save)
+                         output_norm_weight, eps, scale, save,
+                         extra_source is not None)
         read = self._reads
         self._reads += 1
         return _Attend.apply(self._token, query, key_norm_weight,
-                             output_norm_weight, self, count, plan, read,
-                             eps, scale, save)
+                             output_norm_weight, extra_source, self, count,
+                             plan, read, eps, scale, save)
 
     def read_block(self, queries, *, key_norm_weight=None, eps=1e-6,
                    scale=1.0):
@@ -230,6 +247,12 @@ class ResidualHistory:
             return self._grads[:count], True
         self._written = count
         return self._grads[:count], False
+
+
+def _describe(value):
+    if isinstance(value, torch.Tensor):
+        return f"{list(value.shape)} {value.dtype} on {value.device}"
+    return type(value).__name__
 
 
 def _check_read_once(history, step, read):
@@ -319,30 +342,31 @@ class _Attend(torch.autograd.Function):
     gradient buffer in the backward kernel."""
 
     @staticmethod
-    def forward(ctx, token, query, key_norm, output_norm, history, count,
-                plan, read, eps, scale, save):
+    def forward(ctx, token, query, key_norm, output_norm, extra, history,
+                count, plan, read, eps, scale, save):
         rows = history._rows[:count]
-        o, saved = _forward(rows, plan, query, key_norm, output_norm, eps,
-                            scale, save)
+        o, saved = _forward(rows, extra, plan, query, key_norm, output_norm,
+                            eps, scale, save)
         ctx.history, ctx.count, ctx.plan = history, count, plan
         ctx.step, ctx.read = history._step, read
         ctx.constants = (eps, scale, save)
-        ctx.has = (key_norm is not None, output_norm is not None)
-        ctx.save_for_backward(query, key_norm, output_norm, *saved)
+        ctx.has = (key_norm is not None, output_norm is not None,
+                   extra is not None)
+        ctx.save_for_backward(query, key_norm, output_norm, extra, *saved)
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
         history = ctx.history
         _check_read_once(history, ctx.step, ctx.read)
-        query, key_norm, output_norm, *saved = ctx.saved_tensors
+        query, key_norm, output_norm, extra, *saved = ctx.saved_tensors
         grads, accumulate = history._gradient_rows(ctx.count)
-        dq, dg, dh = _backward(history._rows[:ctx.count], grads, accumulate,
-                               ctx.plan, query, key_norm, output_norm, saved,
-                               grad_o, *ctx.constants)
+        dq, dg, dh, d_extra = _backward(
+            history._rows[:ctx.count], extra, grads, accumulate, ctx.plan,
+            query, key_norm, output_norm, saved, grad_o, *ctx.constants)
         return (grad_o.new_empty(0), dq, dg if ctx.has[0] else None,
-                dh if ctx.has[1] else None, None, None, None, None, None,
-                None, None)
+                dh if ctx.has[1] else None, d_extra, None, None, None, None,
+                None, None, None)
 
 
 class _ReadPartial(torch.autograd.Function):
@@ -423,7 +447,7 @@ class _Plan:
     """What one signature of a read needs: its Call and, for the eager CUDA
     path, its launches."""
 
-    def __init__(self, call, rows=None, grads=None):
+    def __init__(self, call, rows=None, grads=None, extra=False):
         self.call = call
         self.eager = None
         if rows is None:
@@ -442,29 +466,42 @@ class _Plan:
             backward, self.accumulate_blocks)
         self.accumulate_workspace = runtime.backward_workspace_size(
             backward, N, self.accumulate_blocks, self.accumulate_partitions)
-        self.rows_table = ops._packed_table(rows)
-        self.grads_table = ops._packed_table(grads)
+        # With an extra source the tables are made per call (its address
+        # and its gradient's change); the rows' addresses are kept.
+        self.extra = extra
+        if extra:
+            self.row_pointers = ops._packed_pointers(rows)
+            self.grad_pointers = ops._packed_pointers(grads)
+        else:
+            self.rows_table = ops._packed_table(rows)
+            self.grads_table = ops._packed_table(grads)
 
 
 def _plan_for(history, count, query, key_norm, output_norm, eps, scale,
-              save):
+              save, extra=False):
     rows = history._rows[:count]
+    # The checks see the sources: the rows, and one more where there is an
+    # extra source (they read its shape and dtype, not its values).
+    sources = rows
+    if extra:
+        sources = history._rows[:count + 1] if count < history.capacity \
+            else torch.cat([rows, rows[:1]])
     if rows.is_cuda and not torch.compiler.is_compiling():
         from . import ops
         signature = (ops._weight_signature(query),
                      ops._weight_signature(key_norm),
                      ops._weight_signature(output_norm))
         if False not in signature:
-            key = (count,) + signature + (type(eps), eps, type(scale),
-                                          scale, save)
+            key = (count, extra) + signature + (type(eps), eps, type(scale),
+                                                scale, save)
             plan = history._plans.get(key)
             if plan is None:
-                call = _check(rows, query, key_norm, output_norm, eps,
+                call = _check(sources, query, key_norm, output_norm, eps,
                               scale, save)
-                plan = _Plan(call, rows, history._grads[:count])
+                plan = _Plan(call, rows, history._grads[:count], extra)
                 history._plans[key] = plan
             return plan
-    return _Plan(_check(rows, query, key_norm, output_norm, eps, scale,
+    return _Plan(_check(sources, query, key_norm, output_norm, eps, scale,
                         save))
 
 
@@ -474,61 +511,105 @@ def _check(rows, query, key_norm, output_norm, eps, scale, save):
                                  scale, save, any_device=True)
 
 
-def _forward(rows, plan, query, key_norm, output_norm, eps, scale, save):
+def _sources_of(rows, extra, call):
+    """The custom ops' sources: the rows packed, or as a list with the
+    extra source last."""
+    N, D = call.N, call.D
+    if extra is None:
+        return [rows.reshape(call.L, N, D)]
+    return [row.reshape(N, D) for row in rows.unbind(0)] + \
+        [extra.reshape(N, D)]
+
+
+def _forward(rows, extra, plan, query, key_norm, output_norm, eps, scale,
+             save):
     """o in the caller's layout, and the tensors the backward needs."""
     if plan.eager is not None:
-        return _launch_forward(plan, query, key_norm, output_norm)
+        return _launch_forward(plan, extra, query, key_norm, output_norm)
     call = plan.call
     if rows.is_cuda:
         from . import ops
         N, D = call.N, call.D
         q = query if call.multi_query else query.unsqueeze(0)
         o, lse, o_pre, residual = torch.ops.attnres.forward(
-            [rows.reshape(call.L, N, D)], q, key_norm, output_norm, eps,
+            _sources_of(rows, extra, call), q, key_norm, output_norm, eps,
             scale, save)
         kept = ops._kept(save, output_norm, o, o_pre)
         out = o.reshape((call.M,) + call.lead + (D,))
         return (out if call.multi_query else out.squeeze(0)), \
             (lse, kept, residual if residual.numel() else None)
     from .reference import attnres_reference
-    o, lse = attnres_reference(rows, query, key_norm_weight=key_norm,
+    sources = rows if extra is None else torch.cat([rows, extra[None]])
+    o, lse = attnres_reference(sources, query, key_norm_weight=key_norm,
                                output_norm_weight=output_norm, eps=eps,
                                scale=scale, return_lse=True)
     return o, (lse,)
 
 
-def _backward(rows, grads, accumulate, plan, query, key_norm, output_norm,
-              saved, grad_o, eps, scale, save):
+def _backward(rows, extra, grads, accumulate, plan, query, key_norm,
+              output_norm, saved, grad_o, eps, scale, save):
     """Adds (or writes) the rows' gradients into `grads`; returns dq, dg,
-    dh in the parameters' dtypes."""
+    dh in the parameters' dtypes and the extra source's gradient."""
     if plan.eager is not None:
-        return _launch_backward(plan, accumulate, query, key_norm,
+        return _launch_backward(plan, extra, accumulate, query, key_norm,
                                 output_norm, saved, grad_o, rows.dtype)
     call = plan.call
+    count = rows.shape[0]
     if rows.is_cuda:
         N, D = call.N, call.D
         lse, kept, residual = saved
         q = query if call.multi_query else query.unsqueeze(0)
+        # With an extra source the kernels write one [L, N, D] buffer (the
+        # rows' gradients copied in and out: this path serves traced calls,
+        # not the eager one).
+        into = grads.view(count, N, D)
+        if extra is not None:
+            into = torch.empty((call.L, N, D), dtype=rows.dtype,
+                               device=rows.device)
+            if accumulate:
+                into[:count].copy_(grads.view(count, N, D))
+                into[count].zero_()
         dq, dg, dh = torch.ops.attnres.backward_into(
-            [rows.reshape(call.L, N, D)], q, key_norm, output_norm,
+            _sources_of(rows, extra, call), q, key_norm, output_norm,
             grad_o.to(rows.dtype).reshape(call.M, N, D).contiguous(), lse,
-            kept, residual, eps, scale, save,
-            grads.view(call.L, N, D), accumulate)
-        return dq.reshape(query.shape), dg, dh
+            kept, residual, eps, scale, save, into, accumulate)
+        d_extra = None
+        if extra is not None:
+            grads.view(count, N, D).copy_(into[:count])
+            d_extra = into[count].reshape(extra.shape)
+        return dq.reshape(query.shape), dg, dh, d_extra
     from .reference import attnres_backward_reference
     (lse,) = saved
+    sources = rows if extra is None else torch.cat([rows, extra[None]])
     dv, dq, dg, dh = attnres_backward_reference(
-        rows, query, grad_o, key_norm_weight=key_norm,
+        sources, query, grad_o, key_norm_weight=key_norm,
         output_norm_weight=output_norm, eps=eps, scale=scale, lse=lse)
+    row_grads = dv[:count]
     if accumulate:
-        dv = dv + grads.to(dv.dtype)
-    grads.copy_(dv)
+        row_grads = row_grads + grads.to(dv.dtype)
+    grads.copy_(row_grads)
+    d_extra = dv[count].to(extra.dtype) if extra is not None else None
     return (dq.to(query.dtype),
             dg.to(key_norm.dtype) if dg is not None else None,
-            dh.to(output_norm.dtype) if dh is not None else None)
+            dh.to(output_norm.dtype) if dh is not None else None, d_extra)
 
 
-def _launch_forward(plan, query, key_norm, output_norm):
+def _tables(plan, extra, extra_grad=None):
+    """The device tables of the sources' rows and of their gradients' rows
+    (with the extra source and its gradient last, where there is one)."""
+    from . import ops
+    if not plan.extra:
+        return plan.rows_table, plan.grads_table
+    device = plan.eager.device
+    sources = ops._pointer_table(plan.row_pointers + (extra.data_ptr(),),
+                                 device)
+    if extra_grad is None:
+        return sources, None
+    return sources, ops._pointer_table(
+        plan.grad_pointers + (extra_grad.data_ptr(),), device)
+
+
+def _launch_forward(plan, extra, query, key_norm, output_norm):
     import ctypes
     from . import _native, ops
     p = plan.eager
@@ -544,8 +625,11 @@ def _launch_forward(plan, query, key_norm, output_norm):
                            device=device) if p.residual_shape else None
     workspace = torch.empty(p.forward_workspace, dtype=torch.uint8,
                             device=device) if p.forward_workspace else None
+    if extra is not None:
+        extra = ops.dense(extra)
+    sources, _ = _tables(plan, extra)
     args = _native.ForwardArgs(
-        p.num_tokens, plan.rows_table.data_ptr(), query.data_ptr(),
+        p.num_tokens, sources.data_ptr(), query.data_ptr(),
         ops._pointer(key_norm), ops._pointer(output_norm), o.data_ptr(),
         lse.data_ptr(), ops._pointer(o_pre), p.partitions,
         ops._pointer(workspace), p.forward_workspace, ops._pointer(residual))
@@ -557,8 +641,8 @@ def _launch_forward(plan, query, key_norm, output_norm):
     return o, (lse, kept, residual)
 
 
-def _launch_backward(plan, accumulate, query, key_norm, output_norm, saved,
-                     grad_o, dtype):
+def _launch_backward(plan, extra, accumulate, query, key_norm, output_norm,
+                     saved, grad_o, dtype):
     import ctypes
     from . import _native, ops
     p = plan.eager
@@ -582,14 +666,22 @@ def _launch_backward(plan, accumulate, query, key_norm, output_norm, saved,
         blocks, partitions = p.blocks, p.backward_partitions
         size = p.backward_workspace
     workspace = torch.empty(size, dtype=torch.uint8, device=device)
+    # The extra source's gradient: written by a writing backward, added into
+    # (from zero) by an accumulating one.
+    d_extra = None
+    if extra is not None:
+        extra = ops.dense(extra)
+        d_extra = torch.zeros_like(extra) if accumulate else \
+            torch.empty_like(extra)
+    sources, grads = _tables(plan, extra, d_extra)
     args = _native.BackwardArgs(
-        p.num_tokens, plan.rows_table.data_ptr(), query.data_ptr(),
+        p.num_tokens, sources.data_ptr(), query.data_ptr(),
         ops._pointer(key_norm), ops._pointer(output_norm), grad_o.data_ptr(),
-        lse.data_ptr(), ops._pointer(kept), plan.grads_table.data_ptr(),
+        lse.data_ptr(), ops._pointer(kept), grads.data_ptr(),
         dq.data_ptr(), ops._pointer(dg), ops._pointer(dh), blocks,
         partitions, workspace.data_ptr(), size, ops._pointer(residual))
     error = ctypes.c_void_p()
     ops._check(_native.runtime_lib().attnresBackward(
         handle, op, ctypes.byref(args), ops._raw_stream(p.index),
         ctypes.byref(error)), error)
-    return dq, dg, dh
+    return dq, dg, dh, d_extra

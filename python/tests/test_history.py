@@ -232,6 +232,47 @@ class BlockStack(torch.nn.Module):
         return partial
 
 
+def block_with_extra_source(model, embedding, history):
+    """Block AttnRes read layer by layer: the history's rows (embedding and
+    completed blocks' sums) and the block's partial sum as an extra
+    source."""
+    history.start(embedding)
+    for n in range(len(model.queries)):
+        partial = None
+        for m in range(model.S):
+            x = history.attend(model.queries[n][m],
+                               key_norm_weight=model.key_norms[n],
+                               output_norm_weight=model.pre_norms[n][m],
+                               extra_source=partial)
+            y = torch.tanh(x @ model.weights[n * model.S + m])
+            partial = y if partial is None else partial + y
+        if n + 1 < len(model.queries):
+            history.append(partial)
+    return partial
+
+
+def test_block_stack_with_an_extra_source_matches_the_list_op():
+    blocks, S, N, D = 4, 3, 6, 16
+    model = BlockStack(blocks, S, D)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(5))
+    history = ResidualHistory(capacity=blocks)
+    expected, out_list = _grads(model, embedding, model.with_list)
+    got, out = _grads(model, embedding,
+                      lambda e: block_with_extra_source(model, e, history))
+    assert _close(out, out_list, 1e-5)
+    for g, e in zip(got, expected):
+        assert _close(g, e, 1e-5), (g - e).abs().max()
+
+
+def test_an_extra_source_must_be_like_a_row():
+    history = ResidualHistory(capacity=2)
+    history.start(torch.zeros(3, 8))
+    with pytest.raises(HistoryError, match=r"extra_source must be a \[3, 8\] "
+                       r"torch.float32 tensor on cpu \(a row's\), got "
+                       r"\[3, 4\]"):
+        history.attend(torch.zeros(8), extra_source=torch.zeros(3, 4))
+
+
 def test_block_stack_matches_the_list_op():
     blocks, S, N, D = 4, 3, 6, 16
     model = BlockStack(blocks, S, D)

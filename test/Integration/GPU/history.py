@@ -84,12 +84,14 @@ def keys():
                 None, EPS, 1.0, "o_pre")
             result.add(read.spec(partial=True))
             result.add(read.spec(partial=True, accumulate=True))
-            # The list op: the summaries, and the block's partial sum.
+            # The list op and the history's per-layer reads: the
+            # summaries, and the block's partial sum.
             for extra in (0, 1):
-                result.add(_checks.check_attnres(
+                call = _checks.check_attnres(
                     _Shape((count + extra, N, D), T), _Shape((R,), T),
-                    _Shape((R,), T), _Shape((D,), T), EPS, 1.0,
-                    "o_pre").spec())
+                    _Shape((R,), T), _Shape((D,), T), EPS, 1.0, "o_pre")
+                result.add(call.spec())
+                result.add(call.spec(accumulate=True))
         one = _checks.check_attnres(_Shape((1, N, D), T), _Shape((R,), T),
                                     _Shape((R,), T), None, EPS, 1.0, "o_pre")
         result.add(one.spec(partial=True))
@@ -310,6 +312,25 @@ def block_on_history(p, history, S):
     return partial
 
 
+def block_on_history_per_layer(p, history, S):
+    """The same, each layer reading the history's rows and its block's
+    partial sum as an extra source."""
+    import torch
+    history.start(p["embedding"])
+    partial = None
+    for n, queries in enumerate(p["queries"]):
+        partial = None
+        for m in range(S):
+            x = history.attend(queries[m], key_norm_weight=p["key_norms"][n],
+                               output_norm_weight=p["pre_norms"][n][m],
+                               eps=EPS, extra_source=partial)
+            y = torch.tanh(x @ p["weights"][n * S + m])
+            partial = y if partial is None else partial + y
+        if n + 1 < len(p["queries"]):
+            history.append(partial)
+    return partial
+
+
 def run_block(p, forward):
     for t in block_flat(p):
         t.grad = None
@@ -344,6 +365,8 @@ def check_block_case(case, mode):
     history = ResidualHistory(case[0])
     if mode == "eager":
         got = run_block(p, lambda: block_on_history(p, history, S))
+    elif mode == "per-layer":
+        got = run_block(p, lambda: block_on_history_per_layer(p, history, S))
     else:  # graph
         static = leaves(params, T)
         stream = torch.cuda.Stream()
@@ -433,7 +456,7 @@ def main():
                   flush=True)
     for case in BLOCK_CASES:
         for mode in [m for m in args.modes.split(",")
-                     if m in ("eager", "graph")]:
+                     if m in ("eager", "graph")] + ["per-layer"]:
             total += 1
             try:
                 ok, detail = check_block_case(case, mode)
