@@ -35,6 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 import common  # noqa: E402
 from attnres import _checks  # noqa: E402
+from attnres._checks import TensorShape as _Shape  # noqa: E402
 
 SHAPES = [(16, 8192, 4096), (32, 4096, 4096), (16, 16384, 2048),
           (64, 2048, 4096)]
@@ -44,22 +45,6 @@ HOST_SHAPE = (64, 16, 256)
 BLOCKS = 8
 # Gradients within bf16 rounding (through every layer) of the list op's.
 GRADIENT_TOLERANCE = 2e-2
-
-
-class _Shape:
-    """Looks like a CUDA tensor of a shape and dtype to the checks."""
-
-    class _Device:
-        type, index = "cuda", 0
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype, self.device = tuple(shape), dtype, self._Device
-
-    def stride(self):
-        return ()
-
-    def data_ptr(self):
-        return 0
 
 
 def keys():

@@ -12,6 +12,26 @@ VALUE_TYPES = {"torch.bfloat16": "bf16", "torch.float16": "f16",
 MAX_QUERIES = 16
 
 
+class TensorShape:
+    """Looks like a CUDA tensor of `shape` and `dtype` (a torch dtype, or
+    its name: "torch.bfloat16") to the checks below: a call's Call, and so
+    the kernels it will need, without PyTorch or a GPU (listing the bundles
+    to prebuild)."""
+
+    class _Device:
+        type, index = "cuda", 0
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, \
+            self._Device
+
+    def stride(self):
+        return ()
+
+    def data_ptr(self):
+        return 0
+
+
 def _dtype(tensor):
     return str(tensor.dtype)
 

@@ -455,6 +455,7 @@ class _Plan:
         from . import ops
         device = rows.device
         self.eager = ops._Plan(call, device)   # forward, writing backward
+        self.dtype = rows.dtype
         runtime = ops._runtime(call.spec(accumulate=True), device)
         backward = runtime.op("backward")
         N = call.N
@@ -610,34 +611,13 @@ def _tables(plan, extra, extra_grad=None):
 
 
 def _launch_forward(plan, extra, query, key_norm, output_norm):
-    import ctypes
-    from . import _native, ops
-    p = plan.eager
-    device = p.device
-    dtype = plan.call.value_type
-    dtype = {"bf16": torch.bfloat16, "f16": torch.float16,
-             "f32": torch.float32}[dtype]
-    o = torch.empty(p.out_shape, dtype=dtype, device=device)
-    lse = torch.empty(p.lse_shape, dtype=torch.float32, device=device)
-    o_pre = torch.empty(p.out_shape, dtype=dtype, device=device) \
-        if p.writes_o_pre else None
-    residual = torch.empty(p.residual_shape, dtype=torch.int8,
-                           device=device) if p.residual_shape else None
-    workspace = torch.empty(p.forward_workspace, dtype=torch.uint8,
-                            device=device) if p.forward_workspace else None
+    from . import ops
     if extra is not None:
         extra = ops.dense(extra)
     sources, _ = _tables(plan, extra)
-    args = _native.ForwardArgs(
-        p.num_tokens, sources.data_ptr(), query.data_ptr(),
-        ops._pointer(key_norm), ops._pointer(output_norm), o.data_ptr(),
-        lse.data_ptr(), ops._pointer(o_pre), p.partitions,
-        ops._pointer(workspace), p.forward_workspace, ops._pointer(residual))
-    error = ctypes.c_void_p()
-    ops._check(_native.runtime_lib().attnresForward(
-        p.handle, p.forward_op, ctypes.byref(args), ops._raw_stream(p.index),
-        ctypes.byref(error)), error)
-    kept = o if p.keeps_o else o_pre
+    o, lse, o_pre, residual = ops._launch_forward_from(
+        plan.eager, sources, plan.dtype, query, key_norm, output_norm)
+    kept = o if plan.eager.keeps_o else o_pre
     return o, (lse, kept, residual)
 
 

@@ -714,8 +714,17 @@ def _check(status, error):
 
 
 def _launch_forward(plan, pointers, sources, query, key_norm, output_norm):
-    device = plan.device
+    table = _pointer_table(pointers, plan.device,
+                           sources if plan.packed else None)
     dtype = sources.dtype if plan.packed else sources[0].dtype
+    return _launch_forward_from(plan, table, dtype, query, key_norm,
+                                output_norm) + (table,)
+
+
+def _launch_forward_from(plan, table, dtype, query, key_norm, output_norm):
+    """The forward of `plan` reading the sources' rows through `table` (a
+    device table of their addresses): (o, lse, o_pre, residual)."""
+    device = plan.device
     o = torch.empty(plan.out_shape, dtype=dtype, device=device)
     lse = torch.empty(plan.lse_shape, dtype=torch.float32, device=device)
     o_pre = torch.empty(plan.out_shape, dtype=dtype, device=device) \
@@ -724,8 +733,6 @@ def _launch_forward(plan, pointers, sources, query, key_norm, output_norm):
                            device=device) if plan.residual_shape else None
     workspace = torch.empty(plan.forward_workspace, dtype=torch.uint8,
                             device=device) if plan.forward_workspace else None
-    table = _pointer_table(pointers, device,
-                           sources if plan.packed else None)
     args = _native.ForwardArgs(
         plan.num_tokens, table.data_ptr(), query.data_ptr(),
         _pointer(key_norm), _pointer(output_norm), o.data_ptr(),
@@ -735,7 +742,7 @@ def _launch_forward(plan, pointers, sources, query, key_norm, output_norm):
     _check(_native.runtime_lib().attnresForward(
         plan.handle, plan.forward_op, ctypes.byref(args),
         _raw_stream(plan.index), ctypes.byref(error)), error)
-    return o, lse, o_pre, residual, table
+    return o, lse, o_pre, residual
 
 
 def _launch_backward(plan, table, sources, query, key_norm, output_norm,

@@ -23,6 +23,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "python"))
 
 from attnres import _checks  # noqa: E402
+from attnres._checks import TensorShape as _Shape  # noqa: E402
 
 # (layers, tokens, width, rank, queries per read (None: a [R] query), dtype)
 CASES = [
@@ -45,20 +46,6 @@ BLOCK_CASES = [
     (3, 3, 64, 64, 64, "f32"),
 ]
 EPS = 1e-6
-
-
-class _Shape:
-    class _Device:
-        type, index = "cuda", 0
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype, self.device = tuple(shape), dtype, self._Device
-
-    def stride(self):
-        return ()
-
-    def data_ptr(self):
-        return 0
 
 
 def keys():
@@ -182,6 +169,41 @@ def run(p, forward):
     return [out.detach().clone()] + [t.grad.detach().clone() for t in flat(p)]
 
 
+def replayed(params, dtype, values, flat_of, forward):
+    """The output and the gradients of `forward(static)` (a step on leaves
+    of its own) captured with its backward in one CUDA graph, after two
+    runs on a side stream, and replayed once `values`' leaves are copied
+    into the static ones."""
+    import torch
+    static = leaves(params, dtype)
+
+    def step():
+        for t in flat_of(static):
+            t.grad = None
+        out = forward(static)
+        out.backward(static["grad_out"])
+        return out
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for t in flat_of(static):
+        t.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = forward(static)
+        out.backward(static["grad_out"])
+    with torch.no_grad():
+        for s, v in zip(flat_of(static), flat_of(values)):
+            s.copy_(v)
+    graph.replay()
+    torch.cuda.synchronize()
+    return [out.detach().clone()] + [t.grad.detach().clone()
+                                     for t in flat_of(static)]
+
+
 def distance(got, want):
     """The largest relative Frobenius distance over the tensors, each
     relative to its own norm floored at 1 % of the largest one's (the first
@@ -228,26 +250,8 @@ def check_case(case, mode):
                              fullgraph=True)
         got = run(p, step)
     else:  # graph: the whole step captured, replayed on new values
-        static = leaves(params, T)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                run(static, lambda: stack_on_history(static, history))
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        for t in flat(static):
-            t.grad = None
-        with torch.cuda.graph(graph):
-            out = stack_on_history(static, history)
-            out.backward(static["grad_out"])
-        with torch.no_grad():
-            for s, v in zip(flat(static), flat(p)):
-                s.copy_(v)
-        graph.replay()
-        torch.cuda.synchronize()
-        got = [out.detach().clone()] + [t.grad.detach().clone()
-                                        for t in flat(static)]
+        got = replayed(params, T, p, flat,
+                       lambda static: stack_on_history(static, history))
     to_exact = distance(got, exact)
     to_list = distance(got, listed)
     list_to_exact = distance(listed, exact)
@@ -368,26 +372,8 @@ def check_block_case(case, mode):
     elif mode == "per-layer":
         got = run_block(p, lambda: block_on_history_per_layer(p, history, S))
     else:  # graph
-        static = leaves(params, T)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                run_block(static, lambda: block_on_history(static, history, S))
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        for t in block_flat(static):
-            t.grad = None
-        with torch.cuda.graph(graph):
-            out = block_on_history(static, history, S)
-            out.backward(static["grad_out"])
-        with torch.no_grad():
-            for s, v in zip(block_flat(static), block_flat(p)):
-                s.copy_(v)
-        graph.replay()
-        torch.cuda.synchronize()
-        got = [out.detach().clone()] + [t.grad.detach().clone()
-                                        for t in block_flat(static)]
+        got = replayed(params, T, p, block_flat,
+                       lambda static: block_on_history(static, history, S))
     to_exact = distance(got, exact)
     list_to_exact = distance(listed, exact)
     ok = to_exact <= max(TOLERANCE[case[-1]], 1.5 * list_to_exact)

@@ -33,6 +33,7 @@ sys.path.insert(0, str(HERE.parents[2] / "python"))
 
 import attnres  # noqa: E402
 from attnres import _checks  # noqa: E402
+from attnres._checks import TensorShape as Shape  # noqa: E402
 from attnres.reference import decode_o_pre  # noqa: E402
 from cases import edge_cases, matrix, merge_cases  # noqa: E402
 from run_cases import (DTYPES, Report, make_inputs,  # noqa: E402
@@ -53,20 +54,6 @@ def attnres_cases(compile_every=COMPILE_EVERY):
     return cases
 
 
-class Shape:
-    """Looks like a CUDA tensor of a shape and dtype to the checks."""
-
-    class _Device:
-        type, index = "cuda", 0
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype, self.device = tuple(shape), dtype, self._Device
-
-    def stride(self):
-        return ()
-
-    def data_ptr(self):
-        return 0
 
 
 def lead_shape(c):
