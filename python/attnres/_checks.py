@@ -236,6 +236,35 @@ def check_attnres(sources, query, key_norm_weight, output_norm_weight, eps,
                 save=save)
 
 
+def _row_major_strides(shape):
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.insert(0, step)
+        step *= extent
+    return tuple(strides)
+
+
+def check_gradient_buffer(sources, grad_sources):
+    """The buffer a *_into backward writes the source gradients into (a
+    residual history's gradient rows): dense [L, N, D] in the sources'
+    dtype, on their device; the kernel writes it row by row with no
+    strides, so a view with gaps would be written wrong."""
+    first = sources[0]
+    L = len(sources) if len(_shape(first)) == 2 else _shape(first)[0]
+    expected = (L,) + _shape(first)[-2:]
+    got = _shape(grad_sources)
+    dense = all(stride == step for stride, step, extent in
+                zip(grad_sources.stride(), _row_major_strides(got), got)
+                if extent > 1)
+    if got != expected or _dtype(grad_sources) != _dtype(first) or \
+            _device(grad_sources) != _device(first) or not dense:
+        layout = "" if dense or got != expected else " (not dense)"
+        raise InvalidArgumentError(
+            f"grad_sources must be a dense {list(expected)} {_dtype(first)} "
+            f"tensor on {_device(first)}, got {list(got)} "
+            f"{_dtype(grad_sources)} on {_device(grad_sources)}{layout}")
+
+
 def check_devices(tensors, cuda_available=True, any_device=False):
     """Every tensor on one GPU (on one device, with `any_device`)."""
     first_name, first = tensors[0]

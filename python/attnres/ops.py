@@ -20,7 +20,6 @@ import threading
 import torch
 
 from . import _checks, _native
-from .errors import InvalidArgumentError
 from .kernels import folder_for
 from .runtime import load
 
@@ -415,28 +414,12 @@ def backward_into_op(sources: list[torch.Tensor], query: torch.Tensor,
     (a dense [L, N, D] tensor: a residual history's gradient rows), added to
     what it holds where `accumulate`, in the backward kernel (no separate
     add, no per-source tensors); returns (dq, dg, dh)."""
-    _check_gradient_buffer(sources, grad_sources)
+    _checks.check_gradient_buffer(sources, grad_sources)
     _, dq, dg, dh = backward_impl(sources, query, key_norm, output_norm, grad,
                                   lse, saved, saved_residual, eps, scale,
                                   save, into=grad_sources,
                                   accumulate=accumulate)
     return dq, dg, dh
-
-
-def _check_gradient_buffer(sources, grad_sources):
-    """The buffer the *_into backwards write the source gradients into:
-    dense [L, N, D], the sources' dtype and device."""
-    L = len(sources) if sources[0].dim() == 2 else sources[0].shape[0]
-    expected = (L,) + tuple(sources[0].shape[-2:])
-    if tuple(grad_sources.shape) != expected or \
-            grad_sources.dtype != sources[0].dtype or \
-            grad_sources.device != sources[0].device or \
-            not grad_sources.is_contiguous():
-        raise InvalidArgumentError(
-            f"grad_sources must be a dense {list(expected)} "
-            f"{sources[0].dtype} tensor on {sources[0].device}, got "
-            f"{list(grad_sources.shape)} {grad_sources.dtype} on "
-            f"{grad_sources.device}")
 
 
 @backward_into_op.register_fake
@@ -567,7 +550,7 @@ def partial_backward_into_op(sources: list[torch.Tensor],
     """attnres::partial_backward writing the source gradients into
     `grad_sources` ([L, N, D], dense), added to what it holds where
     `accumulate`; returns (dq, dg)."""
-    _check_gradient_buffer(sources, grad_sources)
+    _checks.check_gradient_buffer(sources, grad_sources)
     _, dq, dg, _ = backward_impl(sources, query, key_norm, None, grad_o, lse,
                                  o, None, eps, scale, "o_pre",
                                  grad_lse=grad_lse, into=grad_sources,

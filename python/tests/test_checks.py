@@ -4,7 +4,8 @@ its message, and a valid call maps to the right compiler spec."""
 import pytest
 
 from attnres import InvalidArgumentError
-from attnres._checks import check_attnres, check_partition_reduce
+from attnres._checks import (check_attnres, check_gradient_buffer,
+                             check_partition_reduce)
 from fakes import Tensor
 
 
@@ -146,3 +147,39 @@ def test_softmax_merge_needs_lse():
     with pytest.raises(InvalidArgumentError, match="needs the partials' lse"):
         check_partition_reduce(Tensor((2, 3, 8), "float32"), None, None, None,
                                1e-6, "softmax")
+
+
+class _Strided(Tensor):
+    """A view with gaps between its rows (a slice of a wider tensor)."""
+
+    def stride(self):
+        strides = list(super().stride())
+        strides[0] *= 2
+        return tuple(strides)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("buffer, got", [
+    (Tensor((2, 16, 64)), r"\[2, 16, 64\] torch.bfloat16 on cuda:0"),
+    (Tensor((3, 16, 32)), r"\[3, 16, 32\] torch.bfloat16 on cuda:0"),
+    (Tensor((3, 16, 64), "float16"), r"\[3, 16, 64\] torch.float16 on cuda:0"),
+    (Tensor((3, 16, 64), device="cuda:1"),
+     r"\[3, 16, 64\] torch.bfloat16 on cuda:1"),
+    (_Strided((3, 16, 64)), r"\[3, 16, 64\] torch.bfloat16 on cuda:0 "
+                            r"\(not dense\)"),
+])
+def test_a_wrong_gradient_buffer_is_named(packed, buffer, got):
+    sources = Tensor((3, 16, 64)) if packed else \
+        [Tensor((16, 64)) for _ in range(3)]
+    if packed:
+        sources = [sources]
+    with pytest.raises(InvalidArgumentError,
+                       match=r"grad_sources must be a dense \[3, 16, 64\] "
+                             r"torch.bfloat16 tensor on cuda:0, got " + got):
+        check_gradient_buffer(sources, buffer)
+
+
+@pytest.mark.parametrize("shape", [(3, 16, 64), (3, 1, 64)])
+def test_a_dense_gradient_buffer_is_taken(shape):
+    sources = [Tensor(shape[1:]) for _ in range(3)]
+    check_gradient_buffer(sources, Tensor(shape))

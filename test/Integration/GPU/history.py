@@ -410,6 +410,27 @@ def check_misuse():
     except HistoryError as error:
         if "rows were overwritten" not in str(error):
             failures.append(f"backward after start: {error}")
+    # The in-place backwards refuse a gradient buffer unlike the sources'
+    # rows (here a slice with gaps) before anything is launched.
+    from attnres import InvalidArgumentError
+    rows = [torch.randn(4, 64, device="cuda", dtype=torch.bfloat16)
+            for _ in range(2)]
+    lse = torch.zeros(4, device="cuda")
+    wide = torch.zeros(2, 4, 128, device="cuda", dtype=torch.bfloat16)
+    for name, call in [
+            ("backward_into", lambda buffer: torch.ops.attnres.backward_into(
+                rows, q.detach(), None, None, rows[0], lse, rows[0], None,
+                1e-6, 1.0, "o_pre", buffer, True)),
+            ("partial_backward_into",
+             lambda buffer: torch.ops.attnres.partial_backward_into(
+                 rows, q.detach(), None, rows[0], lse, lse, rows[0], 1e-6,
+                 1.0, buffer, True))]:
+        try:
+            call(wide[..., :64])
+            failures.append(f"{name} with a strided buffer: not refused")
+        except InvalidArgumentError as error:
+            if "grad_sources must be a dense [2, 4, 64]" not in str(error):
+                failures.append(f"{name}: {error}")
     return failures
 
 
