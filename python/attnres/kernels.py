@@ -32,6 +32,34 @@ def bundle_name(key):
     return name
 
 
+# The order the PyTorch ops write a key's items in (_checks.Call.spec,
+# ops._merge_key). The compiler takes them in any order, but a bundle's
+# folder is named after its key, so prebuild stores a key under this order,
+# where the ops will look for it.
+_ITEM_ORDER = {
+    "spec": ("L", "D", "R", "M", "dtype", "multi_query", "accumulate",
+             "output_dtype", "grad_lse", "param_dtype", "key_norm",
+             "output_norm", "save", "eps", "scale"),
+    "merge": ("P", "D", "out", "sink", "output_norm", "eps"),
+    "sum": ("P",),
+}
+
+
+def canonical_key(key):
+    """`key` with its items in the order the PyTorch ops write them; a key
+    with an item not known here, or one twice, is returned as given (the
+    compiler will name what is wrong with it)."""
+    kind, colon, rest = key.partition(":")
+    order = _ITEM_ORDER.get("spec" if kind in _SPEC_KINDS else kind)
+    parts = [part for part in rest.split(",") if part]
+    names = [part.partition("=")[0] for part in parts]
+    if not colon or order is None or len(set(names)) != len(names) or \
+            not set(names) <= set(order):
+        return key
+    parts.sort(key=lambda part: order.index(part.partition("=")[0]))
+    return f"{kind}:{','.join(parts)}"
+
+
 def _items(key):
     kind, _, rest = key.partition(":")
     items = {}
@@ -135,9 +163,10 @@ def folder_for(key, target):
 
 def prebuild(keys, target, output):
     """Compiles every key for `target` into ``output/<target>/<name>/``, the
-    layout ATTNRES_BUNDLE_DIR expects. Returns the folders."""
+    layout ATTNRES_BUNDLE_DIR expects, each named after its canonical key
+    (canonical_key). Returns the folders."""
     folders = []
-    for key in keys:
+    for key in map(canonical_key, keys):
         folder = pathlib.Path(output) / target / bundle_name(key)
         if not (folder / "manifest.json").is_file():
             compile_key(key, target, folder)

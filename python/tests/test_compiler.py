@@ -348,6 +348,45 @@ def test_kernel_store(tmp_path, monkeypatch):
     assert "python -m attnres prebuild --target gfx942" in str(raised.value)
 
 
+def test_canonical_key_is_the_order_the_ops_write():
+    from attnres._checks import check_attnres
+    from fakes import Tensor
+    # Every spec the ops write is already canonical ...
+    sources = [Tensor((2, 16, 64)) for _ in range(3)]
+    for query, g, h, save in [
+            (Tensor((64,)), None, None, "o_pre"),
+            (Tensor((4, 32), "float32"), Tensor((32,), "float32"),
+             Tensor((4, 64), "float32"), "lse"),
+            (Tensor((32,)), Tensor((32,)), Tensor((64,)), "o_pre")]:
+        call = check_attnres(sources, query, g, h, 1e-6, 0.5, save)
+        for options in ({}, {"accumulate": True}, {"partial": True},
+                        {"fp32_output": True},
+                        {"accumulate": True, "fp32_output": True}):
+            spec = call.spec(**options)
+            assert kernels.canonical_key(spec) == spec
+    # ... and a reordered one is put back in that order.
+    assert kernels.canonical_key(
+        "train:scale=1.0,accumulate,L=2,D=64,R=64,M=1,dtype=bf16,"
+        "multi_query,save=o_pre,eps=1e-06") == \
+        ("train:L=2,D=64,R=64,M=1,dtype=bf16,multi_query,accumulate,"
+         "save=o_pre,eps=1e-06,scale=1.0")
+    assert kernels.canonical_key("merge:eps=1e-05,output_norm,out=f32,D=8,"
+                                 "sink,P=2") == \
+        "merge:P=2,D=8,out=f32,sink,output_norm,eps=1e-05"
+    # What it does not know it leaves to the compiler to name.
+    for odd in ("train:D=8,L=2,wat", "train:D=8,L=2,D=8", "sum:", "max:P=2,x",
+                "no colon"):
+        assert kernels.canonical_key(odd) == odd
+
+
+def test_prebuild_stores_a_key_where_the_ops_look(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNRES_BUNDLE_DIR", str(tmp_path))
+    monkeypatch.setattr(_native, "compiler_available", lambda: False)
+    [folder] = kernels.prebuild(["merge:out=f32,D=64,P=2"], "gfx942", tmp_path)
+    assert folder == tmp_path / "gfx942" / "merge__P=2_D=64_out=f32"
+    assert kernels.folder_for("merge:P=2,D=64,out=f32", "gfx942") == folder
+
+
 def test_prebuild_command(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "attnres", "prebuild", "--target", "gfx942",
