@@ -66,6 +66,7 @@ class ResidualHistory:
         self._backwards = set()  # reads whose backward ran this step
         self._reads = 0
         self._plans = {}         # the eager CUDA path's, by signature
+        self._pinned_count = None  # rows a checkpointed recomputation reads
 
     # --- the step --------------------------------------------------------
 
@@ -115,15 +116,8 @@ class ResidualHistory:
         if not isinstance(output, torch.Tensor):
             raise HistoryError(
                 f"append takes a tensor, got {type(output).__name__}")
-        row_shape = tuple(self._rows.shape[1:])
-        if tuple(output.shape) != row_shape or \
-                output.dtype != self._rows.dtype or \
-                output.device != self._rows.device:
-            raise HistoryError(
-                f"row {self._count} must be a {list(row_shape)} "
-                f"{self._rows.dtype} tensor on {self._rows.device} (as the "
-                f"first row), got {list(output.shape)} {output.dtype} on "
-                f"{output.device}")
+        self._check_like_a_row(output, f"row {self._count}",
+                               "as the first row")
         if self._count >= self.capacity:
             raise HistoryError(
                 f"append past the capacity: the history holds "
@@ -159,16 +153,8 @@ class ResidualHistory:
         if self._rows is None or self._count == 0:
             raise HistoryError("attend before start: the history has no rows")
         if extra_source is not None:
-            row_shape = tuple(self._rows.shape[1:])
-            if not isinstance(extra_source, torch.Tensor) or \
-                    tuple(extra_source.shape) != row_shape or \
-                    extra_source.dtype != self._rows.dtype or \
-                    extra_source.device != self._rows.device:
-                raise HistoryError(
-                    f"extra_source must be a {list(row_shape)} "
-                    f"{self._rows.dtype} tensor on {self._rows.device} (a "
-                    f"row's), got {_describe(extra_source)}")
-        count = getattr(self, "_pinned_count", None) or self._count
+            self._check_like_a_row(extra_source, "extra_source", "a row's")
+        count = self._read_count()
         plan = _plan_for(self, count, query, key_norm_weight,
                          output_norm_weight, eps, scale, save,
                          extra_source is not None)
@@ -193,7 +179,7 @@ class ResidualHistory:
             raise HistoryError(
                 f"read_block takes the block's queries as one [S, R] tensor, "
                 f"got {getattr(queries, 'shape', type(queries).__name__)}")
-        count = getattr(self, "_pinned_count", None) or self._count
+        count = self._read_count()
         rows = self._rows[:count]
         plan = _Plan(_check(rows, queries, key_norm_weight, None, eps, scale,
                             "o_pre"))
@@ -213,7 +199,7 @@ class ResidualHistory:
         count = self._count
 
         def pinned(*inner_args, **inner_kwargs):
-            previous = getattr(self, "_pinned_count", None)
+            previous = self._pinned_count
             self._pinned_count = count
             try:
                 return function(*inner_args, **inner_kwargs)
@@ -221,6 +207,22 @@ class ResidualHistory:
                 self._pinned_count = previous
 
         return checkpoint(pinned, *args, use_reentrant=False, **kwargs)
+
+    def _read_count(self):
+        """The rows a read reads: every row so far, or, in a checkpointed
+        function's recomputation, those its first run read."""
+        return self._pinned_count or self._count
+
+    def _check_like_a_row(self, value, name, whose):
+        row_shape = tuple(self._rows.shape[1:])
+        if not isinstance(value, torch.Tensor) or \
+                tuple(value.shape) != row_shape or \
+                value.dtype != self._rows.dtype or \
+                value.device != self._rows.device:
+            raise HistoryError(
+                f"{name} must be a {list(row_shape)} {self._rows.dtype} "
+                f"tensor on {self._rows.device} ({whose}), got "
+                f"{_describe(value)}")
 
     # --- backward bookkeeping ---------------------------------------------
 
@@ -424,9 +426,7 @@ class _ReadPartial(torch.autograd.Function):
             dv, dq, dg, _ = attnres_backward_reference(
                 rows, queries, grad_o, key_norm_weight=key_norm, eps=eps,
                 scale=scale, grad_lse=grad_lse, lse=lse, o_pre=o)
-            if accumulate:
-                dv = dv + grads.to(dv.dtype)
-            grads.copy_(dv)
+            _store_row_grads(grads, dv, accumulate)
             dq = dq.to(queries.dtype)
             dg = dg.to(key_norm.dtype) if dg is not None else None
         return (grad_o.new_empty(0), dq,
@@ -456,17 +456,8 @@ class _Plan:
         device = rows.device
         self.eager = ops._Plan(call, device)   # forward, writing backward
         self.dtype = rows.dtype
-        runtime = ops._runtime(call.spec(accumulate=True), device)
-        backward = runtime.op("backward")
-        N = call.N
-        self.accumulating = runtime   # keeps its bundle loaded
-        self.accumulate_handle = runtime._handle
-        self.accumulate_op = backward.index
-        self.accumulate_blocks = runtime.backward_blocks(backward, N)
-        self.accumulate_partitions = runtime.backward_partitions(
-            backward, self.accumulate_blocks)
-        self.accumulate_workspace = runtime.backward_workspace_size(
-            backward, N, self.accumulate_blocks, self.accumulate_partitions)
+        self.accumulating = ops._BackwardLaunch(
+            ops._runtime(call.spec(accumulate=True), device), call.N)
         # With an extra source the tables are made per call (its address
         # and its gradient's change); the rows' addresses are kept.
         self.extra = extra
@@ -530,13 +521,12 @@ def _forward(rows, extra, plan, query, key_norm, output_norm, eps, scale,
     call = plan.call
     if rows.is_cuda:
         from . import ops
-        N, D = call.N, call.D
         q = query if call.multi_query else query.unsqueeze(0)
         o, lse, o_pre, residual = torch.ops.attnres.forward(
             _sources_of(rows, extra, call), q, key_norm, output_norm, eps,
             scale, save)
         kept = ops._kept(save, output_norm, o, o_pre)
-        out = o.reshape((call.M,) + call.lead + (D,))
+        out = o.reshape((call.M,) + call.lead + (call.D,))
         return (out if call.multi_query else out.squeeze(0)), \
             (lse, kept, residual if residual.numel() else None)
     from .reference import attnres_reference
@@ -553,7 +543,7 @@ def _backward(rows, extra, grads, accumulate, plan, query, key_norm,
     dh in the parameters' dtypes and the extra source's gradient."""
     if plan.eager is not None:
         return _launch_backward(plan, extra, accumulate, query, key_norm,
-                                output_norm, saved, grad_o, rows.dtype)
+                                output_norm, saved, grad_o)
     call = plan.call
     count = rows.shape[0]
     if rows.is_cuda:
@@ -585,14 +575,19 @@ def _backward(rows, extra, grads, accumulate, plan, query, key_norm,
     dv, dq, dg, dh = attnres_backward_reference(
         sources, query, grad_o, key_norm_weight=key_norm,
         output_norm_weight=output_norm, eps=eps, scale=scale, lse=lse)
-    row_grads = dv[:count]
-    if accumulate:
-        row_grads = row_grads + grads.to(dv.dtype)
-    grads.copy_(row_grads)
+    _store_row_grads(grads, dv[:count], accumulate)
     d_extra = dv[count].to(extra.dtype) if extra is not None else None
     return (dq.to(query.dtype),
             dg.to(key_norm.dtype) if dg is not None else None,
             dh.to(output_norm.dtype) if dh is not None else None, d_extra)
+
+
+def _store_row_grads(grads, row_grads, accumulate):
+    """The CPU path's in-place gradient rows: `row_grads` written into
+    `grads`, or added to what it holds."""
+    if accumulate:
+        row_grads = row_grads + grads.to(row_grads.dtype)
+    grads.copy_(row_grads)
 
 
 def _tables(plan, extra, extra_grad=None):
@@ -622,30 +617,9 @@ def _launch_forward(plan, extra, query, key_norm, output_norm):
 
 
 def _launch_backward(plan, extra, accumulate, query, key_norm, output_norm,
-                     saved, grad_o, dtype):
-    import ctypes
-    from . import _native, ops
-    p = plan.eager
-    device = p.device
+                     saved, grad_o):
+    from . import ops
     lse, kept, residual = saved
-    if grad_o.dtype is not dtype:
-        grad_o = grad_o.to(dtype)
-    grad_o = ops.dense(grad_o)
-    dq = torch.empty(query.shape, dtype=query.dtype, device=device)
-    dg = torch.empty(key_norm.shape, dtype=key_norm.dtype, device=device) \
-        if key_norm is not None else None
-    dh = torch.empty(output_norm.shape, dtype=output_norm.dtype,
-                     device=device) if output_norm is not None else None
-    if accumulate:
-        handle, op = plan.accumulate_handle, plan.accumulate_op
-        blocks, partitions = plan.accumulate_blocks, \
-            plan.accumulate_partitions
-        size = plan.accumulate_workspace
-    else:
-        handle, op = p.handle, p.backward_op
-        blocks, partitions = p.blocks, p.backward_partitions
-        size = p.backward_workspace
-    workspace = torch.empty(size, dtype=torch.uint8, device=device)
     # The extra source's gradient: written by a writing backward, added into
     # (from zero) by an accumulating one.
     d_extra = None
@@ -654,14 +628,8 @@ def _launch_backward(plan, extra, accumulate, query, key_norm, output_norm,
         d_extra = torch.zeros_like(extra) if accumulate else \
             torch.empty_like(extra)
     sources, grads = _tables(plan, extra, d_extra)
-    args = _native.BackwardArgs(
-        p.num_tokens, sources.data_ptr(), query.data_ptr(),
-        ops._pointer(key_norm), ops._pointer(output_norm), grad_o.data_ptr(),
-        lse.data_ptr(), ops._pointer(kept), grads.data_ptr(),
-        dq.data_ptr(), ops._pointer(dg), ops._pointer(dh), blocks,
-        partitions, workspace.data_ptr(), size, ops._pointer(residual))
-    error = ctypes.c_void_p()
-    ops._check(_native.runtime_lib().attnresBackward(
-        handle, op, ctypes.byref(args), ops._raw_stream(p.index),
-        ctypes.byref(error)), error)
+    launch = plan.accumulating if accumulate else plan.eager.backward
+    dq, dg, dh = ops._launch_backward_into(
+        plan.eager, launch, sources, grads, plan.dtype, query, key_norm,
+        output_norm, grad_o, lse, kept, residual)
     return dq, dg, dh, d_extra

@@ -356,13 +356,11 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
     runtime = _runtime(call.spec(partial=grad_lse is not None,
                                  fp32_output=fp32_output,
                                  accumulate=accumulate), device)
-    op = runtime.op("backward")
-    blocks = runtime.backward_blocks(op, N)
-    partitions = runtime.backward_partitions(op, blocks)
-    size = runtime.backward_workspace_size(op, N, blocks, partitions)
-    workspace = torch.empty(size, dtype=torch.uint8, device=device)
+    launch = _BackwardLaunch(runtime, N)
+    workspace = torch.empty(launch.workspace, dtype=torch.uint8,
+                            device=device)
     table = _sources_table(sources)
-    runtime.backward(op, num_tokens=N, sources=table.data_ptr(),
+    runtime.backward(launch.op, num_tokens=N, sources=table.data_ptr(),
                      query=query.data_ptr(), key_norm=_pointer(key_norm),
                      output_norm=_pointer(output_norm),
                      grad=grad.data_ptr(), lse=lse.data_ptr(),
@@ -371,9 +369,9 @@ def backward_impl(sources, query, key_norm, output_norm, grad, lse, saved,
                      grad_lse=_pointer(grad_lse),
                      grad_sources=_packed_table(grad_sources).data_ptr(),
                      dq=dq.data_ptr(), dg=_pointer(dg), dh=_pointer(dh),
-                     blocks=blocks, partitions=partitions,
+                     blocks=launch.blocks, partitions=launch.partitions,
                      workspace=workspace.data_ptr(),
-                     workspace_size=size, stream=_stream(device))
+                     workspace_size=launch.workspace, stream=_stream(device))
     return grad_sources, dq, dg, dh
 
 
@@ -612,24 +610,34 @@ _TENSOR_TYPES = (torch.Tensor, torch.nn.Parameter)
 _dtype_of = operator.attrgetter("dtype")
 
 
+class _BackwardLaunch:
+    """A bundle's backward op sized for N tokens: the handle, op, block
+    and partition counts and workspace bytes its launches pass."""
+
+    def __init__(self, runtime, N):
+        op = runtime.op("backward")
+        self.runtime = runtime  # keeps the handle's bundle loaded
+        self.handle, self.op = runtime._handle, op.index
+        self.blocks = runtime.backward_blocks(op, N)
+        self.partitions = runtime.backward_partitions(op, self.blocks)
+        self.workspace = runtime.backward_workspace_size(
+            op, N, self.blocks, self.partitions)
+
+
 class _Plan:
     """An eager call's launches for one signature."""
 
     def __init__(self, call, device):
         runtime = _runtime(call.spec(), device)
-        forward, backward = runtime.op("forward"), runtime.op("backward")
+        forward = runtime.op("forward")
         N, M, D = call.N, call.M, call.D
         self.handle = runtime._handle
         self.runtime = runtime  # keeps the handle's bundle loaded
-        self.forward_op, self.backward_op = forward.index, backward.index
+        self.forward_op = forward.index
         self.partitions = runtime.forward_partitions(forward, N)
         self.forward_workspace = runtime.forward_workspace_size(
             forward, N, self.partitions)
-        self.blocks = runtime.backward_blocks(backward, N)
-        self.backward_partitions = runtime.backward_partitions(backward,
-                                                               self.blocks)
-        self.backward_workspace = runtime.backward_workspace_size(
-            backward, N, self.blocks, self.backward_partitions)
+        self.backward = _BackwardLaunch(runtime, N)
         self.num_tokens = N
         self.packed = call.packed
         self.device = device
@@ -736,34 +744,48 @@ def _launch_forward_from(plan, table, dtype, query, key_norm, output_norm):
     return o, lse, o_pre, residual
 
 
-def _launch_backward(plan, table, sources, query, key_norm, output_norm,
-                     grad, lse, saved, residual):
+def _launch_backward_into(plan, launch, table, grad_table, dtype, query,
+                          key_norm, output_norm, grad, lse, saved, residual):
+    """The backward `launch` (plan.backward, or the accumulating bundle's
+    of the same call) reading the sources through `table` and writing, or
+    adding, their gradients through `grad_table` (device tables of row
+    addresses); the output gradient is taken in the sources' `dtype`.
+    Returns (dq, dg, dh)."""
     device = plan.device
-    if grad.dtype is not sources[0].dtype:
-        grad = grad.to(sources[0].dtype)
+    if grad.dtype is not dtype:
+        grad = grad.to(dtype)
     grad = dense(grad)
-    grad_sources = torch.empty(plan.grad_shape, dtype=grad.dtype,
-                               device=device)
     dq = torch.empty(query.shape, dtype=query.dtype, device=device)
     dg = torch.empty(key_norm.shape, dtype=key_norm.dtype, device=device) \
         if key_norm is not None else None
     dh = torch.empty(output_norm.shape, dtype=output_norm.dtype,
                      device=device) if output_norm is not None else None
-    workspace = torch.empty(plan.backward_workspace, dtype=torch.uint8,
+    workspace = torch.empty(launch.workspace, dtype=torch.uint8,
                             device=device)
-    grad_table = _pointer_table(_packed_pointers(grad_sources), device,
-                                grad_sources)
     args = _native.BackwardArgs(
         plan.num_tokens, table.data_ptr(), query.data_ptr(),
         _pointer(key_norm), _pointer(output_norm), grad.data_ptr(),
         lse.data_ptr(), _pointer(saved), grad_table.data_ptr(),
-        dq.data_ptr(), _pointer(dg), _pointer(dh), plan.blocks,
-        plan.backward_partitions, workspace.data_ptr(),
-        plan.backward_workspace, _pointer(residual))
+        dq.data_ptr(), _pointer(dg), _pointer(dh), launch.blocks,
+        launch.partitions, workspace.data_ptr(), launch.workspace,
+        _pointer(residual))
     error = ctypes.c_void_p()
     _check(_native.runtime_lib().attnresBackward(
-        plan.handle, plan.backward_op, ctypes.byref(args),
+        launch.handle, launch.op, ctypes.byref(args),
         _raw_stream(plan.index), ctypes.byref(error)), error)
+    return dq, dg, dh
+
+
+def _launch_backward(plan, table, sources, query, key_norm, output_norm,
+                     grad, lse, saved, residual):
+    dtype = sources[0].dtype
+    grad_sources = torch.empty(plan.grad_shape, dtype=dtype,
+                               device=plan.device)
+    grad_table = _pointer_table(_packed_pointers(grad_sources), plan.device,
+                                grad_sources)
+    dq, dg, dh = _launch_backward_into(
+        plan, plan.backward, table, grad_table, dtype, query, key_norm,
+        output_norm, grad, lse, saved, residual)
     per_source = (grad_sources,) if plan.packed else grad_sources.unbind(0)
     return per_source, dq, dg, dh
 
