@@ -113,7 +113,6 @@ def make(case, dtype, device, seed):
 
 
 def leaves(params, dtype):
-    import torch
     def leaf(value):  # a copy of its own, whatever the dtype
         return value.detach().to(dtype).clone().requires_grad_()
     out = {}
@@ -139,7 +138,6 @@ def layer(x, W):
 
 
 def stack_on_list(p, op):
-    import torch
     outputs = [p["embedding"]]
     for i, W in enumerate(p["weights"]):
         outputs.append(layer(op(outputs, p["queries"][i],
@@ -160,13 +158,15 @@ def stack_on_history(p, history, checkpointed=False):
     return y
 
 
-def run(p, forward):
-    import torch
-    for t in flat(p):
+def run(p, forward, flat_of=flat):
+    """The output and the gradients of the leaves `flat_of(p)` of one step
+    of `forward`."""
+    for t in flat_of(p):
         t.grad = None
     out = forward()
     out.backward(p["grad_out"])
-    return [out.detach().clone()] + [t.grad.detach().clone() for t in flat(p)]
+    return [out.detach().clone()] + [t.grad.detach().clone()
+                                     for t in flat_of(p)]
 
 
 def replayed(params, dtype, values, flat_of, forward):
@@ -335,15 +335,6 @@ def block_on_history_per_layer(p, history, S):
     return partial
 
 
-def run_block(p, forward):
-    for t in block_flat(p):
-        t.grad = None
-    out = forward()
-    out.backward(p["grad_out"])
-    return [out.detach().clone()] + [t.grad.detach().clone()
-                                     for t in block_flat(p)]
-
-
 def check_block_case(case, mode):
     import torch
     import attnres
@@ -363,14 +354,15 @@ def check_block_case(case, mode):
                                output_norm_weight=h, eps=EPS)
 
     p64 = leaves(params, torch.float64)
-    exact = run_block(p64, lambda: block_on_list(p64, ref_op, S))
+    exact = run(p64, lambda: block_on_list(p64, ref_op, S), block_flat)
     p = leaves(params, T)
-    listed = run_block(p, lambda: block_on_list(p, list_op, S))
+    listed = run(p, lambda: block_on_list(p, list_op, S), block_flat)
     history = ResidualHistory(case[0])
     if mode == "eager":
-        got = run_block(p, lambda: block_on_history(p, history, S))
+        got = run(p, lambda: block_on_history(p, history, S), block_flat)
     elif mode == "per-layer":
-        got = run_block(p, lambda: block_on_history_per_layer(p, history, S))
+        got = run(p, lambda: block_on_history_per_layer(p, history, S),
+                  block_flat)
     else:  # graph
         got = replayed(params, T, p, block_flat,
                        lambda static: block_on_history(static, history, S))
