@@ -915,7 +915,6 @@ int64_t backwardPartitions(const AttnresRuntime &runtime, const Op &op,
 }
 
 using attnres::launch::CheckedIntegers;
-CheckedIntegers::Value checked(int64_t value) { return {value, false}; }
 
 /// Where the split forward's partial results lie in its workspace, over
 /// `partitions` partitions of `tokens` tokens; refused, naming both, where
@@ -924,9 +923,9 @@ Failure splitForwardLayout(
     const Op &op, int64_t tokens, int64_t partitions,
     attnres::launch::ForwardWorkspace<attnres::launch::Integers> &layout) {
   CheckedIntegers a;
-  auto rows =
-      a.mul(a.mul(checked(partitions), checked(op.integer("num_queries", 1))),
-            checked(tokens));
+  auto rows = a.mul(
+      a.mul(a.constant(partitions), a.constant(op.integer("num_queries", 1))),
+      a.constant(tokens));
   auto sized = attnres::launch::forwardWorkspace(a, rows, op.integer("width"));
   if (sized.bytes.overflowed)
     return invalid("num_tokens = " + std::to_string(tokens) +
@@ -967,9 +966,9 @@ Failure backwardLayout(const Op &op, int64_t tokens, int64_t blocks,
   int64_t M = op.integer("num_queries", 1), D = op.integer("width");
   int64_t R = op.integer("rank");
   int64_t weightRows = op.flag("output_norm_per_query") ? M : 1;
-  auto rows = a.mul(a.mul(checked(partitions), checked(blocks)),
-                    checked(op.integer("partial_rows_per_block",
-                                       op.integer("rows_per_block", 1))));
+  auto rows = a.mul(a.mul(a.constant(partitions), a.constant(blocks)),
+                    a.constant(op.integer("partial_rows_per_block",
+                                          op.integer("rows_per_block", 1))));
   auto sized = attnres::launch::backwardWorkspace(
       a, rows, M * R, op.has("output_norm_type") ? weightRows * D : 0);
   if (sized.bytes.overflowed)

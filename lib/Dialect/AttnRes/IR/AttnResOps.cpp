@@ -922,7 +922,6 @@ static LogicalResult verifyOutCount(Operation *op, ValueRange outs,
                            << "), but outs has " << outs.size();
 }
 
-/// Reads every operand but `outs`, writes `outs`.
 /// Reads every operand but `outs`, writes `outs`, and reads the first
 /// `readOuts` of them too (an accumulating backward's source gradients).
 static void bufferEffects(
