@@ -194,6 +194,9 @@ def backward_parts(L, N, D):
     plan = next(p for p in ops._plans.values() if p and
                 p.grad_shape == (L, N, D))
     lse = torch.empty(plan.lse_shape, device="cuda")
+    # The saved o_pre's 4-bit residual, where the call keeps one.
+    residual = torch.empty(plan.residual_shape, dtype=torch.int8,
+                           device="cuda") if plan.residual_shape else None
     table = ops._pointer_table(tuple(s.data_ptr() for s in sources),
                                query.device)
     pieces = [
@@ -201,7 +204,7 @@ def backward_parts(L, N, D):
          lambda: torch.autograd.grad(o, wrt, x.grad, retain_graph=True)),
         ("_launch_backward", lambda: ops._launch_backward(
             plan, table, x.sources, x.query, x.key_norm, None, x.grad, lse,
-            o.detach())),
+            o.detach(), residual)),
         ("_eager forward (grad mode)",
          lambda: call(x, sources, query, g, None, "o_pre")),
     ]
