@@ -8,7 +8,8 @@ PyTorch kernel launch (torch.add of two tiny tensors) and an
 autograd.Function with the same inputs that launches nothing. Prints
 microseconds per call (median of 5 rounds).
 
-  python3 benchmarks/host_parts.py [--backward | --engine | --timeline]
+  python3 benchmarks/host_parts.py [--backward | --engine | --timeline |
+                                    --model]
 
 --timeline stamps the host's time line of one eager forward + backward,
 segment by segment (the Python before the forward, the forward, the
@@ -276,8 +277,48 @@ def timeline(L, N, D, calls=120, skip=20):
               flush=True)
 
 
+def model_step():
+    import model
+    from attnres.nn import ResidualHistory
+    import attnres
+    m = model.Model(*model.HOST_SHAPE, torch.bfloat16)
+    history = ResidualHistory(m.L)
+
+    def step(run):
+        def one():
+            for p in m.parameters():
+                p.grad = None
+            run()
+        return one
+    plain = step(lambda: model.plain_step(m))
+    on_history = step(lambda: model.history_step(m, history))
+    on_list = step(lambda: model.list_step(m, attnres.attnres))
+    L = m.L
+
+    def show(L, pieces):  # a step is milliseconds: fewer repeats
+        for name, fn in pieces:
+            print(f"L={L:<3} {name:<42} {micros(fn, repeats=20):8.1f} us",
+                  flush=True)
+    show(L, [("model step: plain", plain),
+             ("model step: history", on_history),
+             ("model step: list op", on_list)])
+    runtime = ops._native.runtime_lib()
+    forward, backward = runtime.attnresForward, runtime.attnresBackward
+    try:
+        # The launches alone: what the history's Python costs without them.
+        runtime.attnresForward = lambda *args: 0
+        runtime.attnresBackward = lambda *args: 0
+        show(L, [("model step: history, no AttnRes launches", on_history)])
+    finally:
+        runtime.attnresForward, runtime.attnresBackward = forward, backward
+    profile(on_history, 30, calls=20)
+
+
 def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    if "--model" in sys.argv:
+        model_step()
+        return 0
     if "--timeline" in sys.argv:
         for L, N, D in HOST_SHAPES + [(8, 8192, 2048)]:
             timeline(L, N, D)

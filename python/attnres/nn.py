@@ -1,19 +1,21 @@
-"""A residual history for models: every layer output in one buffer, read by
-AttnRes without copies, its gradients accumulated in place.
+"""A residual history for models: every layer output read by AttnRes where
+the layer wrote it, its gradients accumulated in place in one buffer.
 
 In a Full AttnRes stack layer i reads the embedding and every earlier
 layer's output. With :func:`attnres.attnres` each output is its own
 autograd input: a source read by k later layers gets k gradient tensors
 that autograd adds with k - 1 extra kernels, and every call pays host time
-per source. :class:`ResidualHistory` keeps the outputs as the rows of one
-preallocated ``[capacity, ..., D]`` buffer and their gradients as the rows
-of a second one: layer i's AttnRes reads rows ``[0, i)`` as packed sources
-(a view), and its backward kernel adds each row's gradient into the
-gradient buffer in place (the ``accumulate`` form of the backward op: a
+per source. :class:`ResidualHistory` keeps the outputs themselves as its
+rows (the kernels read them through a device table of their addresses:
+no copy) and their gradients as the rows of one preallocated
+``[capacity, ..., D]`` buffer: layer i's AttnRes reads rows ``[0, i)``,
+and its backward kernel adds each row's gradient into the gradient buffer
+in place (the ``accumulate`` form of the backward op: a
 read-modify-write of the row, no separate add). Each appended output gets
-its gradient back as a view of that buffer, once every later reader has
-added into it (autograd orders this through a chain of empty tensors, one
-per append). Megatron-LM's weight-gradient accumulation fusion is the
+its gradient back as a view of that buffer from the backward of the first
+read after it, which autograd runs after every later read's (the reads
+form a chain of empty tensors, each read's input the one before it
+returned). Megatron-LM's weight-gradient accumulation fusion is the
 precedent.
 
     history = attnres.nn.ResidualHistory(capacity=len(layers) + 1)
@@ -25,9 +27,15 @@ precedent.
     out = history.attend(final_query)
 
 CUDA tensors run the compiled kernels (PyTorch >= 2.4); CPU tensors the
-float64 formulas of :mod:`attnres.reference`, with the same buffers and the
-same autograd structure (for tests, and devices the compiler does not
-target).
+float64 formulas of :mod:`attnres.reference`, with the same gradient
+buffer and the same autograd structure (for tests, and devices the
+compiler does not target).
+
+Under torch.compile a step reads its rows with :func:`attnres.attnres`
+(the list op's custom ops, which trace): the gradient buffer, and the
+bookkeeping that makes the in-place gradients safe, are Python state a
+traced graph cannot carry, so a compiled step gets the list op's
+gradients (autograd adds each source's) and its cost.
 """
 
 import torch
@@ -41,12 +49,13 @@ class HistoryError(InvalidArgumentError):
 
 
 class ResidualHistory:
-    """Layer outputs of one step in one buffer, for AttnRes.
+    """Layer outputs of one step, for AttnRes.
 
     ``capacity`` rows at most: the first output (:meth:`start`) and each
-    one :meth:`append`\\ ed after it. The buffers are allocated by the first
-    :meth:`start` of a shape, dtype and device and reused by later ones (so
-    that a captured CUDA graph replays on the same addresses); a
+    one :meth:`append`\\ ed after it, kept until the next start. The
+    gradient buffer and the device table of row addresses are allocated by
+    the first :meth:`start` of a shape, dtype and device and reused by later
+    ones (so that a captured CUDA graph replays on the same addresses); a
     :meth:`start` of another shape allocates again.
     """
 
@@ -57,11 +66,19 @@ class ResidualHistory:
                 f"capacity must be an int >= 1 (rows of the history), got "
                 f"{capacity!r}")
         self.capacity = capacity
-        self._rows = None       # [capacity, *shape], the outputs
-        self._grads = None      # [capacity, *shape], their gradients
+        self._rows = []         # the rows: the appended outputs
+        self._versions = []     # their version counters when appended
+        self._traced = False    # whether torch.compile traced the start
+        self._row_like = None   # (shape, dtype, device) of every row
+        self._grads = None      # [capacity, *shape], the rows' gradients
+        self._row_table = None  # [capacity] int64: the rows' addresses
+        self._row_entries = ()  # its entries, one view each
+        self._row_pointers = []  # the same addresses, on the host
         self._count = 0
         self._step = 0          # started steps: a graph belongs to one
-        self._token = None
+        self._token = None      # the last read's link of the chain
+        self._pending = []      # (row, output) appended since the last read
+        self._recomputing = False  # in a checkpoint's recomputation
         self._written = 0       # gradient rows written this backward
         self._backwards = set()  # reads whose backward ran this step
         self._reads = 0
@@ -85,29 +102,47 @@ class ResidualHistory:
                                torch.float32):
             raise HistoryError(
                 f"a history holds bf16, f16 or f32 rows, got {first.dtype}")
-        shape = (self.capacity,) + tuple(first.shape)
-        if self._rows is None or tuple(self._rows.shape) != shape or \
-                self._rows.dtype != first.dtype or \
-                self._rows.device != first.device:
-            self._rows = torch.empty(shape, dtype=first.dtype,
-                                     device=first.device)
-            self._grads = torch.empty_like(self._rows)
-            self._plans = {}
-        self._step += 1
+        self._row_like = (tuple(first.shape), first.dtype, first.device)
         self._count = 0
+        self._rows = []
+        self._traced = _tracing()
+        if self._traced:
+            # Nothing of a traced step is overwritten by the next one, so it
+            # leaves the step count alone (which Dynamo would guard on).
+            self._append(first)
+            return
+        self._step += 1
+        self._versions = []
+        shape = (self.capacity,) + tuple(first.shape)
+        if self._grads is None or tuple(self._grads.shape) != shape or \
+                self._grads.dtype != first.dtype or \
+                self._grads.device != first.device:
+            self._grads = torch.empty(shape, dtype=first.dtype,
+                                      device=first.device)
+            self._plans = {}
+            self._row_table, self._row_entries = None, ()
+            if first.is_cuda:
+                self._row_table = torch.zeros(self.capacity,
+                                              dtype=torch.int64,
+                                              device=first.device)
+                self._row_entries = self._row_table.unbind(0)
+        self._row_pointers = []
         self._written = 0
         self._backwards = set()
         self._reads = 0
-        # The chain's first link (it requires a gradient wherever the rows
-        # do: a tensor made with requires_grad would not trace).
+        # The chain's first link (the reads' links require a gradient
+        # wherever their inputs do).
         self._token = first.new_empty(0)
+        self._pending = []
         self._append(first)
 
     def append(self, output):
         """Appends a layer's output ([..., D], the shape, dtype and device
-        of the first row) as the next row. Its gradient from the history's
+        of the first row) as the next row: the output itself, not a copy
+        (unless it is not dense and 16-byte aligned), so it must not be
+        modified in place afterwards. Its gradient from the history's
         readers comes back to it as a view of the gradient buffer."""
-        if self._rows is None:
+        if self._row_like is None:
             raise HistoryError("append before start: the first row (the "
                                "embedding) starts a step")
         self._append(output)
@@ -123,7 +158,24 @@ class ResidualHistory:
                 f"append past the capacity: the history holds "
                 f"{self.capacity} rows (the first and {self.capacity - 1} "
                 f"appended)")
-        self._token = _Append.apply(output, self._token, self, self._count)
+        if self._traced:
+            self._rows.append(output)
+            self._count += 1
+            return
+        # The row is the output itself, read in place through the table of
+        # row addresses (a copy where the kernels cannot read it: not dense
+        # or not 16-byte aligned). Outside autograd: the output's gradient
+        # comes from the next read.
+        row = output.detach()
+        if row.is_cuda:
+            from . import ops
+            row = ops.dense(row)
+            pointer = row.data_ptr()
+            self._row_entries[self._count].fill_(pointer)
+            self._row_pointers.append(pointer)
+        self._rows.append(row)
+        self._versions.append(row._version)
+        self._pending.append((self._count, output))
         self._count += 1
 
     def __len__(self):
@@ -131,11 +183,10 @@ class ResidualHistory:
 
     @property
     def rows(self):
-        """The rows so far, ``[len(self), ..., D]`` (a view, not for
-        writing)."""
-        if self._rows is None:
+        """The rows so far, ``[len(self), ..., D]`` (a copy)."""
+        if self._row_like is None:
             raise HistoryError("the history has not started")
-        return self._rows[:self._count]
+        return torch.stack(self._rows)
 
     # --- reading ---------------------------------------------------------
 
@@ -150,19 +201,27 @@ class ResidualHistory:
         AttnRes's partial sum of the current block (the rows being the
         embedding and the completed blocks' sums). Its gradient is its own
         (autograd's), the rows' go to the history."""
-        if self._rows is None or self._count == 0:
+        if self._row_like is None or self._count == 0:
             raise HistoryError("attend before start: the history has no rows")
         if extra_source is not None:
             self._check_like_a_row(extra_source, "extra_source", "a row's")
         count = self._read_count()
+        if self._traced:
+            return _listed_attend(self._rows[:count], extra_source, query,
+                                  key_norm_weight, output_norm_weight, eps,
+                                  scale, save)
         plan = _plan_for(self, count, query, key_norm_weight,
                          output_norm_weight, eps, scale, save,
                          extra_source is not None)
-        read = self._reads
+        token, pending_rows, pending = self._link(count)
+        o, token = _Attend.apply(token, query, key_norm_weight,
+                                 output_norm_weight, extra_source, self,
+                                 count, plan, self._reads, pending_rows, eps,
+                                 scale, save, *pending)
         self._reads += 1
-        return _Attend.apply(self._token, query, key_norm_weight,
-                             output_norm_weight, extra_source, self, count,
-                             plan, read, eps, scale, save)
+        if not self._recomputing:
+            self._token = token
+        return o
 
     def read_block(self, queries, *, key_norm_weight=None, eps=1e-6,
                    scale=1.0):
@@ -172,7 +231,7 @@ class ResidualHistory:
         whose ``input(m, partial)`` is layer m's input: that read merged
         with the partial sum of the block's earlier outputs. Append the
         block's sum when the block is done."""
-        if self._rows is None or self._count == 0:
+        if self._row_like is None or self._count == 0:
             raise HistoryError("read_block before start: the history has no "
                                "rows")
         if not isinstance(queries, torch.Tensor) or queries.dim() != 2:
@@ -180,15 +239,23 @@ class ResidualHistory:
                 f"read_block takes the block's queries as one [S, R] tensor, "
                 f"got {getattr(queries, 'shape', type(queries).__name__)}")
         count = self._read_count()
-        rows = self._rows[:count]
-        plan = _Plan(_check(rows, queries, key_norm_weight, None, eps, scale,
-                            "o_pre"))
-        read = self._reads
+        dtype = self._row_like[1]
+        if self._traced:
+            o, lse = _listed_partial(self._rows[:count], queries,
+                                     key_norm_weight, eps, scale)
+            return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
+                             dtype)
+        plan = _Plan(_check(_checked_sources(self, count, False), queries,
+                            key_norm_weight, None, eps, scale, "o_pre"))
+        token, pending_rows, pending = self._link(count)
+        o, lse, token = _ReadPartial.apply(
+            token, queries, key_norm_weight, self, count, plan, self._reads,
+            pending_rows, eps, scale, *pending)
         self._reads += 1
-        o, lse = _ReadPartial.apply(self._token, queries, key_norm_weight,
-                                    self, count, plan, read, eps, scale)
+        if not self._recomputing:
+            self._token = token
         return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
-                         self._rows.dtype)
+                         dtype)
 
     def checkpoint(self, function, *args, **kwargs):
         """``torch.utils.checkpoint.checkpoint(function, *args, **kwargs)``
@@ -196,17 +263,39 @@ class ResidualHistory:
         recomputation in the backward reads the rows the first run read,
         not those appended since."""
         from torch.utils.checkpoint import checkpoint
+        if self._traced:
+            # A traced checkpoint recomputes its traced graph, which holds
+            # the rows it read: nothing to pin (and no state to set).
+            return checkpoint(function, *args, use_reentrant=False, **kwargs)
         count = self._count
+        runs = []
 
         def pinned(*inner_args, **inner_kwargs):
-            previous = self._pinned_count
-            self._pinned_count = count
+            # The second run is the recomputation: it must leave the chain
+            # and the pending rows as the rest of the step left them.
+            previous = self._pinned_count, self._recomputing
+            self._pinned_count, self._recomputing = count, bool(runs)
+            runs.append(True)
             try:
                 return function(*inner_args, **inner_kwargs)
             finally:
-                self._pinned_count = previous
+                self._pinned_count, self._recomputing = previous
 
         return checkpoint(pinned, *args, use_reentrant=False, **kwargs)
+
+    def _link(self, count):
+        """A read's inputs from the chain: the last link, and the outputs
+        appended since the last read (rows below `count`) with their rows,
+        whose gradients the read's backward returns. A checkpoint's
+        recomputation takes none: its graph is thrown away."""
+        if self._recomputing:
+            return self._token, (), ()
+        taken = [(row, output) for row, output in self._pending
+                 if row < count]
+        self._pending = [(row, output) for row, output in self._pending
+                         if row >= count]
+        return self._token, tuple(row for row, _ in taken), \
+            tuple(output for _, output in taken)
 
     def _read_count(self):
         """The rows a read reads: every row so far, or, in a checkpointed
@@ -214,15 +303,13 @@ class ResidualHistory:
         return self._pinned_count or self._count
 
     def _check_like_a_row(self, value, name, whose):
-        row_shape = tuple(self._rows.shape[1:])
+        row_shape, dtype, device = self._row_like
         if not isinstance(value, torch.Tensor) or \
                 tuple(value.shape) != row_shape or \
-                value.dtype != self._rows.dtype or \
-                value.device != self._rows.device:
+                value.dtype != dtype or value.device != device:
             raise HistoryError(
-                f"{name} must be a {list(row_shape)} {self._rows.dtype} "
-                f"tensor on {self._rows.device} ({whose}), got "
-                f"{_describe(value)}")
+                f"{name} must be a {list(row_shape)} {dtype} tensor on "
+                f"{device} ({whose}), got {_describe(value)}")
 
     # --- backward bookkeeping ---------------------------------------------
 
@@ -239,6 +326,8 @@ class ResidualHistory:
         them: rows some later reader's backward wrote already are added to,
         the others written (the first backward, the last reader's, writes
         every row it reads)."""
+        if self._written == 0:
+            self._check_rows_unchanged()
         if self._written >= count:
             return self._grads[:count], True
         if self._written > 0:
@@ -249,6 +338,56 @@ class ResidualHistory:
             return self._grads[:count], True
         self._written = count
         return self._grads[:count], False
+
+    def _check_rows_unchanged(self):
+        """Refuses a backward (before it computes anything) where a row
+        was modified in place after it was appended: the reads saw other
+        values than the backward would read."""
+        for row, (tensor, version) in enumerate(zip(self._rows,
+                                                    self._versions)):
+            if tensor._version != version:
+                raise HistoryError(
+                    f"row {row} of the residual history was modified in "
+                    f"place after it was appended: its readers' gradients "
+                    f"would be wrong (append a copy, or modify it before "
+                    f"appending)")
+
+
+def _tracing():
+    """Whether torch.compile (Dynamo) is tracing the caller."""
+    compiler = getattr(torch, "compiler", None)
+    return compiler is not None and compiler.is_compiling()
+
+
+def _listed_attend(rows, extra, query, key_norm, output_norm, eps, scale,
+                   save):
+    """A traced step's read: AttnRes over the rows (a list) and the extra
+    source, by the list op (CUDA) or the float64 formulas (CPU), under
+    autograd's own accounting."""
+    sources = rows + ([extra] if extra is not None else [])
+    if sources[0].is_cuda:
+        from . import api
+        return api.attnres(sources, query, key_norm_weight=key_norm,
+                           output_norm_weight=output_norm, eps=eps,
+                           scale=scale, save=save)
+    from .reference import attnres_reference
+    return attnres_reference(torch.stack(sources), query,
+                             key_norm_weight=key_norm,
+                             output_norm_weight=output_norm, eps=eps,
+                             scale=scale)
+
+
+def _listed_partial(rows, queries, key_norm, eps, scale):
+    """A traced step's block read: the partial result (o, lse) of the rows
+    for each query."""
+    if rows[0].is_cuda:
+        from . import api
+        return api.attnres_partial(rows, queries, key_norm_weight=key_norm,
+                                   eps=eps, scale=scale)
+    from .reference import attnres_partial_reference
+    return attnres_partial_reference(torch.stack(rows), queries,
+                                     key_norm_weight=key_norm, eps=eps,
+                                     scale=scale)
 
 
 def _describe(value):
@@ -317,25 +456,11 @@ class BlockRead:
         return merged.to(dtype)
 
 
-class _Append(torch.autograd.Function):
-    """Writes an output into its row; its backward returns the row's
-    gradient, which every later reader (ordered before it by the token
-    chain) has added into."""
-
-    @staticmethod
-    def forward(ctx, output, token, history, row):
-        history._rows[row].copy_(output)
-        ctx.history, ctx.row, ctx.step = history, row, history._step
-        return token.new_empty(0)
-
-    @staticmethod
-    def backward(ctx, grad_token):
-        history = ctx.history
-        history._check_step(ctx.step, "a backward")
-        grad = None
-        if history._written > ctx.row:
-            grad = history._grads[ctx.row]
-        return grad, grad_token.new_empty(0), None, None
+def _pending_grads(history, rows):
+    """The gradients of the outputs appended as `rows`: views of the
+    gradient buffer, complete once the first read after them has added in
+    (every later read's backward ran before, by the chain)."""
+    return tuple(history._grads[row] for row in rows)
 
 
 class _Attend(torch.autograd.Function):
@@ -345,30 +470,32 @@ class _Attend(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, token, query, key_norm, output_norm, extra, history,
-                count, plan, read, eps, scale, save):
-        rows = history._rows[:count]
-        o, saved = _forward(rows, extra, plan, query, key_norm, output_norm,
-                            eps, scale, save)
+                count, plan, read, pending_rows, eps, scale, save,
+                *pending):
+        o, saved = _forward(history, count, extra, plan, query, key_norm,
+                            output_norm, eps, scale, save)
         ctx.history, ctx.count, ctx.plan = history, count, plan
         ctx.step, ctx.read = history._step, read
+        ctx.pending_rows = pending_rows
         ctx.constants = (eps, scale, save)
         ctx.has = (key_norm is not None, output_norm is not None,
                    extra is not None)
         ctx.save_for_backward(query, key_norm, output_norm, extra, *saved)
-        return o
+        return o, token.new_empty(0)
 
     @staticmethod
-    def backward(ctx, grad_o):
+    def backward(ctx, grad_o, grad_token):
         history = ctx.history
         _check_read_once(history, ctx.step, ctx.read)
         query, key_norm, output_norm, extra, *saved = ctx.saved_tensors
         grads, accumulate = history._gradient_rows(ctx.count)
         dq, dg, dh, d_extra = _backward(
-            history._rows[:ctx.count], extra, grads, accumulate, ctx.plan,
-            query, key_norm, output_norm, saved, grad_o, *ctx.constants)
-        return (grad_o.new_empty(0), dq, dg if ctx.has[0] else None,
+            history, ctx.count, extra, grads, accumulate, ctx.plan, query,
+            key_norm, output_norm, saved, grad_o, *ctx.constants)
+        return (grad_token, dq, dg if ctx.has[0] else None,
                 dh if ctx.has[1] else None, d_extra, None, None, None, None,
-                None, None, None)
+                None, None, None, None,
+                *_pending_grads(history, ctx.pending_rows))
 
 
 class _ReadPartial(torch.autograd.Function):
@@ -379,30 +506,30 @@ class _ReadPartial(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, token, queries, key_norm, history, count, plan, read,
-                eps, scale):
+                pending_rows, eps, scale, *pending):
         rows = history._rows[:count]
         call = plan.call
-        if rows.is_cuda:
+        if queries.is_cuda:
             from . import ops  # noqa: F401  (registers torch.ops.attnres)
             o, lse = torch.ops.attnres.partial(
-                [rows.reshape(call.L, call.N, call.D)], queries, key_norm,
-                eps, scale)
+                _sources_of(rows, None, call), queries, key_norm, eps, scale)
             o = o.reshape((call.M,) + call.lead + (call.D,))
             lse = lse.reshape((call.M,) + call.lead)
         else:
             from .reference import attnres_partial_reference
-            o, lse = attnres_partial_reference(rows, queries,
+            o, lse = attnres_partial_reference(torch.stack(rows), queries,
                                                key_norm_weight=key_norm,
                                                eps=eps, scale=scale)
         ctx.history, ctx.count, ctx.plan = history, count, plan
         ctx.step, ctx.read = history._step, read
+        ctx.pending_rows = pending_rows
         ctx.constants = (eps, scale)
         ctx.has_key_norm = key_norm is not None
         ctx.save_for_backward(queries, key_norm, o, lse)
-        return o, lse
+        return o, lse, token.new_empty(0)
 
     @staticmethod
-    def backward(ctx, grad_o, grad_lse):
+    def backward(ctx, grad_o, grad_lse, grad_token):
         history = ctx.history
         _check_read_once(history, ctx.step, ctx.read)
         queries, key_norm, o, lse = ctx.saved_tensors
@@ -413,10 +540,10 @@ class _ReadPartial(torch.autograd.Function):
         grads, accumulate = history._gradient_rows(ctx.count)
         eps, scale = ctx.constants
         call = ctx.plan.call
-        if rows.is_cuda:
+        if queries.is_cuda:
             N, D, M = call.N, call.D, call.M
             dq, dg = torch.ops.attnres.partial_backward_into(
-                [rows.reshape(call.L, N, D)], queries, key_norm,
+                _sources_of(rows, None, call), queries, key_norm,
                 grad_o.reshape(M, N, D).contiguous(),
                 grad_lse.reshape(M, N).contiguous(), lse.reshape(M, N),
                 o.reshape(M, N, D), eps, scale, grads.view(call.L, N, D),
@@ -424,61 +551,54 @@ class _ReadPartial(torch.autograd.Function):
         else:
             from .reference import attnres_backward_reference
             dv, dq, dg, _ = attnres_backward_reference(
-                rows, queries, grad_o, key_norm_weight=key_norm, eps=eps,
-                scale=scale, grad_lse=grad_lse, lse=lse, o_pre=o)
+                torch.stack(rows), queries, grad_o, key_norm_weight=key_norm,
+                eps=eps, scale=scale, grad_lse=grad_lse, lse=lse, o_pre=o)
             _store_row_grads(grads, dv, accumulate)
             dq = dq.to(queries.dtype)
             dg = dg.to(key_norm.dtype) if dg is not None else None
-        return (grad_o.new_empty(0), dq,
-                dg if ctx.has_key_norm else None, None, None, None, None,
-                None, None)
+        return (grad_token, dq, dg if ctx.has_key_norm else None, None,
+                None, None, None, None, None, None,
+                *_pending_grads(history, ctx.pending_rows))
 
 
 # --- the implementations ----------------------------------------------------
 # CUDA tensors, eagerly: the runtime's launches from a plan made by the
 # first read of a signature (the checks, the bundles, launch counts and
-# workspace sizes, the device tables of the rows and their gradients), so
-# that a read costs about what a linear layer's launch does on the host.
-# CUDA tensors under torch.compile (or inputs the kernels cannot read in
-# place): the custom ops attnres::forward and attnres::backward_into. CPU
-# tensors: the float64 formulas.
+# workspace sizes, the device table of the rows' gradients; the rows' is
+# the history's own), so that a read costs about what a linear layer's
+# launch does on the host.
+# CUDA weights the kernels cannot read in place: the custom ops
+# attnres::forward and attnres::backward_into. CPU tensors: the float64
+# formulas. (A traced step takes none of these: it reads a list of rows,
+# ResidualHistory.start.)
 
 class _Plan:
     """What one signature of a read needs: its Call and, for the eager CUDA
-    path, its launches."""
+    path, its launches and the device table of its rows' gradients."""
 
-    def __init__(self, call, rows=None, grads=None, extra=False):
+    def __init__(self, call, grads=None, extra=False):
         self.call = call
         self.eager = None
-        if rows is None:
+        if grads is None:
             return
         from . import ops
-        device = rows.device
+        device = grads.device
         self.eager = ops._Plan(call, device)   # forward, writing backward
-        self.dtype = rows.dtype
+        self.dtype = grads.dtype
         self.accumulating = ops._BackwardLaunch(
             ops._runtime(call.spec(accumulate=True), device), call.N)
         # With an extra source the tables are made per call (its address
-        # and its gradient's change); the rows' addresses are kept.
+        # and its gradient's change); the gradient rows' addresses are kept.
         self.extra = extra
         if extra:
-            self.row_pointers = ops._packed_pointers(rows)
             self.grad_pointers = ops._packed_pointers(grads)
         else:
-            self.rows_table = ops._packed_table(rows)
             self.grads_table = ops._packed_table(grads)
 
 
 def _plan_for(history, count, query, key_norm, output_norm, eps, scale,
               save, extra=False):
-    rows = history._rows[:count]
-    # The checks see the sources: the rows, and one more where there is an
-    # extra source (they read its shape and dtype, not its values).
-    sources = rows
-    if extra:
-        sources = history._rows[:count + 1] if count < history.capacity \
-            else torch.cat([rows, rows[:1]])
-    if rows.is_cuda and not torch.compiler.is_compiling():
+    if history._row_table is not None:
         from . import ops
         signature = (ops._weight_signature(query),
                      ops._weight_signature(key_norm),
@@ -488,13 +608,24 @@ def _plan_for(history, count, query, key_norm, output_norm, eps, scale,
                                                 scale, save)
             plan = history._plans.get(key)
             if plan is None:
-                call = _check(sources, query, key_norm, output_norm, eps,
-                              scale, save)
-                plan = _Plan(call, rows, history._grads[:count], extra)
+                call = _check(_checked_sources(history, count, extra), query,
+                              key_norm, output_norm, eps, scale, save)
+                plan = _Plan(call, history._grads[:count], extra)
                 history._plans[key] = plan
             return plan
-    return _Plan(_check(sources, query, key_norm, output_norm, eps, scale,
-                        save))
+    return _Plan(_check(_checked_sources(history, count, extra), query,
+                        key_norm, output_norm, eps, scale, save))
+
+
+def _checked_sources(history, count, extra):
+    """What the checks see as the sources, a tensor of the rows' shape and
+    dtype with one row a source (they read no values): `count` of them,
+    and one more where there is an extra source."""
+    rows = history._grads[:count]
+    if not extra:
+        return rows
+    return history._grads[:count + 1] if count < history.capacity else \
+        torch.cat([rows, rows[:1]])
 
 
 def _check(rows, query, key_norm, output_norm, eps, scale, save):
@@ -504,22 +635,27 @@ def _check(rows, query, key_norm, output_norm, eps, scale, save):
 
 
 def _sources_of(rows, extra, call):
-    """The custom ops' sources: the rows packed, or as a list with the
-    extra source last."""
+    """The custom ops' sources: the rows ([..., D] each) as a list of
+    [N, D] tensors, with the extra source last."""
     N, D = call.N, call.D
-    if extra is None:
-        return [rows.reshape(call.L, N, D)]
-    return [row.reshape(N, D) for row in rows.unbind(0)] + \
-        [extra.reshape(N, D)]
+    extra = [extra] if extra is not None else []
+    return [row.reshape(N, D) for row in list(rows) + extra]
 
 
-def _forward(rows, extra, plan, query, key_norm, output_norm, eps, scale,
-             save):
+def _stacked(rows, extra):
+    """The CPU formulas' sources: [L, ..., D]."""
+    return torch.stack(list(rows) + ([extra] if extra is not None else []))
+
+
+def _forward(history, count, extra, plan, query, key_norm, output_norm, eps,
+             scale, save):
     """o in the caller's layout, and the tensors the backward needs."""
     if plan.eager is not None:
-        return _launch_forward(plan, extra, query, key_norm, output_norm)
+        return _launch_forward(history, count, plan, extra, query, key_norm,
+                               output_norm)
+    rows = history._rows[:count]
     call = plan.call
-    if rows.is_cuda:
+    if query.is_cuda:
         from . import ops
         q = query if call.multi_query else query.unsqueeze(0)
         o, lse, o_pre, residual = torch.ops.attnres.forward(
@@ -530,39 +666,39 @@ def _forward(rows, extra, plan, query, key_norm, output_norm, eps, scale,
         return (out if call.multi_query else out.squeeze(0)), \
             (lse, kept, residual if residual.numel() else None)
     from .reference import attnres_reference
-    sources = rows if extra is None else torch.cat([rows, extra[None]])
-    o, lse = attnres_reference(sources, query, key_norm_weight=key_norm,
+    o, lse = attnres_reference(_stacked(rows, extra), query,
+                               key_norm_weight=key_norm,
                                output_norm_weight=output_norm, eps=eps,
                                scale=scale, return_lse=True)
     return o, (lse,)
 
 
-def _backward(rows, extra, grads, accumulate, plan, query, key_norm,
-              output_norm, saved, grad_o, eps, scale, save):
+def _backward(history, count, extra, grads, accumulate, plan, query,
+              key_norm, output_norm, saved, grad_o, eps, scale, save):
     """Adds (or writes) the rows' gradients into `grads`; returns dq, dg,
     dh in the parameters' dtypes and the extra source's gradient."""
     if plan.eager is not None:
-        return _launch_backward(plan, extra, accumulate, query, key_norm,
-                                output_norm, saved, grad_o)
+        return _launch_backward(history, count, plan, extra, accumulate,
+                                query, key_norm, output_norm, saved, grad_o)
+    rows = history._rows[:count]
     call = plan.call
-    count = rows.shape[0]
-    if rows.is_cuda:
+    if query.is_cuda:
         N, D = call.N, call.D
         lse, kept, residual = saved
         q = query if call.multi_query else query.unsqueeze(0)
         # With an extra source the kernels write one [L, N, D] buffer (the
-        # rows' gradients copied in and out: this path serves traced calls,
-        # not the eager one).
+        # rows' gradients copied in and out: this path serves weights the
+        # kernels cannot read in place, not the eager one).
         into = grads.view(count, N, D)
         if extra is not None:
-            into = torch.empty((call.L, N, D), dtype=rows.dtype,
-                               device=rows.device)
+            into = torch.empty((call.L, N, D), dtype=grads.dtype,
+                               device=grads.device)
             if accumulate:
                 into[:count].copy_(grads.view(count, N, D))
                 into[count].zero_()
         dq, dg, dh = torch.ops.attnres.backward_into(
             _sources_of(rows, extra, call), q, key_norm, output_norm,
-            grad_o.to(rows.dtype).reshape(call.M, N, D).contiguous(), lse,
+            grad_o.to(grads.dtype).reshape(call.M, N, D).contiguous(), lse,
             kept, residual, eps, scale, save, into, accumulate)
         d_extra = None
         if extra is not None:
@@ -571,9 +707,8 @@ def _backward(rows, extra, grads, accumulate, plan, query, key_norm,
         return dq.reshape(query.shape), dg, dh, d_extra
     from .reference import attnres_backward_reference
     (lse,) = saved
-    sources = rows if extra is None else torch.cat([rows, extra[None]])
     dv, dq, dg, dh = attnres_backward_reference(
-        sources, query, grad_o, key_norm_weight=key_norm,
+        _stacked(rows, extra), query, grad_o, key_norm_weight=key_norm,
         output_norm_weight=output_norm, eps=eps, scale=scale, lse=lse)
     _store_row_grads(grads, dv[:count], accumulate)
     d_extra = dv[count].to(extra.dtype) if extra is not None else None
@@ -590,34 +725,37 @@ def _store_row_grads(grads, row_grads, accumulate):
     grads.copy_(row_grads)
 
 
-def _tables(plan, extra, extra_grad=None):
-    """The device tables of the sources' rows and of their gradients' rows
-    (with the extra source and its gradient last, where there is one)."""
+def _tables(history, count, plan, extra, extra_grad=None):
+    """The device tables of the sources' rows (the history's table of row
+    addresses, whose first `count` entries the read's kernels read) and of
+    their gradients' rows, with the extra source and its gradient last
+    where there is one."""
     from . import ops
     if not plan.extra:
-        return plan.rows_table, plan.grads_table
+        return history._row_table, plan.grads_table
     device = plan.eager.device
-    sources = ops._pointer_table(plan.row_pointers + (extra.data_ptr(),),
-                                 device)
+    sources = ops._pointer_table(
+        tuple(history._row_pointers[:count]) + (extra.data_ptr(),), device)
     if extra_grad is None:
         return sources, None
     return sources, ops._pointer_table(
         plan.grad_pointers + (extra_grad.data_ptr(),), device)
 
 
-def _launch_forward(plan, extra, query, key_norm, output_norm):
+def _launch_forward(history, count, plan, extra, query, key_norm,
+                    output_norm):
     from . import ops
     if extra is not None:
         extra = ops.dense(extra)
-    sources, _ = _tables(plan, extra)
+    sources, _ = _tables(history, count, plan, extra)
     o, lse, o_pre, residual = ops._launch_forward_from(
         plan.eager, sources, plan.dtype, query, key_norm, output_norm)
     kept = o if plan.eager.keeps_o else o_pre
     return o, (lse, kept, residual)
 
 
-def _launch_backward(plan, extra, accumulate, query, key_norm, output_norm,
-                     saved, grad_o):
+def _launch_backward(history, count, plan, extra, accumulate, query,
+                     key_norm, output_norm, saved, grad_o):
     from . import ops
     lse, kept, residual = saved
     # The extra source's gradient: written by a writing backward, added into
@@ -627,7 +765,7 @@ def _launch_backward(plan, extra, accumulate, query, key_norm, output_norm,
         extra = ops.dense(extra)
         d_extra = torch.zeros_like(extra) if accumulate else \
             torch.empty_like(extra)
-    sources, grads = _tables(plan, extra, d_extra)
+    sources, grads = _tables(history, count, plan, extra, d_extra)
     launch = plan.accumulating if accumulate else plan.eager.backward
     dq, dg, dh = ops._launch_backward_into(
         plan.eager, launch, sources, grads, plan.dtype, query, key_norm,

@@ -102,7 +102,7 @@ def test_second_step_reuses_the_buffers():
         expected, _ = _grads(model, embedding, model.with_list)
         got, _ = _grads(model, embedding,
                         lambda e: model.with_history(e, history))
-        buffers = (history._rows.data_ptr(), history._grads.data_ptr())
+        buffers = history._grads.data_ptr()
         if seed == 2:
             first = buffers
         for g, e in zip(got, expected):
@@ -125,6 +125,71 @@ def test_an_output_read_by_no_one_gets_no_history_gradient():
     o = attnres_reference(e.detach()[None], q.detach())
     assert torch.allclose(o, e.detach())  # one source: o is the source
     assert torch.allclose(e.grad, expected + 2 * torch.ones_like(e))
+
+
+def test_reads_not_ordered_by_their_data_get_every_gradient():
+    # Two reads of the same rows whose outputs meet only in the loss, and
+    # a read whose output reaches the loss only through a later row: each
+    # row's gradient is returned complete, whatever order autograd finds.
+    D, N = 8, 3
+    gen = torch.Generator().manual_seed(11)
+    e = torch.randn(N, D, generator=gen)
+    W = torch.randn(D, D, generator=gen) * D ** -0.5
+    qs = [torch.randn(D, generator=gen) for _ in range(4)]
+
+    def run(read):
+        leaves = [t.clone().requires_grad_() for t in [e, W] + qs]
+        e_, W_, q0, q1, q2, q3 = leaves
+        rows = [e_]
+        y = torch.tanh(read(rows, q0) @ W_)
+        rows.append(y)
+        a, b = read(rows, q1), read(rows, q2)
+        unused_but_appended = torch.tanh(a @ W_)
+        rows.append(unused_but_appended)
+        out = read(rows, q3) * b
+        (out * torch.arange(out.numel()).view(out.shape)).sum().backward()
+        return [t.grad for t in leaves]
+
+    def with_list(rows, q):
+        return attnres_reference(torch.stack(rows), q)
+
+    history = ResidualHistory(capacity=3)
+    appended = []
+
+    def with_history(rows, q):
+        if not appended:
+            history.start(rows[0])
+            appended.append(rows[0])
+        for row in rows[len(appended):]:
+            history.append(row)
+            appended.append(row)
+        return history.attend(q)
+    for g, e_ in zip(run(with_history), run(with_list)):
+        assert _close(g, e_, 1e-5), (g - e_).abs().max()
+
+
+def test_a_row_is_the_appended_output_itself():
+    history = ResidualHistory(capacity=2)
+    e = torch.randn(3, 8)
+    history.start(e)
+    y = torch.randn(3, 8)
+    history.append(y)
+    assert [r.data_ptr() for r in history._rows] == [e.data_ptr(),
+                                                     y.data_ptr()]
+
+
+def test_a_row_modified_in_place_after_append_is_refused():
+    history = ResidualHistory(capacity=2)
+    q = torch.randn(8, requires_grad=True)
+    history.start(torch.randn(3, 8, requires_grad=True))
+    y = history.attend(q) * 2
+    history.append(y)
+    out = history.attend(q)
+    with torch.no_grad():
+        y.add_(1)
+    with pytest.raises(HistoryError, match=r"row 1 of the residual history "
+                       r"was modified in place after it was appended"):
+        out.sum().backward()
 
 
 def test_misuse_is_refused_by_rule():
@@ -291,3 +356,52 @@ def test_read_block_takes_one_query_tensor():
     history.start(torch.zeros(3, 8))
     with pytest.raises(HistoryError, match=r"one \[S, R\] tensor"):
         history.read_block(torch.zeros(8))
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    """Every start as if torch.compile were tracing it: the step keeps its
+    rows as a list (what a compiled step does; the GPU run compiles one)."""
+    import attnres.nn
+    monkeypatch.setattr(attnres.nn, "_tracing", lambda: True)
+
+
+@pytest.mark.parametrize("M", [None, 3])
+def test_a_traced_step_matches_the_list_op(traced, M):
+    L, N, D = 4, 5, 16
+    model = Stack(L, D, R=8, M=M)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(6))
+    history = ResidualHistory(capacity=L + 1)
+    expected, out_list = _grads(model, embedding, model.with_list)
+    got, out = _grads(model, embedding,
+                      lambda e: model.with_history(e, history))
+    # No gradient buffer: autograd adds each row's gradients.
+    assert history._grads is None
+    assert _close(out, out_list, 1e-6)
+    for g, e in zip(got, expected):
+        assert _close(g, e, 1e-5), (g - e).abs().max()
+
+
+def test_a_traced_block_stack_matches_the_list_op(traced):
+    blocks, S, N, D = 3, 2, 4, 16
+    model = BlockStack(blocks, S, D)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(8))
+    for run in (model.with_history,
+                lambda e, h: block_with_extra_source(model, e, h)):
+        history = ResidualHistory(capacity=blocks)
+        expected, out_list = _grads(model, embedding, model.with_list)
+        got, out = _grads(model, embedding, lambda e: run(e, history))
+        assert _close(out, out_list, 1e-5)
+        for g, e in zip(got, expected):
+            assert _close(g, e, 1e-5), (g - e).abs().max()
+
+
+def test_a_traced_step_keeps_the_rules(traced):
+    history = ResidualHistory(capacity=2)
+    history.start(torch.zeros(3, 8))
+    assert len(history) == 1 and history.rows.shape == (1, 3, 8)
+    with pytest.raises(HistoryError, match=r"row 1 must be a \[3, 8\]"):
+        history.append(torch.zeros(3, 8, dtype=torch.float64))
+    history.append(torch.ones(3, 8))
+    with pytest.raises(HistoryError, match="append past the capacity"):
+        history.append(torch.zeros(3, 8))

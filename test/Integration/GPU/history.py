@@ -5,7 +5,9 @@ tanh) built on the history, against the same stack on the list op
 (attnres.attnres) and on float64 PyTorch (attnres.reference), in bf16, f16
 and f32: the output and every parameter's and the embedding's gradient,
 eagerly, replayed from a CUDA graph of the whole step, with activation
-checkpointing (history.checkpoint) and under torch.compile(fullgraph=True);
+checkpointing (history.checkpoint), under torch.compile(fullgraph=True)
+and with outputs appended in a non-dense layout; Block AttnRes (read_block
+and layer by layer with an extra source) eagerly, replayed and compiled;
 then the misuse the history refuses.
 
   here:  PYTHONPATH=python python3 test/Integration/GPU/history.py --prebuild DIR
@@ -35,7 +37,7 @@ CASES = [
 # Relative Frobenius distance to float64 allowed per dtype (bf16 rounding
 # of every gradient, compounded over the layers), and to the list op.
 TOLERANCE = {"bf16": 3e-2, "f16": 5e-3, "f32": 2e-5}
-MODES = ["eager", "graph", "checkpoint", "compile"]
+MODES = ["eager", "graph", "checkpoint", "compile", "strided"]
 # Block AttnRes (read_block): (blocks, layers a block, tokens, width, rank,
 # dtype). Layer m of block n reads the embedding, the n - 1 completed
 # blocks' sums and the partial sum of its block (all its queries read the
@@ -145,7 +147,9 @@ def stack_on_list(p, op):
     return outputs[-1]
 
 
-def stack_on_history(p, history, checkpointed=False):
+def stack_on_history(p, history, checkpointed=False, strided=False):
+    """`strided`: each output appended in a non-dense layout (the history
+    keeps a dense copy; otherwise the row is the output itself)."""
     history.start(p["embedding"])
     y = None
     for i, W in enumerate(p["weights"]):
@@ -154,7 +158,7 @@ def stack_on_history(p, history, checkpointed=False):
                                         key_norm_weight=p["key_norms"][i]), W)
         y = history.checkpoint(body) if checkpointed else body()
         if i + 1 < len(p["weights"]):
-            history.append(y)
+            history.append(y.t().contiguous().t() if strided else y)
     return y
 
 
@@ -244,6 +248,8 @@ def check_case(case, mode):
         got = run(p, lambda: stack_on_history(p, history))
     elif mode == "checkpoint":
         got = run(p, lambda: stack_on_history(p, history, True))
+    elif mode == "strided":
+        got = run(p, lambda: stack_on_history(p, history, strided=True))
     elif mode == "compile":
         torch._dynamo.reset()
         step = torch.compile(lambda: stack_on_history(p, history),
@@ -363,6 +369,13 @@ def check_block_case(case, mode):
     elif mode == "per-layer":
         got = run(p, lambda: block_on_history_per_layer(p, history, S),
                   block_flat)
+    elif mode in ("compile", "compile per-layer"):
+        torch._dynamo.reset()
+        on_history = block_on_history if mode == "compile" else \
+            block_on_history_per_layer
+        step = torch.compile(lambda: on_history(p, history, S),
+                             fullgraph=True)
+        got = run(p, step, block_flat)
     else:  # graph
         got = replayed(params, T, p, block_flat,
                        lambda static: block_on_history(static, history, S))
@@ -454,8 +467,10 @@ def main():
             print(f"{'PASS' if ok else 'FAIL'} {case} {mode}: {detail}",
                   flush=True)
     for case in BLOCK_CASES:
-        for mode in [m for m in args.modes.split(",")
-                     if m in ("eager", "graph")] + ["per-layer"]:
+        modes = args.modes.split(",")
+        for mode in [m for m in modes if m in ("eager", "graph", "compile")] \
+                + ["per-layer"] + \
+                (["compile per-layer"] if "compile" in modes else []):
             total += 1
             try:
                 ok, detail = check_block_case(case, mode)
