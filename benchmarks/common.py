@@ -70,10 +70,28 @@ def key_for(L, D, variant):
     return "train:" + ",".join(items)
 
 
+def accumulate_key_for(L, D):
+    """The key of the accumulating backward of key_for(L, D, "o_pre"): the
+    one a residual history's reads launch (it adds the source gradients
+    into the caller's buffer)."""
+    call = _checks.check_attnres(
+        _checks.TensorShape((L, 1, D), "torch.bfloat16"),
+        _checks.TensorShape((D,), "torch.bfloat16"),
+        _checks.TensorShape((D,), "torch.bfloat16"), None, EPS, SCALE,
+        "o_pre")
+    return call.spec(accumulate=True)
+
+
+def backward_accumulate_bytes(L, N, D, elt=2):
+    """backward_bytes and one more read of each source's gradient row."""
+    return (3 * L + 2) * N * D * elt
+
+
 def benchmark_keys():
     """Every key benchmarks/run.py needs."""
     keys = {key_for(L, D, v) for L, _, D in SHAPES for v in VARIANTS}
     keys |= {key_for(L, D, "o_pre") for L, _, D in HOST_SHAPES}
+    keys |= {accumulate_key_for(L, D) for L, _, D in SHAPES}
     return sorted(keys)
 
 

@@ -17,7 +17,8 @@ import pathlib
 import statistics
 import sys
 
-KERNEL_MEASURES = ("forward", "backward", "fwd_bwd_graph")
+KERNEL_MEASURES = ("forward", "backward", "backward_accumulate",
+                   "fwd_bwd_graph")
 
 
 def fractions(path, measures):

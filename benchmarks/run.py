@@ -9,6 +9,11 @@ the output norm; bf16, R = D, key norm, list sources, a 1-D query) it times
                  replayed from a CUDA graph
   backward       the backward kernels (attnres::backward on the saved
                  tensors), replayed from a CUDA graph
+  backward_accumulate
+                 (save="o_pre" only) the accumulating backward, which adds
+                 the source gradients into one [L, N, D] buffer (what a
+                 residual history's reads run: attnres::backward_into),
+                 against its own floor, one more read of each gradient row
   fwd_bwd_graph  forward + backward through autograd, captured in one CUDA
                  graph and replayed
   fwd_bwd_eager  the same called eagerly, back to back as a training loop
@@ -175,6 +180,20 @@ def measure_shape(L, N, D, variant, bandwidth):
     record("backward", common.time_graph(
         [lambda x=x, s=s: backward(x, s) for x, s in zip(inputs, saved)]),
         bwd_floor)
+    if variant == "o_pre":
+        buffers = [torch.zeros((L, N, D), dtype=torch.bfloat16,
+                               device="cuda") for _ in inputs]
+
+        def accumulate(x, s, into):
+            q, grad, lse, keep, residual = s
+            ops.backward_into_op(x.sources, q, x.key_norm, x.output_norm,
+                                 grad, lse, keep, residual, EPS, SCALE, save,
+                                 into, True)
+        record("backward_accumulate", common.time_graph(
+            [lambda x=x, s=s, b=b: accumulate(x, s, b)
+             for x, s, b in zip(inputs, saved, buffers)]),
+            common.backward_accumulate_bytes(L, N, D) / bandwidth * 1e3)
+        del buffers
     del saved
 
     leaves = [x.leaves() for x in inputs]
@@ -373,14 +392,15 @@ def main():
           f"(ms in brackets); worst relative gradient error")
     print(f"{'L':>3} {'N':>6} {'D':>5} {'variant':<12} {'forward':>15} "
           f"{'backward':>15} {'fwd+bwd graph':>15} {'fwd+bwd eager':>15} "
-          f"{'error':>8}")
+          f"{'bwd accumulate':>15} {'error':>8}")
     for c in checks:
         row = {r["measure"]: r for r in records if r.get("variant") ==
                c["variant"] and (r["L"], r["N"], r["D"]) ==
                (c["L"], c["N"], c["D"])}
         cells = [f"{row[m]['fraction']:.3f} ({row[m]['ms']:.3f})"
+                 if m in row else "-"
                  for m in ("forward", "backward", "fwd_bwd_graph",
-                           "fwd_bwd_eager")]
+                           "fwd_bwd_eager", "backward_accumulate")]
         print(f"{c['L']:>3} {c['N']:>6} {c['D']:>5} {c['variant']:<12} "
               + " ".join(f"{cell:>15}" for cell in cells)
               + f" {max(c['errors'].values()):>8.1e}")

@@ -131,7 +131,7 @@ kernel mix_0_forward; the launch was skipped"
     --out "$out/cases"
   check history env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
     ATTNRES_BUNDLE_DIR="$dir/history" python3 \
-    "$root/test/Integration/GPU/history.py" --modes eager,graph,checkpoint
+    "$root/test/Integration/GPU/history.py"
   check benchmark env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
     ATTNRES_BUNDLE_DIR="$dir/bundles" python3 "$root/benchmarks/run.py" \
     --json "$out/h200.json" --no-chart
