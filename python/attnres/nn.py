@@ -162,6 +162,7 @@ class ResidualHistory:
             self._rows.append(output)
             self._count += 1
             return
+        self._check_not_traced("append")
         # The row is the output itself, read in place through the table of
         # row addresses (a copy where the kernels cannot read it: not dense
         # or not 16-byte aligned). Outside autograd: the output's gradient
@@ -210,6 +211,7 @@ class ResidualHistory:
             return _listed_attend(self._rows[:count], extra_source, query,
                                   key_norm_weight, output_norm_weight, eps,
                                   scale, save)
+        self._check_not_traced("attend")
         plan = _plan_for(self, count, query, key_norm_weight,
                          output_norm_weight, eps, scale, save,
                          extra_source is not None)
@@ -245,6 +247,7 @@ class ResidualHistory:
                                      key_norm_weight, eps, scale)
             return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
                              dtype)
+        self._check_not_traced("read_block")
         plan = _Plan(_check(_checked_sources(self, count, False), queries,
                             key_norm_weight, None, eps, scale, "o_pre"))
         token, pending_rows, pending = self._link(count)
@@ -296,6 +299,12 @@ class ResidualHistory:
                          if row >= count]
         return self._token, tuple(row for row, _ in taken), \
             tuple(output for _, output in taken)
+
+    def _check_not_traced(self, what):
+        if _tracing():
+            raise HistoryError(
+                f"{what} under torch.compile in a step started outside it: "
+                f"compile the whole step, start included, or none of it")
 
     def _read_count(self):
         """The rows a read reads: every row so far, or, in a checkpointed

@@ -405,3 +405,17 @@ def test_a_traced_step_keeps_the_rules(traced):
     history.append(torch.ones(3, 8))
     with pytest.raises(HistoryError, match="append past the capacity"):
         history.append(torch.zeros(3, 8))
+
+
+def test_a_step_started_eagerly_is_not_read_in_a_traced_region(
+        monkeypatch):
+    import attnres.nn
+    history = ResidualHistory(capacity=2)
+    history.start(torch.zeros(3, 8))
+    monkeypatch.setattr(attnres.nn, "_tracing", lambda: True)
+    for call in (lambda: history.attend(torch.zeros(8)),
+                 lambda: history.append(torch.zeros(3, 8)),
+                 lambda: history.read_block(torch.zeros(1, 8))):
+        with pytest.raises(HistoryError, match=r"under torch.compile in a "
+                           r"step started outside it"):
+            call()
