@@ -154,6 +154,10 @@ def block_list_step(m, op):
 
 
 def block_history_step(m, history):
+    block_history_forward(m, history).backward(m.grad_out)
+
+
+def block_history_forward(m, history):
     """Block AttnRes on the history: layer j of block n reads the rows (the
     embedding and the completed blocks' sums) and its block's partial sum
     as an extra source; the block's sum is appended when it is done."""
@@ -169,20 +173,35 @@ def block_history_step(m, history):
             partial = y if partial is None else partial + y
         if n + 1 < BLOCKS:
             history.append(partial)
-    y.backward(m.grad_out)
+    return y
 
 
 def history_step(m, history):
+    history_forward(m, history).backward(m.grad_out)
+
+
+def history_forward(m, history):
     history.start(m.embedding)
     for i, W in enumerate(m.weights):
         x = history.attend(m.queries[i], key_norm_weight=m.key_norms[i])
         y = x @ W
         if i + 1 < len(m.weights):
             history.append(y)
-    y.backward(m.grad_out)
+    return y
 
 
-def contenders(block=False):
+def compiled_history(m, block):
+    """The history's step with its forward under torch.compile(fullgraph=
+    True) (the backward is the compiled graph's)."""
+    import torch
+    from attnres.nn import ResidualHistory
+    history = ResidualHistory(BLOCKS if block else m.L)
+    forward = block_history_forward if block else history_forward
+    compiled = torch.compile(lambda: forward(m, history), fullgraph=True)
+    return lambda: compiled().backward(m.grad_out)
+
+
+def contenders(block=False, compiled=False):
     """(name, function(model) -> step function) of what is importable."""
     import attnres
     from attnres.nn import ResidualHistory
@@ -206,6 +225,9 @@ def contenders(block=False):
         ("list op", lambda m: lambda: on_list(m, attnres.attnres)),
         ("PyTorch ops", lambda m: lambda: on_list(m, torch_op)),
     ]
+    if compiled:
+        found.append(("history, compiled",
+                      lambda m: compiled_history(m, block)))
     fla = fla_op()
     if fla is not None:
         found.append(("FLA", lambda m: lambda: on_list(m, fla)))
@@ -280,12 +302,13 @@ def measure(m, step, repeats):
     return ms, peak
 
 
-def run_shape(L, N, D, bandwidth, reference, repeats, block=False):
+def run_shape(L, N, D, bandwidth, reference, repeats, block=False,
+              compiled=False):
     import torch
     m = Model(L, N, D, torch.bfloat16)
     row = dict(L=L, N=N, D=D, block=block,
                floor_ms=floor_bytes(L, N, D, block) / bandwidth * 1e3)
-    found = contenders(block)
+    found = contenders(block, compiled)
     expected = gradients(m, found[2][1](m))   # the list op's
     errors = {}
     for name, make in found:
@@ -328,6 +351,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--shapes", default="",
                         help="L,N,D;... (default: the four of the issue)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="time the history's step under torch.compile "
+                        "too (its forward compiled, fullgraph)")
     args = parser.parse_args()
     if args.prebuild:
         import attnres
@@ -347,7 +373,8 @@ def main():
     for block in (False, True):
         for index, (L, N, D) in enumerate(shapes):
             rows.append(run_shape(L, N, D, bandwidth, reference=index == 0,
-                                  repeats=args.repeats, block=block))
+                                  repeats=args.repeats, block=block,
+                                  compiled=args.compiled))
             print(json.dumps(rows[-1]), flush=True)
     host = run_shape(*HOST_SHAPE, bandwidth, reference=False,
                      repeats=max(args.repeats, 20))
@@ -381,9 +408,10 @@ def main():
         return "/".join(f"{errors[k]:.1e}" for k in KINDS)
     print("gradients, relative Frobenius (" + "/".join(KINDS) + "):")
     for row in rows:
-        history = row["errors_vs_list"]["history"]
-        if not max(history.values()) <= GRADIENT_TOLERANCE:
-            failed = True
+        for name, errors in row["errors_vs_list"].items():
+            if name.startswith("history") and \
+                    not max(errors.values()) <= GRADIENT_TOLERANCE:
+                failed = True
         kind = "block " if row["block"] else "full "
         print(f"{kind}{(row['L'], row['N'], row['D'])}: vs the list op: "
               + ", ".join(f"{n} {kinds(e)}"

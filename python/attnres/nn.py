@@ -69,6 +69,9 @@ class ResidualHistory:
         self._rows = []         # the rows: the appended outputs
         self._versions = []     # their version counters when appended
         self._traced = False    # whether torch.compile traced the start
+        self._carrier = None    # a traced step's chain (ops.history_forward)
+        self._carried = 0       # rows whose gradients the chain returned
+        self._in_checkpoint = False  # tracing a history.checkpoint
         self._row_like = None   # (shape, dtype, device) of every row
         self._grads = None      # [capacity, *shape], the rows' gradients
         self._row_table = None  # [capacity] int64: the rows' addresses
@@ -109,6 +112,10 @@ class ResidualHistory:
         if self._traced:
             # Nothing of a traced step is overwritten by the next one, so it
             # leaves the step count alone (which Dynamo would guard on).
+            D = first.shape[-1]
+            self._carrier = first.new_zeros(()).expand(
+                (self.capacity, first.numel() // D, D))
+            self._carried = 0
             self._append(first)
             return
         self._step += 1
@@ -208,6 +215,11 @@ class ResidualHistory:
             self._check_like_a_row(extra_source, "extra_source", "a row's")
         count = self._read_count()
         if self._traced:
+            if extra_source is None and not self._in_checkpoint and \
+                    _HAS_CUSTOM_OPS:
+                return self._carried_attend(count, query, key_norm_weight,
+                                            output_norm_weight, eps, scale,
+                                            save)
             return _listed_attend(self._rows[:count], extra_source, query,
                                   key_norm_weight, output_norm_weight, eps,
                                   scale, save)
@@ -268,8 +280,14 @@ class ResidualHistory:
         from torch.utils.checkpoint import checkpoint
         if self._traced:
             # A traced checkpoint recomputes its traced graph, which holds
-            # the rows it read: nothing to pin (and no state to set).
-            return checkpoint(function, *args, use_reentrant=False, **kwargs)
+            # the rows it read: nothing to pin. Its reads take the list op
+            # (the chain's state may not change inside it).
+            self._in_checkpoint = True
+            try:
+                return checkpoint(function, *args, use_reentrant=False,
+                                  **kwargs)
+            finally:
+                self._in_checkpoint = False
         count = self._count
         runs = []
 
@@ -299,6 +317,25 @@ class ResidualHistory:
                          if row >= count]
         return self._token, tuple(row for row, _ in taken), \
             tuple(output for _, output in taken)
+
+    def _carried_attend(self, count, query, key_norm, output_norm, eps,
+                        scale, save):
+        """A traced step's read on the chain of attnres::history_forward:
+        its backward adds the rows' gradients into the chain's buffer and
+        returns those of the rows appended since the chain's last read."""
+        from . import _checks, ops  # noqa: F401  (registers the op)
+        rows = self._rows[:count]
+        call = _checks.check_attnres(rows, query, key_norm, output_norm, eps,
+                                     scale, save, any_device=True)
+        N, D = call.N, call.D
+        q = query if call.multi_query else query.unsqueeze(0)
+        o, _, _, _, self._carrier = torch.ops.attnres.history_forward(
+            [row.reshape(N, D) for row in rows], self._carrier, q, key_norm,
+            output_norm, float(eps), float(scale), save,
+            min(self._carried, count))
+        self._carried = max(self._carried, count)
+        o = o.reshape((call.M,) + call.lead + (D,))
+        return o if call.multi_query else o.squeeze(0)
 
     def _check_not_traced(self, what):
         if _tracing():
@@ -360,6 +397,11 @@ class ResidualHistory:
                     f"place after it was appended: its readers' gradients "
                     f"would be wrong (append a copy, or modify it before "
                     f"appending)")
+
+
+# attnres::history_forward needs torch.library.custom_op (PyTorch >= 2.4),
+# as torch.compile of the package's ops does.
+_HAS_CUSTOM_OPS = hasattr(torch.library, "custom_op")
 
 
 def _tracing():

@@ -413,11 +413,34 @@ def backward_into_op(sources: list[torch.Tensor], query: torch.Tensor,
     what it holds where `accumulate`, in the backward kernel (no separate
     add, no per-source tensors); returns (dq, dg, dh)."""
     _checks.check_gradient_buffer(sources, grad_sources)
+    if not query.is_cuda:
+        return _backward_into_reference(sources, query, key_norm,
+                                        output_norm, grad, lse, eps, scale,
+                                        grad_sources, accumulate)
     _, dq, dg, dh = backward_impl(sources, query, key_norm, output_norm, grad,
                                   lse, saved, saved_residual, eps, scale,
                                   save, into=grad_sources,
                                   accumulate=accumulate)
     return dq, dg, dh
+
+
+def _backward_into_reference(sources, query, key_norm, output_norm, grad,
+                             lse, eps, scale, grad_sources, accumulate):
+    """attnres::backward_into on CPU tensors: the float64 formulas of
+    attnres.reference (a residual history traced on the CPU)."""
+    from .reference import attnres_backward_reference
+    stacked = sources[0] if len(sources) == 1 and sources[0].dim() == 3 \
+        else torch.stack(sources)
+    dv, dq, dg, dh = attnres_backward_reference(
+        stacked, query, grad, key_norm_weight=key_norm,
+        output_norm_weight=output_norm, eps=eps, scale=scale, lse=lse)
+    dv = dv.reshape(grad_sources.shape)
+    if accumulate:
+        dv = dv + grad_sources.to(dv.dtype)
+    grad_sources.copy_(dv)
+    like_dq, like_dg, like_dh = _parameter_grads(query, key_norm, output_norm)
+    return (like_dq.copy_(dq), like_dg.copy_(dg) if dg is not None else
+            like_dg, like_dh.copy_(dh) if dh is not None else like_dh)
 
 
 @backward_into_op.register_fake
@@ -483,6 +506,105 @@ def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual):
 
 
 forward_op.register_autograd(_forward_backward, setup_context=_forward_setup)
+
+
+# --- attnres::history_forward: a residual history's read, traced ----------
+# A step traced by torch.compile cannot carry the eager history's Python
+# bookkeeping (attnres.nn). Its reads form a chain through a carrier tensor
+# instead: [C, N, D] in shape and no memory in the forward (zero strides),
+# each read's carrier output the next read's input. In the backward the
+# carrier's gradient is the history's gradient buffer: each read receives
+# it from the read after it (zeros for the last one), adds its sources'
+# gradients into its first L rows with the accumulating backward kernel,
+# hands it to the read before it, and returns the gradients of the rows
+# appended since that read (`first_pending` on): copies of their rows,
+# which hold every later read's contribution by then. CPU tensors take the
+# float64 formulas of attnres.reference, with the same chain.
+
+def _carrier_like(carrier):
+    return carrier.new_zeros(()).expand(carrier.shape)
+
+
+@torch.library.custom_op("attnres::history_forward", mutates_args=())
+def history_forward_op(sources: list[torch.Tensor], carrier: torch.Tensor,
+                       query: torch.Tensor, key_norm: torch.Tensor | None,
+                       output_norm: torch.Tensor | None, eps: float,
+                       scale: float, save: str, first_pending: int
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                  torch.Tensor, torch.Tensor]:
+    if query.is_cuda:
+        o, lse, o_pre, residual = forward_impl(
+            sources, query, key_norm, output_norm, eps, scale, save)
+    else:
+        from .reference import attnres_reference
+        o, lse = attnres_reference(torch.stack(sources), query,
+                                   key_norm_weight=key_norm,
+                                   output_norm_weight=output_norm, eps=eps,
+                                   scale=scale, return_lse=True)
+        o = o.to(sources[0].dtype).contiguous()
+        lse = lse.float().contiguous()
+        o_pre = query.new_empty((0,), dtype=sources[0].dtype)
+        residual = query.new_empty((0,), dtype=torch.int8)
+    return o, lse, o_pre, residual, _carrier_like(carrier)
+
+
+@history_forward_op.register_fake
+def _(sources, carrier, query, key_norm, output_norm, eps, scale, save,
+      first_pending):
+    M, N, D = query.shape[0], sources[0].shape[-2], sources[0].shape[-1]
+    o = sources[0].new_empty((M, N, D))
+    lse = sources[0].new_empty((M, N), dtype=torch.float32)
+    on_cuda = query.device.type == "cuda"
+    writes_o_pre = on_cuda and save == "o_pre" and output_norm is not None
+    o_pre = sources[0].new_empty((M, N, D) if writes_o_pre else (0,))
+    keeps = on_cuda and _checks.keeps_residual(sources[0].dtype, D, save)
+    residual = sources[0].new_empty((M, N, D // 2) if keeps else (0,),
+                                    dtype=torch.int8)
+    return o, lse, o_pre, residual, _carrier_like(carrier)
+
+
+def _history_setup(ctx, inputs, output):
+    (sources, carrier, query, key_norm, output_norm, eps, scale, save,
+     first_pending) = inputs
+    o, lse, o_pre, residual, _ = output
+    _forward_setup(ctx, (sources, query, key_norm, output_norm, eps, scale,
+                         save), (o, lse, o_pre, residual))
+    ctx.carrier_shape = tuple(carrier.shape)
+    ctx.first_pending = first_pending
+
+
+def _history_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual,
+                      grad_carrier):
+    tensors = list(ctx.saved_tensors)
+    sources = tensors[:ctx.count]
+    rest = tensors[ctx.count:]
+    query = rest.pop(0)
+    key_norm = rest.pop(0) if ctx.has[0] else None
+    output_norm = rest.pop(0) if ctx.has[1] else None
+    saved = rest.pop(0) if ctx.has[2] else None
+    residual = rest.pop(0) if ctx.has[3] else None
+    lse = rest.pop(0)
+    eps, scale, save = ctx.constants
+    count, dtype = ctx.count, sources[0].dtype
+    # The buffer the later reads added into, or zeros after the last read
+    # (a materialized gradient of the zero-strided carrier is made dense).
+    buffer = grad_carrier.contiguous() if grad_carrier is not None else \
+        sources[0].new_zeros(ctx.carrier_shape)
+    if grad_o is None:
+        grad_o = torch.zeros((query.shape[0],) + tuple(sources[0].shape),
+                             dtype=dtype, device=query.device)
+    dq, dg, dh = backward_into_op(
+        sources, query, key_norm, output_norm, grad_o.to(dtype), lse, saved,
+        residual, eps, scale, save, buffer[:count], True)
+    dg = dg if key_norm is not None else None
+    dh = dh if output_norm is not None else None
+    rows = [None] * ctx.first_pending + [
+        buffer[row].clone() for row in range(ctx.first_pending, count)]
+    return (rows, buffer, dq, dg, dh, None, None, None, None)
+
+
+history_forward_op.register_autograd(_history_backward,
+                                     setup_context=_history_setup)
 
 
 # --- attnres::partial / attnres::partial_backward --------------------------
