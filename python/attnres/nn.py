@@ -31,11 +31,15 @@ float64 formulas of :mod:`attnres.reference`, with the same gradient
 buffer and the same autograd structure (for tests, and devices the
 compiler does not target).
 
-Under torch.compile a step reads its rows with :func:`attnres.attnres`
-(the list op's custom ops, which trace): the gradient buffer, and the
-bookkeeping that makes the in-place gradients safe, are Python state a
-traced graph cannot carry, so a compiled step gets the list op's
-gradients (autograd adds each source's) and its cost.
+Under torch.compile (fullgraph) the Python bookkeeping above cannot be
+traced. A traced step's reads chain through the custom op
+``attnres::history_forward`` instead (attnres.ops): its carrier output,
+[capacity, N, D] with no memory, has the gradient buffer as its gradient,
+which each read's backward receives from the next read, adds into with
+the accumulating kernel and passes on, so the compiled backward also
+accumulates in place in one buffer. Reads with an extra source, and reads
+inside :meth:`ResidualHistory.checkpoint`, take the list op
+(:func:`attnres.attnres`: autograd adds their gradients).
 """
 
 import torch
