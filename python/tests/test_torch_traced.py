@@ -90,7 +90,7 @@ def cpu_ops():
     ops.partial_backward_op.register_kernel("cpu")(partial_backward)
     ops.merge_op.register_kernel("cpu")(merge)
     original = _checks.check_devices
-    _checks.check_devices = lambda tensors, cuda_available=True: None
+    _checks.check_devices = lambda *args, **kwargs: None
     yield attnres
     _checks.check_devices = original
 
