@@ -82,7 +82,9 @@ class ResidualHistory:
         self._row_entries = ()  # its entries, one view each
         self._row_pointers = []  # the same addresses, on the host
         self._count = 0
-        self._step = 0          # started steps: a graph belongs to one
+        self._step = 0          # the eager step in flight (None: traced)
+        self._eager_steps = 0   # eager steps started
+        self._read_rows = 0     # rows some read of this step read
         self._token = None      # the last read's link of the chain
         self._pending = []      # (row, output) appended since the last read
         self._recomputing = False  # in a checkpoint's recomputation
@@ -114,20 +116,28 @@ class ResidualHistory:
         self._rows = []
         self._traced = _tracing()
         if self._traced:
-            # Nothing of a traced step is overwritten by the next one, so it
-            # leaves the step count alone (which Dynamo would guard on).
+            # An eager step's backward is refused from here on (its rows are
+            # released): a stored constant, not a count Dynamo would guard
+            # on and recompile for at every step.
+            self._step = None
+            self._pending, self._token, self._versions = [], None, []
             D = first.shape[-1]
             self._carrier = first.new_zeros(()).expand(
                 (self.capacity, first.numel() // D, D))
             self._carried = 0
             self._append(first)
             return
-        self._step += 1
+        self._eager_steps += 1
+        self._step = self._eager_steps
         self._versions = []
+        self._read_rows = 0
         shape = (self.capacity,) + tuple(first.shape)
+        # (Buffers made under inference mode cannot be written outside it.)
         if self._grads is None or tuple(self._grads.shape) != shape or \
                 self._grads.dtype != first.dtype or \
-                self._grads.device != first.device:
+                self._grads.device != first.device or \
+                self._grads.is_inference() != \
+                torch.is_inference_mode_enabled():
             self._grads = torch.empty(shape, dtype=first.dtype,
                                       device=first.device)
             self._plans = {}
@@ -150,8 +160,8 @@ class ResidualHistory:
     def append(self, output):
         """Appends a layer's output ([..., D], the shape, dtype and device
         of the first row) as the next row: the output itself, not a copy
-        (unless it is not dense and 16-byte aligned), so it must not be
-        modified in place afterwards. Its gradient from the history's
+        (on CUDA, unless it is not dense and 16-byte aligned), so it must not
+        be modified in place once a read has read it. Its gradient from the history's
         readers comes back to it as a view of the gradient buffer."""
         if self._row_like is None:
             raise HistoryError("append before start: the first row (the "
@@ -186,7 +196,9 @@ class ResidualHistory:
             self._row_entries[self._count].fill_(pointer)
             self._row_pointers.append(pointer)
         self._rows.append(row)
-        self._versions.append(row._version)
+        # (Inference tensors have no version counter: nothing can build a
+        # backward on them.)
+        self._versions.append(None if row.is_inference() else row._version)
         self._pending.append((self._count, output))
         self._count += 1
 
@@ -237,7 +249,7 @@ class ResidualHistory:
                                  count, plan, self._reads, pending_rows, eps,
                                  scale, save, *pending)
         self._reads += 1
-        if not self._recomputing:
+        if not self._recomputing and torch.is_grad_enabled():
             self._token = token
         return o
 
@@ -271,7 +283,7 @@ class ResidualHistory:
             token, queries, key_norm_weight, self, count, plan, self._reads,
             pending_rows, eps, scale, *pending)
         self._reads += 1
-        if not self._recomputing:
+        if not self._recomputing and torch.is_grad_enabled():
             self._token = token
         return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
                          dtype)
@@ -292,6 +304,7 @@ class ResidualHistory:
                                   **kwargs)
             finally:
                 self._in_checkpoint = False
+        self._check_not_traced("checkpoint")
         count = self._count
         runs = []
 
@@ -311,10 +324,13 @@ class ResidualHistory:
     def _link(self, count):
         """A read's inputs from the chain: the last link, and the outputs
         appended since the last read (rows below `count`) with their rows,
-        whose gradients the read's backward returns. A checkpoint's
-        recomputation takes none: its graph is thrown away."""
-        if self._recomputing:
+        whose gradients the read's backward returns. A read without
+        autograd (no_grad, inference mode) takes none and leaves the chain
+        as it is, and so does a checkpoint's recomputation (its graph is
+        thrown away)."""
+        if self._recomputing or not torch.is_grad_enabled():
             return self._token, (), ()
+        self._read_rows = max(self._read_rows, count)
         taken = [(row, output) for row, output in self._pending
                  if row < count]
         self._pending = [(row, output) for row, output in self._pending
@@ -365,11 +381,13 @@ class ResidualHistory:
 
     def _check_step(self, step, what):
         if step != self._step:
+            later = f"step {self._step}" if self._step is not None else \
+                "a step under torch.compile"
             raise HistoryError(
-                f"{what} of a residual history's step {step} after step "
-                f"{self._step} started: its rows were overwritten (keep one "
-                f"history per step in flight, or run the backward before "
-                f"the next start)")
+                f"{what} of a residual history's step {step} after {later} "
+                f"started: its rows were released and its gradient rows are "
+                f"shared (keep one history per step in flight, or run the "
+                f"backward before the next start)")
 
     def _gradient_rows(self, count):
         """The gradient rows [0, count) and whether the backward adds into
@@ -391,11 +409,11 @@ class ResidualHistory:
 
     def _check_rows_unchanged(self):
         """Refuses a backward (before it computes anything) where a row
-        was modified in place after it was appended: the reads saw other
-        values than the backward would read."""
-        for row, (tensor, version) in enumerate(zip(self._rows,
-                                                    self._versions)):
-            if tensor._version != version:
+        some read read was modified in place after it was appended: the
+        reads saw other values than the backward would read."""
+        for row, (tensor, version) in enumerate(zip(
+                self._rows[:self._read_rows], self._versions)):
+            if version is not None and tensor._version != version:
                 raise HistoryError(
                     f"row {row} of the residual history was modified in "
                     f"place after it was appended: its readers' gradients "
@@ -519,9 +537,10 @@ def _pending_grads(history, rows):
 
 
 class _Attend(torch.autograd.Function):
-    """AttnRes over the history's first `count` rows (packed sources: a
-    view); its backward adds the rows' gradients into the history's
-    gradient buffer in the backward kernel."""
+    """AttnRes over the history's first `count` rows (read in place through
+    the table of row addresses); its backward adds the rows' gradients into
+    the history's gradient buffer in the backward kernel and returns those
+    of the outputs appended since the read before it."""
 
     @staticmethod
     def forward(ctx, token, query, key_norm, output_norm, extra, history,

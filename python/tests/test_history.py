@@ -224,7 +224,7 @@ def test_a_backward_after_the_next_start_is_refused():
     history.start(torch.randn(4, D, requires_grad=True))
     out = history.attend(q)
     history.start(torch.randn(4, D))   # overwrites the rows `out` read
-    with pytest.raises(HistoryError, match="rows were overwritten"):
+    with pytest.raises(HistoryError, match="its rows were released"):
         out.sum().backward()
 
 
@@ -470,3 +470,79 @@ def test_a_compiled_block_stack_and_checkpoint_match_the_list_op():
     assert _close(out, out_list, 1e-5)
     for g, e in zip(got, expected):
         assert _close(g, e, 1e-5), (g - e).abs().max()
+
+
+def test_a_read_without_autograd_leaves_the_gradients_to_the_others():
+    # A read under no_grad (a diagnostic, say) takes no pending rows: the
+    # next read with autograd returns them.
+    D, N = 8, 3
+    gen = torch.Generator().manual_seed(12)
+    e0 = torch.randn(N, D, generator=gen)
+    W0 = torch.randn(D, D, generator=gen) * D ** -0.5
+    qs0 = [torch.randn(D, generator=gen) for _ in range(3)]
+
+    def run(read, diagnose):
+        e, W = e0.clone().requires_grad_(), W0.clone().requires_grad_()
+        qs = [q.clone().requires_grad_() for q in qs0]
+        rows = [e]
+        y = torch.tanh(read(rows, qs[0]) @ W)
+        rows.append(y)
+        if diagnose:
+            with torch.no_grad():
+                read(rows, qs[1])
+        read(rows, qs[2]).sum().backward()
+        return [e.grad, W.grad, qs[0].grad, qs[2].grad]
+
+    history = ResidualHistory(capacity=2)
+
+    def with_history(rows, q):
+        if len(rows) == 1:  # a new step: its embedding
+            history.start(rows[0])
+        for row in rows[len(history):]:
+            history.append(row)
+        return history.attend(q)
+
+    def with_list(rows, q):
+        return attnres_reference(torch.stack(rows), q)
+    expected = run(with_list, False)
+    for g, e_ in zip(run(with_history, True), expected):
+        assert g is not None and _close(g, e_, 1e-5)
+
+
+def test_inference_mode_reads_and_a_later_training_step():
+    model = Stack(2, 8, R=8)
+    embedding = torch.randn(3, 8)
+    history = ResidualHistory(capacity=3)
+    with torch.inference_mode():
+        out = model.with_history(embedding, history)
+    assert _close(out, model.with_list(embedding).detach(), 1e-6)
+    expected, _ = _grads(model, embedding, model.with_list)
+    got, _ = _grads(model, embedding,
+                    lambda e: model.with_history(e, history))
+    for g, e in zip(got, expected):
+        assert _close(g, e, 1e-5)
+
+
+def test_an_eager_backward_after_a_traced_start_is_refused(monkeypatch):
+    import attnres.nn
+    history = ResidualHistory(capacity=2)
+    q = torch.randn(8, requires_grad=True)
+    history.start(torch.randn(3, 8, requires_grad=True))
+    out = history.attend(q)
+    monkeypatch.setattr(attnres.nn, "_tracing", lambda: True)
+    history.start(torch.randn(3, 8))
+    with pytest.raises(HistoryError, match=r"after a step under "
+                       r"torch.compile started: its rows were released"):
+        out.sum().backward()
+
+
+def test_a_row_no_read_read_may_change_in_place():
+    history = ResidualHistory(capacity=2)
+    q = torch.randn(8, requires_grad=True)
+    history.start(torch.randn(3, 8, requires_grad=True))
+    out = history.attend(q)
+    y = (out * 2).detach()
+    history.append(y)
+    y.add_(1)  # appended last, read by no one
+    out.sum().backward()
+    assert q.grad is not None

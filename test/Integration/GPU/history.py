@@ -413,7 +413,7 @@ def check_misuse():
         out.float().sum().backward()
         failures.append("backward after the next start: not refused")
     except HistoryError as error:
-        if "rows were overwritten" not in str(error):
+        if "its rows were released" not in str(error):
             failures.append(f"backward after start: {error}")
     # The in-place backwards refuse a gradient buffer unlike the sources'
     # rows (here a slice with gaps) before anything is launched.
