@@ -485,7 +485,9 @@ def _forward_setup(ctx, inputs, output):
                                         residual) if t is not None), lse)
 
 
-def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual):
+def _forward_saved(ctx):
+    """What _forward_setup saved: (sources, query, key_norm, output_norm,
+    saved o or o_pre, residual, lse), None where absent."""
     tensors = list(ctx.saved_tensors)
     sources = tensors[:ctx.count]
     rest = tensors[ctx.count:]
@@ -494,7 +496,12 @@ def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual):
     output_norm = rest.pop(0) if ctx.has[1] else None
     saved = rest.pop(0) if ctx.has[2] else None
     residual = rest.pop(0) if ctx.has[3] else None
-    lse = rest.pop(0)
+    return sources, query, key_norm, output_norm, saved, residual, rest[0]
+
+
+def _forward_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual):
+    sources, query, key_norm, output_norm, saved, residual, lse = \
+        _forward_saved(ctx)
     eps, scale, save = ctx.constants
     # The lse, o_pre and residual outputs are saved for the backward, not
     # part of the differentiable interface: attnres.attnres returns o only.
@@ -575,15 +582,8 @@ def _history_setup(ctx, inputs, output):
 
 def _history_backward(ctx, grad_o, grad_lse, grad_o_pre, grad_residual,
                       grad_carrier):
-    tensors = list(ctx.saved_tensors)
-    sources = tensors[:ctx.count]
-    rest = tensors[ctx.count:]
-    query = rest.pop(0)
-    key_norm = rest.pop(0) if ctx.has[0] else None
-    output_norm = rest.pop(0) if ctx.has[1] else None
-    saved = rest.pop(0) if ctx.has[2] else None
-    residual = rest.pop(0) if ctx.has[3] else None
-    lse = rest.pop(0)
+    sources, query, key_norm, output_norm, saved, residual, lse = \
+        _forward_saved(ctx)
     eps, scale, save = ctx.constants
     count, dtype = ctx.count, sources[0].dtype
     # The buffer the later reads added into, or zeros after the last read
