@@ -77,6 +77,16 @@ def _close(a, b, tol):
     return (a - b).norm() <= tol * max(b.norm(), 1.0)
 
 
+def _matches_the_list_op(model, embedding, run, out_tol=1e-6, tol=1e-5):
+    """The output and every gradient of `run(embedding)` against the same
+    model on the list op (the float64 formulas)."""
+    expected, out_list = _grads(model, embedding, model.with_list)
+    got, out = _grads(model, embedding, run)
+    assert _close(out, out_list, out_tol)
+    for g, e in zip(got, expected):
+        assert _close(g, e, tol), (g - e).abs().max()
+
+
 @pytest.mark.parametrize("M", [None, 3])
 @pytest.mark.parametrize("checkpointed", [False, True])
 def test_stack_matches_the_list_op(M, checkpointed):
@@ -84,12 +94,9 @@ def test_stack_matches_the_list_op(M, checkpointed):
     model = Stack(L, D, R=8, M=M)
     embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(1))
     history = ResidualHistory(capacity=L + 1)
-    expected, out_list = _grads(model, embedding, model.with_list)
-    got, out = _grads(model, embedding,
-                      lambda e: model.with_history(e, history, checkpointed))
-    assert _close(out, out_list, 1e-6)
-    for g, e in zip(got, expected):
-        assert _close(g, e, 1e-5), (g - e).abs().max()
+    _matches_the_list_op(
+        model, embedding,
+        lambda e: model.with_history(e, history, checkpointed))
 
 
 def test_second_step_reuses_the_buffers():
@@ -127,15 +134,36 @@ def test_an_output_read_by_no_one_gets_no_history_gradient():
     assert torch.allclose(e.grad, expected + 2 * torch.ones_like(e))
 
 
+def _small_stack_values(seed, queries, D=8, N=3):
+    """An embedding, a D x D weight and `queries` queries, for tests that
+    build their own stack."""
+    gen = torch.Generator().manual_seed(seed)
+    e = torch.randn(N, D, generator=gen)
+    W = torch.randn(D, D, generator=gen) * D ** -0.5
+    return e, W, [torch.randn(D, generator=gen) for _ in range(queries)]
+
+
+def _reader(history):
+    """read(rows, q) on the history: a new step at a lone row, the rows not
+    yet appended appended, then AttnRes over all of them."""
+    def read(rows, q):
+        if len(rows) == 1:
+            history.start(rows[0])
+        for row in rows[len(history):]:
+            history.append(row)
+        return history.attend(q)
+    return read
+
+
+def _list_read(rows, q):
+    return attnres_reference(torch.stack(rows), q)
+
+
 def test_reads_not_ordered_by_their_data_get_every_gradient():
     # Two reads of the same rows whose outputs meet only in the loss, and
     # a read whose output reaches the loss only through a later row: each
     # row's gradient is returned complete, whatever order autograd finds.
-    D, N = 8, 3
-    gen = torch.Generator().manual_seed(11)
-    e = torch.randn(N, D, generator=gen)
-    W = torch.randn(D, D, generator=gen) * D ** -0.5
-    qs = [torch.randn(D, generator=gen) for _ in range(4)]
+    e, W, qs = _small_stack_values(11, 4)
 
     def run(read):
         leaves = [t.clone().requires_grad_() for t in [e, W] + qs]
@@ -150,21 +178,8 @@ def test_reads_not_ordered_by_their_data_get_every_gradient():
         (out * torch.arange(out.numel()).view(out.shape)).sum().backward()
         return [t.grad for t in leaves]
 
-    def with_list(rows, q):
-        return attnres_reference(torch.stack(rows), q)
-
     history = ResidualHistory(capacity=3)
-    appended = []
-
-    def with_history(rows, q):
-        if not appended:
-            history.start(rows[0])
-            appended.append(rows[0])
-        for row in rows[len(appended):]:
-            history.append(row)
-            appended.append(row)
-        return history.attend(q)
-    for g, e_ in zip(run(with_history), run(with_list)):
+    for g, e_ in zip(run(_reader(history)), run(_list_read)):
         assert _close(g, e_, 1e-5), (g - e_).abs().max()
 
 
@@ -360,8 +375,10 @@ def test_read_block_takes_one_query_tensor():
 
 @pytest.fixture
 def traced(monkeypatch):
-    """Every start as if torch.compile were tracing it: the step keeps its
-    rows as a list (what a compiled step does; the GPU run compiles one)."""
+    """Every start as if torch.compile were tracing it: the traced path
+    runs eagerly (attnres::history_forward, or the list op where PyTorch
+    has no custom ops; the compile tests below and the GPU run compile
+    it)."""
     import attnres.nn
     monkeypatch.setattr(attnres.nn, "_tracing", lambda: True)
 
@@ -372,14 +389,10 @@ def test_a_traced_step_matches_the_list_op(traced, M):
     model = Stack(L, D, R=8, M=M)
     embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(6))
     history = ResidualHistory(capacity=L + 1)
-    expected, out_list = _grads(model, embedding, model.with_list)
-    got, out = _grads(model, embedding,
-                      lambda e: model.with_history(e, history))
-    # No gradient buffer: autograd adds each row's gradients.
+    _matches_the_list_op(model, embedding,
+                         lambda e: model.with_history(e, history))
+    # No eager gradient buffer: the chain's is the backward's own.
     assert history._grads is None
-    assert _close(out, out_list, 1e-6)
-    for g, e in zip(got, expected):
-        assert _close(g, e, 1e-5), (g - e).abs().max()
 
 
 def test_a_traced_block_stack_matches_the_list_op(traced):
@@ -435,14 +448,10 @@ def test_a_compiled_step_matches_the_list_op(M):
     model = Stack(L, D, R=8, M=M)
     embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(9))
     history = ResidualHistory(capacity=L + 1)
-    expected, out_list = _grads(model, embedding, model.with_list)
     step = torch.compile(lambda e: model.with_history(e, history),
                          fullgraph=True)
     for _ in range(2):  # the second step replays the compiled graph
-        got, out = _grads(model, embedding, step)
-        assert _close(out, out_list, 1e-5)
-        for g, e in zip(got, expected):
-            assert _close(g, e, 1e-5), (g - e).abs().max()
+        _matches_the_list_op(model, embedding, step, out_tol=1e-5)
 
 
 @_compiles
@@ -450,36 +459,23 @@ def test_a_compiled_block_stack_and_checkpoint_match_the_list_op():
     blocks, S, N, D = 3, 2, 4, 16
     model = BlockStack(blocks, S, D)
     embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(10))
-    expected, out_list = _grads(model, embedding, model.with_list)
     history = ResidualHistory(capacity=blocks)
-    step = torch.compile(
-        lambda e: block_with_extra_source(model, e, history), fullgraph=True)
-    got, out = _grads(model, embedding, step)
-    assert _close(out, out_list, 1e-5)
-    for g, e in zip(got, expected):
-        assert _close(g, e, 1e-5), (g - e).abs().max()
+    _matches_the_list_op(model, embedding, torch.compile(
+        lambda e: block_with_extra_source(model, e, history), fullgraph=True),
+        out_tol=1e-5)
     # history.checkpoint inside a compiled step (its reads take the list
     # op: the chain may not change inside the checkpoint's region).
-    L = 3
-    model = Stack(L, D, R=8)
-    expected, out_list = _grads(model, embedding, model.with_list)
-    history = ResidualHistory(capacity=L + 1)
-    step = torch.compile(lambda e: model.with_history(e, history, True),
-                         fullgraph=True)
-    got, out = _grads(model, embedding, step)
-    assert _close(out, out_list, 1e-5)
-    for g, e in zip(got, expected):
-        assert _close(g, e, 1e-5), (g - e).abs().max()
+    model = Stack(3, D, R=8)
+    history = ResidualHistory(capacity=4)
+    _matches_the_list_op(model, embedding, torch.compile(
+        lambda e: model.with_history(e, history, True), fullgraph=True),
+        out_tol=1e-5)
 
 
 def test_a_read_without_autograd_leaves_the_gradients_to_the_others():
     # A read under no_grad (a diagnostic, say) takes no pending rows: the
     # next read with autograd returns them.
-    D, N = 8, 3
-    gen = torch.Generator().manual_seed(12)
-    e0 = torch.randn(N, D, generator=gen)
-    W0 = torch.randn(D, D, generator=gen) * D ** -0.5
-    qs0 = [torch.randn(D, generator=gen) for _ in range(3)]
+    e0, W0, qs0 = _small_stack_values(12, 3)
 
     def run(read, diagnose):
         e, W = e0.clone().requires_grad_(), W0.clone().requires_grad_()
@@ -493,19 +489,9 @@ def test_a_read_without_autograd_leaves_the_gradients_to_the_others():
         read(rows, qs[2]).sum().backward()
         return [e.grad, W.grad, qs[0].grad, qs[2].grad]
 
-    history = ResidualHistory(capacity=2)
-
-    def with_history(rows, q):
-        if len(rows) == 1:  # a new step: its embedding
-            history.start(rows[0])
-        for row in rows[len(history):]:
-            history.append(row)
-        return history.attend(q)
-
-    def with_list(rows, q):
-        return attnres_reference(torch.stack(rows), q)
-    expected = run(with_list, False)
-    for g, e_ in zip(run(with_history, True), expected):
+    expected = run(_list_read, False)
+    for g, e_ in zip(run(_reader(ResidualHistory(capacity=2)), True),
+                     expected):
         assert g is not None and _close(g, e_, 1e-5)
 
 
