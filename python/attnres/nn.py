@@ -160,9 +160,10 @@ class ResidualHistory:
     def append(self, output):
         """Appends a layer's output ([..., D], the shape, dtype and device
         of the first row) as the next row: the output itself, not a copy
-        (on CUDA, unless it is not dense and 16-byte aligned), so it must not
-        be modified in place once a read has read it. Its gradient from the history's
-        readers comes back to it as a view of the gradient buffer."""
+        (on CUDA, unless it is not dense and 16-byte aligned), so it must
+        not be modified in place once a read has read it. Its gradient from
+        the history's readers comes back to it as a view of the gradient
+        buffer."""
         if self._row_like is None:
             raise HistoryError("append before start: the first row (the "
                                "embedding) starts a step")
