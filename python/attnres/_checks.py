@@ -247,8 +247,10 @@ def _row_major_strides(shape):
 def check_gradient_buffer(sources, grad_sources):
     """The buffer a *_into backward writes the source gradients into (a
     residual history's gradient rows): dense [L, N, D] in the sources'
-    dtype, on their device; the kernel writes it row by row with no
-    strides, so a view with gaps would be written wrong."""
+    dtype, on their device, 16-byte aligned; the kernel writes it row by
+    row with no strides, so a view with gaps would be written wrong, and
+    it refuses (skips) a misaligned launch, which would leave the buffer
+    unwritten."""
     first = sources[0]
     L = len(sources) if len(_shape(first)) == 2 else _shape(first)[0]
     expected = (L,) + _shape(first)[-2:]
@@ -256,12 +258,17 @@ def check_gradient_buffer(sources, grad_sources):
     dense = all(stride == step for stride, step, extent in
                 zip(grad_sources.stride(), _row_major_strides(got), got)
                 if extent > 1)
+    aligned = not grad_sources.data_ptr() & 15
     if got != expected or _dtype(grad_sources) != _dtype(first) or \
-            _device(grad_sources) != _device(first) or not dense:
-        layout = "" if dense or got != expected else " (not dense)"
+            _device(grad_sources) != _device(first) or not dense or \
+            not aligned:
+        layout = "" if got != expected else \
+            " (not dense)" if not dense else \
+            " (not 16-byte aligned)" if not aligned else ""
         raise InvalidArgumentError(
-            f"grad_sources must be a dense {list(expected)} {_dtype(first)} "
-            f"tensor on {_device(first)}, got {list(got)} "
+            f"grad_sources must be a dense, 16-byte aligned "
+            f"{list(expected)} {_dtype(first)} tensor on {_device(first)}, "
+            f"got {list(got)} "
             f"{_dtype(grad_sources)} on {_device(grad_sources)}{layout}")
 
 

@@ -232,8 +232,10 @@ class ResidualHistory:
             self._check_like_a_row(extra_source, "extra_source", "a row's")
         count = self._read_count()
         if self._traced:
+            # (A read without autograd must leave the chain alone: the list
+            # op's forward serves it.)
             if extra_source is None and not self._in_checkpoint and \
-                    _HAS_CUSTOM_OPS:
+                    _HAS_CUSTOM_OPS and torch.is_grad_enabled():
                 return self._carried_attend(count, query, key_norm_weight,
                                             output_norm_weight, eps, scale,
                                             save)

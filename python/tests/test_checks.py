@@ -158,6 +158,13 @@ class _Strided(Tensor):
         return tuple(strides)
 
 
+class _Misaligned(Tensor):
+    """A view starting 8 bytes into its storage."""
+
+    def data_ptr(self):
+        return super().data_ptr() + 8
+
+
 @pytest.mark.parametrize("packed", [False, True])
 @pytest.mark.parametrize("buffer, got", [
     (Tensor((2, 16, 64)), r"\[2, 16, 64\] torch.bfloat16 on cuda:0"),
@@ -167,6 +174,8 @@ class _Strided(Tensor):
      r"\[3, 16, 64\] torch.bfloat16 on cuda:1"),
     (_Strided((3, 16, 64)), r"\[3, 16, 64\] torch.bfloat16 on cuda:0 "
                             r"\(not dense\)"),
+    (_Misaligned((3, 16, 64)), r"\[3, 16, 64\] torch.bfloat16 on cuda:0 "
+                               r"\(not 16-byte aligned\)"),
 ])
 def test_a_wrong_gradient_buffer_is_named(packed, buffer, got):
     sources = Tensor((3, 16, 64)) if packed else \
@@ -174,8 +183,9 @@ def test_a_wrong_gradient_buffer_is_named(packed, buffer, got):
     if packed:
         sources = [sources]
     with pytest.raises(InvalidArgumentError,
-                       match=r"grad_sources must be a dense \[3, 16, 64\] "
-                             r"torch.bfloat16 tensor on cuda:0, got " + got):
+                       match=r"grad_sources must be a dense, 16-byte "
+                             r"aligned \[3, 16, 64\] torch.bfloat16 tensor "
+                             r"on cuda:0, got " + got):
         check_gradient_buffer(sources, buffer)
 
 

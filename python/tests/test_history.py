@@ -472,9 +472,15 @@ def test_a_compiled_block_stack_and_checkpoint_match_the_list_op():
         out_tol=1e-5)
 
 
-def test_a_read_without_autograd_leaves_the_gradients_to_the_others():
-    # A read under no_grad (a diagnostic, say) takes no pending rows: the
-    # next read with autograd returns them.
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_read_without_autograd_leaves_the_gradients_to_the_others(
+        monkeypatch, traced):
+    # A read under no_grad (a diagnostic, say) takes no pending rows and
+    # leaves the chain alone, eagerly and in a traced step: the next read
+    # with autograd returns them.
+    if traced:
+        import attnres.nn
+        monkeypatch.setattr(attnres.nn, "_tracing", lambda: True)
     e0, W0, qs0 = _small_stack_values(12, 3)
 
     def run(read, diagnose):

@@ -434,7 +434,8 @@ def check_misuse():
             call(wide[..., :64])
             failures.append(f"{name} with a strided buffer: not refused")
         except InvalidArgumentError as error:
-            if "grad_sources must be a dense [2, 4, 64]" not in str(error):
+            if "grad_sources must be a dense, 16-byte aligned [2, 4, 64]" \
+                    not in str(error):
                 failures.append(f"{name}: {error}")
     return failures
 
