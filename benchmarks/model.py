@@ -15,6 +15,8 @@ residual step) and the sum of the layers' forward + backward byte floors
 bandwidth of the same run. Gradients of every parameter and of the
 embedding are compared with the list op's (relative Frobenius), and at
 the first shape with a float32 PyTorch reference on the same bf16 values.
+At a tiny shape, where the step times the host, the plain and the history
+step are also replayed from CUDA graphs (captured with their backward).
 
   here:  PYTHONPATH=python python3 benchmarks/model.py --prebuild DIR
   there: ATTNRES_BUNDLE_DIR=DIR PYTHONPATH=python python3 benchmarks/model.py \\
@@ -201,7 +203,39 @@ def compiled_history(m, block):
     return lambda: compiled().backward(m.grad_out)
 
 
-def contenders(block=False, compiled=False):
+def graphed(m, step_of):
+    """`step_of(model)` (forward and backward) captured in one CUDA graph
+    on leaves of its own with `m`'s values (leaves the eager steps used
+    keep their gradient accumulators on the default stream, which a capture
+    may not wait on), after two runs on a side stream; the returned step
+    replays it and hands each of `m`'s parameters its gradient (the graph's
+    static one), as an eager step leaves them."""
+    import torch
+    static = m.converted(m.dtype)
+    step = step_of(static)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            for p in static.parameters():
+                p.grad = None
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for p in static.parameters():
+        p.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    grads = [p.grad for p in static.parameters()]
+
+    def replay():
+        graph.replay()
+        for p, g in zip(m.parameters(), grads):
+            p.grad = g
+    return replay
+
+
+def contenders(block=False, compiled=False, graphs=False):
     """(name, function(model) -> step function) of what is importable."""
     import attnres
     from attnres.nn import ResidualHistory
@@ -228,6 +262,14 @@ def contenders(block=False, compiled=False):
     if compiled:
         found.append(("history, compiled",
                       lambda m: compiled_history(m, block)))
+    if graphs:
+        # What the host costs the eager steps: the same steps replayed from
+        # a CUDA graph, which launches them without it.
+        found.append(("plain, CUDA graph", lambda m: graphed(
+            m, lambda s: lambda: plain_step(s))))
+        found.append(("history, CUDA graph", lambda m: graphed(
+            m, lambda s: (lambda h: lambda: on_history(s, h))(
+                ResidualHistory(capacity(s))))))
     fla = fla_op()
     if fla is not None:
         found.append(("FLA", lambda m: lambda: on_list(m, fla)))
@@ -303,18 +345,18 @@ def measure(m, step, repeats):
 
 
 def run_shape(L, N, D, bandwidth, reference, repeats, block=False,
-              compiled=False):
+              compiled=False, graphs=False):
     import torch
     m = Model(L, N, D, torch.bfloat16)
     row = dict(L=L, N=N, D=D, block=block,
                floor_ms=floor_bytes(L, N, D, block) / bandwidth * 1e3)
-    found = contenders(block, compiled)
+    found = contenders(block, compiled, graphs)
     expected = gradients(m, found[2][1](m))   # the list op's
     errors = {}
     for name, make in found:
         step = make(m)
         try:
-            if name != "plain":
+            if not name.startswith("plain"):
                 errors[name] = compare(gradients(m, step), expected, L)
             ms, peak = measure(m, step, repeats)
             row[name] = dict(ms=ms, peak_gb=peak / 1e9)
@@ -377,7 +419,7 @@ def main():
                                   compiled=args.compiled))
             print(json.dumps(rows[-1]), flush=True)
     host = run_shape(*HOST_SHAPE, bandwidth, reference=False,
-                     repeats=max(args.repeats, 20))
+                     repeats=max(args.repeats, 20), graphs=True)
     print(json.dumps(host), flush=True)
 
     failed = False
@@ -407,7 +449,7 @@ def main():
     def kinds(errors):
         return "/".join(f"{errors[k]:.1e}" for k in KINDS)
     print("gradients, relative Frobenius (" + "/".join(KINDS) + "):")
-    for row in rows:
+    for row in rows + [host]:
         for name, errors in row["errors_vs_list"].items():
             if name.startswith("history") and \
                     not max(errors.values()) <= GRADIENT_TOLERANCE:
@@ -419,9 +461,14 @@ def main():
               + ("; vs float32: " + ", ".join(
                   f"{n} {kinds(e)}" for n, e in row["errors_vs_f32"].items())
                  if "errors_vs_f32" in row else ""))
+    host_names = [n for n in host if isinstance(host[n], dict) and
+                  "ms" in host[n]]
+    def ratio(history, plain):
+        return host[history]["ms"] / host[plain]["ms"]
     print(f"host shape {HOST_SHAPE}: step " + ", ".join(
-        f"{n} {host[n]['ms']:.2f} ms" for n in names)
-        + f"; history / plain {host['history']['ms'] / host['plain']['ms']:.2f}")
+        f"{n} {host[n]['ms']:.2f} ms" for n in host_names)
+        + f"; history / plain {ratio('history', 'plain'):.2f}, in CUDA "
+        f"graphs {ratio('history, CUDA graph', 'plain, CUDA graph'):.2f}")
     if args.json:
         args.json.write_text(json.dumps(dict(
             bandwidth=bandwidth, device=common.device_facts(), rows=rows,
