@@ -463,6 +463,7 @@ def main():
                  if "errors_vs_f32" in row else ""))
     host_names = [n for n in host if isinstance(host[n], dict) and
                   "ms" in host[n]]
+
     def ratio(history, plain):
         return host[history]["ms"] / host[plain]["ms"]
     print(f"host shape {HOST_SHAPE}: step " + ", ".join(
