@@ -42,6 +42,8 @@ inside :meth:`ResidualHistory.checkpoint`, take the list op
 (:func:`attnres.attnres`: autograd adds their gradients).
 """
 
+import weakref
+
 import torch
 
 from .errors import InvalidArgumentError
@@ -52,333 +54,26 @@ class HistoryError(InvalidArgumentError):
     backward through a history that was started again or ran already)."""
 
 
-class ResidualHistory:
-    """Layer outputs of one step, for AttnRes.
-
-    ``capacity`` rows at most: the first output (:meth:`start`) and each
-    one :meth:`append`\\ ed after it, kept until the next start. The
-    gradient buffer and the device table of row addresses are allocated by
-    the first :meth:`start` of a shape, dtype and device and reused by later
-    ones (so that a captured CUDA graph replays on the same addresses); a
-    :meth:`start` of another shape allocates again.
-    """
+class _StepState:
+    """What the backward of a history's reads needs: the rows, the gradient
+    buffer and the table of row addresses, and the step's bookkeeping. The
+    reads' autograd functions hold this, never the history: the history
+    holds the last read's link and the outputs appended since (tensors
+    whose autograd graph holds those functions), and a cycle through
+    autograd's graph is one Python's collector cannot free (a dropped
+    history would keep its last step's graph, rows and saved tensors)."""
 
     def __init__(self, capacity):
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or \
-                capacity < 1:
-            raise HistoryError(
-                f"capacity must be an int >= 1 (rows of the history), got "
-                f"{capacity!r}")
         self.capacity = capacity
         self._rows = []         # the rows: the appended outputs
         self._versions = []     # their version counters when appended
-        self._traced = False    # whether torch.compile traced the start
-        self._carrier = None    # a traced step's chain (ops.history_forward)
-        self._carried = 0       # rows whose gradients the chain returned
-        self._in_checkpoint = False  # tracing a history.checkpoint
-        self._row_like = None   # (shape, dtype, device) of every row
         self._grads = None      # [capacity, *shape], the rows' gradients
         self._row_table = None  # [capacity] int64: the rows' addresses
-        self._row_entries = ()  # its entries, one view each
         self._row_pointers = []  # the same addresses, on the host
-        self._count = 0
         self._step = 0          # the eager step in flight (None: traced)
-        self._eager_steps = 0   # eager steps started
         self._read_rows = 0     # rows some read of this step read
-        self._token = None      # the last read's link of the chain
-        self._pending = []      # (row, output) appended since the last read
-        self._recomputing = False  # in a checkpoint's recomputation
         self._written = 0       # gradient rows written this backward
         self._backwards = set()  # reads whose backward ran this step
-        self._reads = 0
-        self._plans = {}         # the eager CUDA path's, by signature
-        self._pinned_count = None  # rows a checkpointed recomputation reads
-
-    # --- the step --------------------------------------------------------
-
-    def start(self, first):
-        """Starts a step: `first` ([..., D], bf16, f16 or f32; the
-        embedding) is row 0. Graphs built on the previous step can no longer
-        run their backward."""
-        if not isinstance(first, torch.Tensor):
-            raise HistoryError(
-                f"start takes a tensor [..., D], got {type(first).__name__}")
-        if first.dim() < 2 or first.numel() == 0:
-            raise HistoryError(
-                f"start takes a non-empty tensor [..., D] with at least one "
-                f"token dimension, got shape {list(first.shape)}")
-        if first.dtype not in (torch.bfloat16, torch.float16,
-                               torch.float32):
-            raise HistoryError(
-                f"a history holds bf16, f16 or f32 rows, got {first.dtype}")
-        self._row_like = (tuple(first.shape), first.dtype, first.device)
-        self._count = 0
-        self._rows = []
-        self._traced = _tracing()
-        if self._traced:
-            # An eager step's backward is refused from here on (its rows are
-            # released): a stored constant, not a count Dynamo would guard
-            # on and recompile for at every step.
-            self._step = None
-            self._pending, self._token, self._versions = [], None, []
-            D = first.shape[-1]
-            self._carrier = first.new_zeros(()).expand(
-                (self.capacity, first.numel() // D, D))
-            self._carried = 0
-            self._append(first)
-            return
-        self._eager_steps += 1
-        self._step = self._eager_steps
-        self._versions = []
-        self._read_rows = 0
-        shape = (self.capacity,) + tuple(first.shape)
-        # (Buffers made under inference mode cannot be written outside it.)
-        if self._grads is None or tuple(self._grads.shape) != shape or \
-                self._grads.dtype != first.dtype or \
-                self._grads.device != first.device or \
-                self._grads.is_inference() != \
-                torch.is_inference_mode_enabled():
-            self._grads = torch.empty(shape, dtype=first.dtype,
-                                      device=first.device)
-            self._plans = {}
-            self._row_table, self._row_entries = None, ()
-            if first.is_cuda:
-                self._row_table = torch.zeros(self.capacity,
-                                              dtype=torch.int64,
-                                              device=first.device)
-                self._row_entries = self._row_table.unbind(0)
-        self._row_pointers = []
-        self._written = 0
-        self._backwards = set()
-        self._reads = 0
-        # The chain's first link (the reads' links require a gradient
-        # wherever their inputs do).
-        self._token = first.new_empty(0)
-        self._pending = []
-        self._append(first)
-
-    def append(self, output):
-        """Appends a layer's output ([..., D], the shape, dtype and device
-        of the first row) as the next row: the output itself, not a copy
-        (on CUDA, unless it is not dense and 16-byte aligned), so it must
-        not be modified in place once a read has read it. Its gradient from
-        the history's readers comes back to it as a view of the gradient
-        buffer."""
-        if self._row_like is None:
-            raise HistoryError("append before start: the first row (the "
-                               "embedding) starts a step")
-        self._append(output)
-
-    def _append(self, output):
-        if not isinstance(output, torch.Tensor):
-            raise HistoryError(
-                f"append takes a tensor, got {type(output).__name__}")
-        self._check_like_a_row(output, f"row {self._count}",
-                               "as the first row")
-        if self._count >= self.capacity:
-            raise HistoryError(
-                f"append past the capacity: the history holds "
-                f"{self.capacity} rows (the first and {self.capacity - 1} "
-                f"appended)")
-        if self._traced:
-            self._rows.append(output)
-            self._count += 1
-            return
-        self._check_not_traced("append")
-        # The row is the output itself, read in place through the table of
-        # row addresses (a copy where the kernels cannot read it: not dense
-        # or not 16-byte aligned). Outside autograd: the output's gradient
-        # comes from the next read.
-        row = output.detach()
-        if row.is_cuda:
-            from . import ops
-            row = ops.dense(row)
-            pointer = row.data_ptr()
-            self._row_entries[self._count].fill_(pointer)
-            self._row_pointers.append(pointer)
-        self._rows.append(row)
-        # (Inference tensors have no version counter: nothing can build a
-        # backward on them.)
-        self._versions.append(None if row.is_inference() else row._version)
-        self._pending.append((self._count, output))
-        self._count += 1
-
-    def __len__(self):
-        return self._count
-
-    @property
-    def rows(self):
-        """The rows so far, ``[len(self), ..., D]`` (a copy)."""
-        if self._row_like is None:
-            raise HistoryError("the history has not started")
-        return torch.stack(self._rows)
-
-    # --- reading ---------------------------------------------------------
-
-    def attend(self, query, *, key_norm_weight=None, output_norm_weight=None,
-               eps=1e-6, scale=1.0, save="o_pre", extra_source=None):
-        """AttnRes over every row so far (the arguments of
-        :func:`attnres.attnres`, the sources being the rows): ``[..., D]``,
-        or ``[M, ..., D]`` for a 2-D query.
-
-        `extra_source`, a tensor of a row's shape, dtype and device, is one
-        more source after the rows, not kept in the history: Block
-        AttnRes's partial sum of the current block (the rows being the
-        embedding and the completed blocks' sums). Its gradient is its own
-        (autograd's), the rows' go to the history."""
-        if self._row_like is None or self._count == 0:
-            raise HistoryError("attend before start: the history has no rows")
-        if extra_source is not None:
-            self._check_like_a_row(extra_source, "extra_source", "a row's")
-        count = self._read_count()
-        if self._traced:
-            # (A read without autograd must leave the chain alone: the list
-            # op's forward serves it.)
-            if extra_source is None and not self._in_checkpoint and \
-                    _HAS_CUSTOM_OPS and torch.is_grad_enabled():
-                return self._carried_attend(count, query, key_norm_weight,
-                                            output_norm_weight, eps, scale,
-                                            save)
-            return _listed_attend(self._rows[:count], extra_source, query,
-                                  key_norm_weight, output_norm_weight, eps,
-                                  scale, save)
-        self._check_not_traced("attend")
-        plan = _plan_for(self, count, query, key_norm_weight,
-                         output_norm_weight, eps, scale, save,
-                         extra_source is not None)
-        token, pending_rows, pending = self._link(count)
-        o, token = _Attend.apply(token, query, key_norm_weight,
-                                 output_norm_weight, extra_source, self,
-                                 count, plan, self._reads, pending_rows, eps,
-                                 scale, save, *pending)
-        self._reads += 1
-        if not self._recomputing and torch.is_grad_enabled():
-            self._token = token
-        return o
-
-    def read_block(self, queries, *, key_norm_weight=None, eps=1e-6,
-                   scale=1.0):
-        """Block AttnRes: every row so far (the embedding and the completed
-        blocks' summaries) read once by the queries of all layers of the
-        next block, ``[S, R]`` (S <= 16). Returns a :class:`BlockRead`
-        whose ``input(m, partial)`` is layer m's input: that read merged
-        with the partial sum of the block's earlier outputs. Append the
-        block's sum when the block is done."""
-        if self._row_like is None or self._count == 0:
-            raise HistoryError("read_block before start: the history has no "
-                               "rows")
-        if not isinstance(queries, torch.Tensor) or queries.dim() != 2:
-            raise HistoryError(
-                f"read_block takes the block's queries as one [S, R] tensor, "
-                f"got {getattr(queries, 'shape', type(queries).__name__)}")
-        count = self._read_count()
-        dtype = self._row_like[1]
-        if self._traced:
-            o, lse = _listed_partial(self._rows[:count], queries,
-                                     key_norm_weight, eps, scale)
-            return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
-                             dtype)
-        self._check_not_traced("read_block")
-        plan = _Plan(_check(_checked_sources(self, count, False), queries,
-                            key_norm_weight, None, eps, scale, "o_pre"))
-        token, pending_rows, pending = self._link(count)
-        o, lse, token = _ReadPartial.apply(
-            token, queries, key_norm_weight, self, count, plan, self._reads,
-            pending_rows, eps, scale, *pending)
-        self._reads += 1
-        if not self._recomputing and torch.is_grad_enabled():
-            self._token = token
-        return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
-                         dtype)
-
-    def checkpoint(self, function, *args, **kwargs):
-        """``torch.utils.checkpoint.checkpoint(function, *args, **kwargs)``
-        (non-reentrant) for a function that reads this history: its
-        recomputation in the backward reads the rows the first run read,
-        not those appended since."""
-        from torch.utils.checkpoint import checkpoint
-        if self._traced:
-            # A traced checkpoint recomputes its traced graph, which holds
-            # the rows it read: nothing to pin. Its reads take the list op
-            # (the chain's state may not change inside it).
-            self._in_checkpoint = True
-            try:
-                return checkpoint(function, *args, use_reentrant=False,
-                                  **kwargs)
-            finally:
-                self._in_checkpoint = False
-        self._check_not_traced("checkpoint")
-        count = self._count
-        runs = []
-
-        def pinned(*inner_args, **inner_kwargs):
-            # The second run is the recomputation: it must leave the chain
-            # and the pending rows as the rest of the step left them.
-            previous = self._pinned_count, self._recomputing
-            self._pinned_count, self._recomputing = count, bool(runs)
-            runs.append(True)
-            try:
-                return function(*inner_args, **inner_kwargs)
-            finally:
-                self._pinned_count, self._recomputing = previous
-
-        return checkpoint(pinned, *args, use_reentrant=False, **kwargs)
-
-    def _link(self, count):
-        """A read's inputs from the chain: the last link, and the outputs
-        appended since the last read (rows below `count`) with their rows,
-        whose gradients the read's backward returns. A read without
-        autograd (no_grad, inference mode) takes none and leaves the chain
-        as it is, and so does a checkpoint's recomputation (its graph is
-        thrown away)."""
-        if self._recomputing or not torch.is_grad_enabled():
-            return self._token, (), ()
-        self._read_rows = max(self._read_rows, count)
-        taken = [(row, output) for row, output in self._pending
-                 if row < count]
-        self._pending = [(row, output) for row, output in self._pending
-                         if row >= count]
-        return self._token, tuple(row for row, _ in taken), \
-            tuple(output for _, output in taken)
-
-    def _carried_attend(self, count, query, key_norm, output_norm, eps,
-                        scale, save):
-        """A traced step's read on the chain of attnres::history_forward:
-        its backward adds the rows' gradients into the chain's buffer and
-        returns those of the rows appended since the chain's last read."""
-        from . import _checks, ops  # noqa: F401  (registers the op)
-        rows = self._rows[:count]
-        call = _checks.check_attnres(rows, query, key_norm, output_norm, eps,
-                                     scale, save, any_device=True)
-        N, D = call.N, call.D
-        q = query if call.multi_query else query.unsqueeze(0)
-        o, _, _, _, self._carrier = torch.ops.attnres.history_forward(
-            [row.reshape(N, D) for row in rows], self._carrier, q, key_norm,
-            output_norm, float(eps), float(scale), save,
-            min(self._carried, count))
-        self._carried = max(self._carried, count)
-        o = o.reshape((call.M,) + call.lead + (D,))
-        return o if call.multi_query else o.squeeze(0)
-
-    def _check_not_traced(self, what):
-        if _tracing():
-            raise HistoryError(
-                f"{what} under torch.compile in a step started outside it: "
-                f"compile the whole step, start included, or none of it")
-
-    def _read_count(self):
-        """The rows a read reads: every row so far, or, in a checkpointed
-        function's recomputation, those its first run read."""
-        return self._pinned_count or self._count
-
-    def _check_like_a_row(self, value, name, whose):
-        row_shape, dtype, device = self._row_like
-        if not isinstance(value, torch.Tensor) or \
-                tuple(value.shape) != row_shape or \
-                value.dtype != dtype or value.device != device:
-            raise HistoryError(
-                f"{name} must be a {list(row_shape)} {dtype} tensor on "
-                f"{device} ({whose}), got {_describe(value)}")
 
     # --- backward bookkeeping ---------------------------------------------
 
@@ -429,6 +124,339 @@ class ResidualHistory:
 _HAS_CUSTOM_OPS = hasattr(torch.library, "custom_op")
 
 
+class ResidualHistory:
+    """Layer outputs of one step, for AttnRes.
+
+    ``capacity`` rows at most: the first output (:meth:`start`) and each
+    one :meth:`append`\\ ed after it, kept until the next start. The
+    gradient buffer and the device table of row addresses are allocated by
+    the first :meth:`start` of a shape, dtype and device and reused by later
+    ones (so that a captured CUDA graph replays on the same addresses); a
+    :meth:`start` of another shape allocates again.
+    """
+
+    def __init__(self, capacity):
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or \
+                capacity < 1:
+            raise HistoryError(
+                f"capacity must be an int >= 1 (rows of the history), got "
+                f"{capacity!r}")
+        self.capacity = capacity
+        # What the reads' backward needs: the reads' autograd functions hold
+        # it, not the history (see _StepState).
+        self._state = _StepState(capacity)
+        self._traced = False    # whether torch.compile traced the start
+        self._carrier = None    # a traced step's chain (ops.history_forward)
+        self._carried = 0       # rows whose gradients the chain returned
+        self._in_checkpoint = False  # tracing a history.checkpoint
+        self._row_like = None   # (shape, dtype, device) of every row
+        self._row_entries = ()  # the row table's entries, one view each
+        self._count = 0
+        self._eager_steps = 0   # eager steps started
+        self._token = None      # the last read's link of the chain
+        self._pending = []      # (row, output) appended since the last read
+        self._recomputing = False  # in a checkpoint's recomputation
+        self._reads = 0
+        self._plans = {}         # the eager CUDA path's, by signature
+        self._pinned_count = None  # rows a checkpointed recomputation reads
+
+    # --- the step --------------------------------------------------------
+
+    def start(self, first):
+        """Starts a step: `first` ([..., D], bf16, f16 or f32; the
+        embedding) is row 0. Graphs built on the previous step can no longer
+        run their backward."""
+        if not isinstance(first, torch.Tensor):
+            raise HistoryError(
+                f"start takes a tensor [..., D], got {type(first).__name__}")
+        if first.dim() < 2 or first.numel() == 0:
+            raise HistoryError(
+                f"start takes a non-empty tensor [..., D] with at least one "
+                f"token dimension, got shape {list(first.shape)}")
+        if first.dtype not in (torch.bfloat16, torch.float16,
+                               torch.float32):
+            raise HistoryError(
+                f"a history holds bf16, f16 or f32 rows, got {first.dtype}")
+        self._row_like = (tuple(first.shape), first.dtype, first.device)
+        self._count = 0
+        self._state._rows = []
+        self._traced = _tracing()
+        if self._traced:
+            # An eager step's backward is refused from here on (its rows are
+            # released): a stored constant, not a count Dynamo would guard
+            # on and recompile for at every step.
+            self._state._step = None
+            self._pending, self._token, self._state._versions = [], None, []
+            D = first.shape[-1]
+            self._carrier = first.new_zeros(()).expand(
+                (self.capacity, first.numel() // D, D))
+            self._carried = 0
+            self._append(first)
+            return
+        self._eager_steps += 1
+        state = self._state
+        state._step = self._eager_steps
+        state._versions = []
+        state._read_rows = 0
+        shape = (self.capacity,) + tuple(first.shape)
+        # (Buffers made under inference mode cannot be written outside it.)
+        if state._grads is None or tuple(state._grads.shape) != shape or \
+                state._grads.dtype != first.dtype or \
+                state._grads.device != first.device or \
+                state._grads.is_inference() != \
+                torch.is_inference_mode_enabled():
+            state._grads = torch.empty(shape, dtype=first.dtype,
+                                       device=first.device)
+            self._plans = {}
+            state._row_table, self._row_entries = None, ()
+            if first.is_cuda:
+                state._row_table = torch.zeros(self.capacity,
+                                               dtype=torch.int64,
+                                               device=first.device)
+                self._row_entries = state._row_table.unbind(0)
+        state._row_pointers = []
+        state._written = 0
+        state._backwards = set()
+        self._reads = 0
+        # The chain's first link (the reads' links require a gradient
+        # wherever their inputs do).
+        self._token = first.new_empty(0)
+        self._pending = []
+        self._append(first)
+
+    def append(self, output):
+        """Appends a layer's output ([..., D], the shape, dtype and device
+        of the first row) as the next row: the output itself, not a copy
+        (on CUDA, unless it is not dense and 16-byte aligned), so it must
+        not be modified in place once a read has read it. Its gradient from
+        the history's readers comes back to it as a view of the gradient
+        buffer."""
+        if self._row_like is None:
+            raise HistoryError("append before start: the first row (the "
+                               "embedding) starts a step")
+        self._append(output)
+
+    def _append(self, output):
+        if not isinstance(output, torch.Tensor):
+            raise HistoryError(
+                f"append takes a tensor, got {type(output).__name__}")
+        self._check_like_a_row(output, f"row {self._count}",
+                               "as the first row")
+        if self._count >= self.capacity:
+            raise HistoryError(
+                f"append past the capacity: the history holds "
+                f"{self.capacity} rows (the first and {self.capacity - 1} "
+                f"appended)")
+        if self._traced:
+            self._state._rows.append(output)
+            self._count += 1
+            return
+        self._check_not_traced("append")
+        # The row is the output itself, read in place through the table of
+        # row addresses (a copy where the kernels cannot read it: not dense
+        # or not 16-byte aligned). Outside autograd: the output's gradient
+        # comes from the next read.
+        row = output.detach()
+        if row.is_cuda:
+            from . import ops
+            row = ops.dense(row)
+            pointer = row.data_ptr()
+            self._row_entries[self._count].fill_(pointer)
+            self._state._row_pointers.append(pointer)
+        self._state._rows.append(row)
+        # (Inference tensors have no version counter: nothing can build a
+        # backward on them.)
+        self._state._versions.append(None if row.is_inference() else
+                                     row._version)
+        self._pending.append((self._count, output))
+        self._count += 1
+
+    def __len__(self):
+        return self._count
+
+    @property
+    def rows(self):
+        """The rows so far, ``[len(self), ..., D]`` (a copy)."""
+        if self._row_like is None:
+            raise HistoryError("the history has not started")
+        return torch.stack(self._state._rows)
+
+    # --- reading ---------------------------------------------------------
+
+    def attend(self, query, *, key_norm_weight=None, output_norm_weight=None,
+               eps=1e-6, scale=1.0, save="o_pre", extra_source=None):
+        """AttnRes over every row so far (the arguments of
+        :func:`attnres.attnres`, the sources being the rows): ``[..., D]``,
+        or ``[M, ..., D]`` for a 2-D query.
+
+        `extra_source`, a tensor of a row's shape, dtype and device, is one
+        more source after the rows, not kept in the history: Block
+        AttnRes's partial sum of the current block (the rows being the
+        embedding and the completed blocks' sums). Its gradient is its own
+        (autograd's), the rows' go to the history."""
+        if self._row_like is None or self._count == 0:
+            raise HistoryError("attend before start: the history has no rows")
+        if extra_source is not None:
+            self._check_like_a_row(extra_source, "extra_source", "a row's")
+        count = self._read_count()
+        if self._traced:
+            # (A read without autograd must leave the chain alone: the list
+            # op's forward serves it.)
+            if extra_source is None and not self._in_checkpoint and \
+                    _HAS_CUSTOM_OPS and torch.is_grad_enabled():
+                return self._carried_attend(count, query, key_norm_weight,
+                                            output_norm_weight, eps, scale,
+                                            save)
+            return _listed_attend(self._state._rows[:count], extra_source,
+                                  query, key_norm_weight, output_norm_weight,
+                                  eps, scale, save)
+        self._check_not_traced("attend")
+        plan = _plan_for(self, count, query, key_norm_weight,
+                         output_norm_weight, eps, scale, save,
+                         extra_source is not None)
+        token, pending_rows, pending = self._link(count)
+        o, token = _Attend.apply(token, query, key_norm_weight,
+                                 output_norm_weight, extra_source,
+                                 self._state, count, plan, self._reads,
+                                 pending_rows, eps, scale, save, *pending)
+        self._reads += 1
+        if not self._recomputing and torch.is_grad_enabled():
+            self._token = token
+        return o
+
+    def read_block(self, queries, *, key_norm_weight=None, eps=1e-6,
+                   scale=1.0):
+        """Block AttnRes: every row so far (the embedding and the completed
+        blocks' summaries) read once by the queries of all layers of the
+        next block, ``[S, R]`` (S <= 16). Returns a :class:`BlockRead`
+        whose ``input(m, partial)`` is layer m's input: that read merged
+        with the partial sum of the block's earlier outputs. Append the
+        block's sum when the block is done."""
+        if self._row_like is None or self._count == 0:
+            raise HistoryError("read_block before start: the history has no "
+                               "rows")
+        if not isinstance(queries, torch.Tensor) or queries.dim() != 2:
+            raise HistoryError(
+                f"read_block takes the block's queries as one [S, R] tensor, "
+                f"got {getattr(queries, 'shape', type(queries).__name__)}")
+        count = self._read_count()
+        dtype = self._row_like[1]
+        if self._traced:
+            o, lse = _listed_partial(self._state._rows[:count], queries,
+                                     key_norm_weight, eps, scale)
+            return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
+                             dtype)
+        self._check_not_traced("read_block")
+        plan = _Plan(_check(_checked_sources(self._state, count, False),
+                            queries, key_norm_weight, None, eps, scale,
+                            "o_pre"))
+        token, pending_rows, pending = self._link(count)
+        o, lse, token = _ReadPartial.apply(
+            token, queries, key_norm_weight, self._state, count, plan,
+            self._reads, pending_rows, eps, scale, *pending)
+        self._reads += 1
+        if not self._recomputing and torch.is_grad_enabled():
+            self._token = token
+        return BlockRead(o, lse, queries, key_norm_weight, eps, scale,
+                         dtype)
+
+    def checkpoint(self, function, *args, **kwargs):
+        """``torch.utils.checkpoint.checkpoint(function, *args, **kwargs)``
+        (non-reentrant) for a function that reads this history: its
+        recomputation in the backward reads the rows the first run read,
+        not those appended since."""
+        from torch.utils.checkpoint import checkpoint
+        if self._traced:
+            # A traced checkpoint recomputes its traced graph, which holds
+            # the rows it read: nothing to pin. Its reads take the list op
+            # (the chain's state may not change inside it).
+            self._in_checkpoint = True
+            try:
+                return checkpoint(function, *args, use_reentrant=False,
+                                  **kwargs)
+            finally:
+                self._in_checkpoint = False
+        self._check_not_traced("checkpoint")
+        count = self._count
+        runs = []
+        # (Weakly: the graph holds this function until its backward, and
+        # the history holds the graph.)
+        history_ref = weakref.ref(self)
+
+        def pinned(*inner_args, **inner_kwargs):
+            # The second run is the recomputation: it must leave the chain
+            # and the pending rows as the rest of the step left them. (A
+            # function that reads the history holds it.)
+            history = history_ref()
+            if history is None:
+                return function(*inner_args, **inner_kwargs)
+            previous = history._pinned_count, history._recomputing
+            history._pinned_count, history._recomputing = count, bool(runs)
+            runs.append(True)
+            try:
+                return function(*inner_args, **inner_kwargs)
+            finally:
+                history._pinned_count, history._recomputing = previous
+
+        return checkpoint(pinned, *args, use_reentrant=False, **kwargs)
+
+    def _link(self, count):
+        """A read's inputs from the chain: the last link, and the outputs
+        appended since the last read (rows below `count`) with their rows,
+        whose gradients the read's backward returns. A read without
+        autograd (no_grad, inference mode) takes none and leaves the chain
+        as it is, and so does a checkpoint's recomputation (its graph is
+        thrown away)."""
+        if self._recomputing or not torch.is_grad_enabled():
+            return self._token, (), ()
+        self._state._read_rows = max(self._state._read_rows, count)
+        taken = [(row, output) for row, output in self._pending
+                 if row < count]
+        self._pending = [(row, output) for row, output in self._pending
+                         if row >= count]
+        return self._token, tuple(row for row, _ in taken), \
+            tuple(output for _, output in taken)
+
+    def _carried_attend(self, count, query, key_norm, output_norm, eps,
+                        scale, save):
+        """A traced step's read on the chain of attnres::history_forward:
+        its backward adds the rows' gradients into the chain's buffer and
+        returns those of the rows appended since the chain's last read."""
+        from . import _checks, ops  # noqa: F401  (registers the op)
+        rows = self._state._rows[:count]
+        call = _checks.check_attnres(rows, query, key_norm, output_norm, eps,
+                                     scale, save, any_device=True)
+        N, D = call.N, call.D
+        q = query if call.multi_query else query.unsqueeze(0)
+        o, _, _, _, self._carrier = torch.ops.attnres.history_forward(
+            [row.reshape(N, D) for row in rows], self._carrier, q, key_norm,
+            output_norm, float(eps), float(scale), save,
+            min(self._carried, count))
+        self._carried = max(self._carried, count)
+        o = o.reshape((call.M,) + call.lead + (D,))
+        return o if call.multi_query else o.squeeze(0)
+
+    def _check_not_traced(self, what):
+        if _tracing():
+            raise HistoryError(
+                f"{what} under torch.compile in a step started outside it: "
+                f"compile the whole step, start included, or none of it")
+
+    def _read_count(self):
+        """The rows a read reads: every row so far, or, in a checkpointed
+        function's recomputation, those its first run read."""
+        return self._pinned_count or self._count
+
+    def _check_like_a_row(self, value, name, whose):
+        row_shape, dtype, device = self._row_like
+        if not isinstance(value, torch.Tensor) or \
+                tuple(value.shape) != row_shape or \
+                value.dtype != dtype or value.device != device:
+            raise HistoryError(
+                f"{name} must be a {list(row_shape)} {dtype} tensor on "
+                f"{device} ({whose}), got {_describe(value)}")
+
+
 def _tracing():
     """Whether torch.compile (Dynamo) is tracing the caller."""
     compiler = getattr(torch, "compiler", None)
@@ -472,15 +500,15 @@ def _describe(value):
     return type(value).__name__
 
 
-def _check_read_once(history, step, read):
-    history._check_step(step, "a backward")
-    if read in history._backwards:
+def _check_read_once(state, step, read):
+    state._check_step(step, "a backward")
+    if read in state._backwards:
         raise HistoryError(
             "a second backward through a residual history's read: its "
             "gradients were added into the history once already (run the "
             "step again, or keep the graph's gradients with another "
             "history)")
-    history._backwards.add(read)
+    state._backwards.add(read)
 
 
 class BlockRead:
@@ -532,11 +560,11 @@ class BlockRead:
         return merged.to(dtype)
 
 
-def _pending_grads(history, rows):
+def _pending_grads(state, rows):
     """The gradients of the outputs appended as `rows`: views of the
     gradient buffer, complete once the first read after them has added in
     (every later read's backward ran before, by the chain)."""
-    return tuple(history._grads[row] for row in rows)
+    return tuple(state._grads[row] for row in rows)
 
 
 class _Attend(torch.autograd.Function):
@@ -546,13 +574,13 @@ class _Attend(torch.autograd.Function):
     of the outputs appended since the read before it."""
 
     @staticmethod
-    def forward(ctx, token, query, key_norm, output_norm, extra, history,
+    def forward(ctx, token, query, key_norm, output_norm, extra, state,
                 count, plan, read, pending_rows, eps, scale, save,
                 *pending):
-        o, saved = _forward(history, count, extra, plan, query, key_norm,
+        o, saved = _forward(state, count, extra, plan, query, key_norm,
                             output_norm, eps, scale, save)
-        ctx.history, ctx.count, ctx.plan = history, count, plan
-        ctx.step, ctx.read = history._step, read
+        ctx.state, ctx.count, ctx.plan = state, count, plan
+        ctx.step, ctx.read = state._step, read
         ctx.pending_rows = pending_rows
         ctx.constants = (eps, scale, save)
         ctx.has = (key_norm is not None, output_norm is not None,
@@ -562,17 +590,17 @@ class _Attend(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_o, grad_token):
-        history = ctx.history
-        _check_read_once(history, ctx.step, ctx.read)
+        state = ctx.state
+        _check_read_once(state, ctx.step, ctx.read)
         query, key_norm, output_norm, extra, *saved = ctx.saved_tensors
-        grads, accumulate = history._gradient_rows(ctx.count)
+        grads, accumulate = state._gradient_rows(ctx.count)
         dq, dg, dh, d_extra = _backward(
-            history, ctx.count, extra, grads, accumulate, ctx.plan, query,
+            state, ctx.count, extra, grads, accumulate, ctx.plan, query,
             key_norm, output_norm, saved, grad_o, *ctx.constants)
         return (grad_token, dq, dg if ctx.has[0] else None,
                 dh if ctx.has[1] else None, d_extra, None, None, None, None,
                 None, None, None, None,
-                *_pending_grads(history, ctx.pending_rows))
+                *_pending_grads(state, ctx.pending_rows))
 
 
 class _ReadPartial(torch.autograd.Function):
@@ -582,9 +610,9 @@ class _ReadPartial(torch.autograd.Function):
     kernel."""
 
     @staticmethod
-    def forward(ctx, token, queries, key_norm, history, count, plan, read,
+    def forward(ctx, token, queries, key_norm, state, count, plan, read,
                 pending_rows, eps, scale, *pending):
-        rows = history._rows[:count]
+        rows = state._rows[:count]
         call = plan.call
         if queries.is_cuda:
             from . import ops  # noqa: F401  (registers torch.ops.attnres)
@@ -597,8 +625,8 @@ class _ReadPartial(torch.autograd.Function):
             o, lse = attnres_partial_reference(torch.stack(rows), queries,
                                                key_norm_weight=key_norm,
                                                eps=eps, scale=scale)
-        ctx.history, ctx.count, ctx.plan = history, count, plan
-        ctx.step, ctx.read = history._step, read
+        ctx.state, ctx.count, ctx.plan = state, count, plan
+        ctx.step, ctx.read = state._step, read
         ctx.pending_rows = pending_rows
         ctx.constants = (eps, scale)
         ctx.has_key_norm = key_norm is not None
@@ -607,14 +635,14 @@ class _ReadPartial(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse, grad_token):
-        history = ctx.history
-        _check_read_once(history, ctx.step, ctx.read)
+        state = ctx.state
+        _check_read_once(state, ctx.step, ctx.read)
         queries, key_norm, o, lse = ctx.saved_tensors
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o.float()
         grad_lse = torch.zeros_like(lse) if grad_lse is None else \
             grad_lse.float()
-        rows = history._rows[:ctx.count]
-        grads, accumulate = history._gradient_rows(ctx.count)
+        rows = state._rows[:ctx.count]
+        grads, accumulate = state._gradient_rows(ctx.count)
         eps, scale = ctx.constants
         call = ctx.plan.call
         if queries.is_cuda:
@@ -635,7 +663,7 @@ class _ReadPartial(torch.autograd.Function):
             dg = dg.to(key_norm.dtype) if dg is not None else None
         return (grad_token, dq, dg if ctx.has_key_norm else None, None,
                 None, None, None, None, None, None,
-                *_pending_grads(history, ctx.pending_rows))
+                *_pending_grads(state, ctx.pending_rows))
 
 
 # --- the implementations ----------------------------------------------------
@@ -675,7 +703,8 @@ class _Plan:
 
 def _plan_for(history, count, query, key_norm, output_norm, eps, scale,
               save, extra=False):
-    if history._row_table is not None:
+    state = history._state
+    if state._row_table is not None:
         from . import ops
         signature = (ops._weight_signature(query),
                      ops._weight_signature(key_norm),
@@ -685,23 +714,23 @@ def _plan_for(history, count, query, key_norm, output_norm, eps, scale,
                                                 scale, save)
             plan = history._plans.get(key)
             if plan is None:
-                call = _check(_checked_sources(history, count, extra), query,
+                call = _check(_checked_sources(state, count, extra), query,
                               key_norm, output_norm, eps, scale, save)
-                plan = _Plan(call, history._grads[:count], extra)
+                plan = _Plan(call, state._grads[:count], extra)
                 history._plans[key] = plan
             return plan
-    return _Plan(_check(_checked_sources(history, count, extra), query,
+    return _Plan(_check(_checked_sources(state, count, extra), query,
                         key_norm, output_norm, eps, scale, save))
 
 
-def _checked_sources(history, count, extra):
+def _checked_sources(state, count, extra):
     """What the checks see as the sources, a tensor of the rows' shape and
     dtype with one row a source (they read no values): `count` of them,
     and one more where there is an extra source."""
-    rows = history._grads[:count]
+    rows = state._grads[:count]
     if not extra:
         return rows
-    return history._grads[:count + 1] if count < history.capacity else \
+    return state._grads[:count + 1] if count < state.capacity else \
         torch.cat([rows, rows[:1]])
 
 
@@ -724,13 +753,13 @@ def _stacked(rows, extra):
     return torch.stack(list(rows) + ([extra] if extra is not None else []))
 
 
-def _forward(history, count, extra, plan, query, key_norm, output_norm, eps,
+def _forward(state, count, extra, plan, query, key_norm, output_norm, eps,
              scale, save):
     """o in the caller's layout, and the tensors the backward needs."""
     if plan.eager is not None:
-        return _launch_forward(history, count, plan, extra, query, key_norm,
+        return _launch_forward(state, count, plan, extra, query, key_norm,
                                output_norm)
-    rows = history._rows[:count]
+    rows = state._rows[:count]
     call = plan.call
     if query.is_cuda:
         from . import ops
@@ -750,14 +779,14 @@ def _forward(history, count, extra, plan, query, key_norm, output_norm, eps,
     return o, (lse,)
 
 
-def _backward(history, count, extra, grads, accumulate, plan, query,
+def _backward(state, count, extra, grads, accumulate, plan, query,
               key_norm, output_norm, saved, grad_o, eps, scale, save):
     """Adds (or writes) the rows' gradients into `grads`; returns dq, dg,
     dh in the parameters' dtypes and the extra source's gradient."""
     if plan.eager is not None:
-        return _launch_backward(history, count, plan, extra, accumulate,
+        return _launch_backward(state, count, plan, extra, accumulate,
                                 query, key_norm, output_norm, saved, grad_o)
-    rows = history._rows[:count]
+    rows = state._rows[:count]
     call = plan.call
     if query.is_cuda:
         N, D = call.N, call.D
@@ -802,36 +831,36 @@ def _store_row_grads(grads, row_grads, accumulate):
     grads.copy_(row_grads)
 
 
-def _tables(history, count, plan, extra, extra_grad=None):
+def _tables(state, count, plan, extra, extra_grad=None):
     """The device tables of the sources' rows (the history's table of row
     addresses, whose first `count` entries the read's kernels read) and of
     their gradients' rows, with the extra source and its gradient last
     where there is one."""
     from . import ops
     if not plan.extra:
-        return history._row_table, plan.grads_table
+        return state._row_table, plan.grads_table
     device = plan.eager.device
     sources = ops._pointer_table(
-        tuple(history._row_pointers[:count]) + (extra.data_ptr(),), device)
+        tuple(state._row_pointers[:count]) + (extra.data_ptr(),), device)
     if extra_grad is None:
         return sources, None
     return sources, ops._pointer_table(
         plan.grad_pointers + (extra_grad.data_ptr(),), device)
 
 
-def _launch_forward(history, count, plan, extra, query, key_norm,
+def _launch_forward(state, count, plan, extra, query, key_norm,
                     output_norm):
     from . import ops
     if extra is not None:
         extra = ops.dense(extra)
-    sources, _ = _tables(history, count, plan, extra)
+    sources, _ = _tables(state, count, plan, extra)
     o, lse, o_pre, residual = ops._launch_forward_from(
         plan.eager, sources, plan.dtype, query, key_norm, output_norm)
     kept = o if plan.eager.keeps_o else o_pre
     return o, (lse, kept, residual)
 
 
-def _launch_backward(history, count, plan, extra, accumulate, query,
+def _launch_backward(state, count, plan, extra, accumulate, query,
                      key_norm, output_norm, saved, grad_o):
     from . import ops
     lse, kept, residual = saved
@@ -842,7 +871,7 @@ def _launch_backward(history, count, plan, extra, accumulate, query,
         extra = ops.dense(extra)
         d_extra = torch.zeros_like(extra) if accumulate else \
             torch.empty_like(extra)
-    sources, grads = _tables(history, count, plan, extra, d_extra)
+    sources, grads = _tables(state, count, plan, extra, d_extra)
     launch = plan.accumulating if accumulate else plan.eager.backward
     dq, dg, dh = ops._launch_backward_into(
         plan.eager, launch, sources, grads, plan.dtype, query, key_norm,

@@ -109,12 +109,48 @@ def test_second_step_reuses_the_buffers():
         expected, _ = _grads(model, embedding, model.with_list)
         got, _ = _grads(model, embedding,
                         lambda e: model.with_history(e, history))
-        buffers = history._grads.data_ptr()
+        buffers = history._state._grads.data_ptr()
         if seed == 2:
             first = buffers
         for g, e in zip(got, expected):
             assert _close(g, e, 1e-5)
     assert buffers == first
+
+
+def _dropped_step(read, backward):
+    """Weak references to a history and its embedding after one step that
+    `read` builds on them (and its backward where `backward`), once nothing
+    else holds them."""
+    import weakref
+    L, N, D = 3, 5, 8
+    model = Stack(L, D, R=8)
+    history = ResidualHistory(capacity=L + 1)
+    embedding = torch.randn(N, D, requires_grad=True)
+    out = read(model, embedding, history)
+    if backward:
+        out.sum().backward()
+    return weakref.ref(history), weakref.ref(embedding)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("kind", ["full", "block", "extra source"])
+def test_a_dropped_history_frees_its_step(kind, backward):
+    # The reads' autograd functions must not hold the history, which holds
+    # the last read's link: a cycle through autograd's graph is one the
+    # garbage collector cannot free, and it kept the step's graph, rows and
+    # saved tensors for good.
+    import gc
+
+    def read(model, embedding, history):
+        if kind == "full":
+            return model.with_history(embedding, history)
+        block = BlockStack(2, 2, embedding.shape[-1])
+        if kind == "block":
+            return block.with_history(embedding, history)
+        return block_with_extra_source(block, embedding, history)
+    history, embedding = _dropped_step(read, backward)
+    gc.collect()
+    assert history() is None and embedding() is None
 
 
 def test_an_output_read_by_no_one_gets_no_history_gradient():
@@ -189,7 +225,7 @@ def test_a_row_is_the_appended_output_itself():
     history.start(e)
     y = torch.randn(3, 8)
     history.append(y)
-    assert [r.data_ptr() for r in history._rows] == [e.data_ptr(),
+    assert [r.data_ptr() for r in history._state._rows] == [e.data_ptr(),
                                                      y.data_ptr()]
 
 
@@ -392,7 +428,7 @@ def test_a_traced_step_matches_the_list_op(traced, M):
     _matches_the_list_op(model, embedding,
                          lambda e: model.with_history(e, history))
     # No eager gradient buffer: the chain's is the backward's own.
-    assert history._grads is None
+    assert history._state._grads is None
 
 
 def test_a_traced_block_stack_matches_the_list_op(traced):
