@@ -17,6 +17,10 @@ embedding are compared with the list op's (relative Frobenius), and at
 the first shape with a float32 PyTorch reference on the same bf16 values.
 At a tiny shape, where the step times the host, the plain and the history
 step are also replayed from CUDA graphs (captured with their backward).
+With --kernels it instead profiles one Full history step per shape
+(torch.profiler) and prints each kernel's GPU time, the history's
+forward and backward kernels against their own floors (the reads'
+forwards, the first backward run writing and the others accumulating).
 
   here:  PYTHONPATH=python python3 benchmarks/model.py --prebuild DIR
   there: ATTNRES_BUNDLE_DIR=DIR PYTHONPATH=python python3 benchmarks/model.py \\
@@ -28,7 +32,6 @@ Prints a table last; exits 1 where a gradient is off.
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 import time
 
@@ -383,6 +386,57 @@ def run_shape(L, N, D, bandwidth, reference, repeats, block=False,
     return row
 
 
+def kernel_times(L, N, D, bandwidth):
+    """One Full history step at (L, N, D) under torch.profiler: the GPU
+    time of each kernel (microseconds, launches) and the history's forward
+    and backward kernels against their floors."""
+    import collections
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from attnres.nn import ResidualHistory
+    m = Model(L, N, D, torch.bfloat16)
+    history = ResidualHistory(L)
+
+    def step():
+        for p in m.parameters():
+            p.grad = None
+        history_step(m, history)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    times, launches = collections.Counter(), collections.Counter()
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            times[event.name] += event.device_time
+            launches[event.name] += 1
+    counts = reads(L, False)
+    floors = {
+        "forward": sum(common.forward_bytes(c, N, D) for c in counts),
+        # The last read's backward runs first and writes; the others add.
+        "backward": common.backward_bytes(counts[-1], N, D) + sum(
+            common.backward_accumulate_bytes(c, N, D) for c in counts[:-1]),
+    }
+    parts = collections.Counter()
+    for name, us in times.items():
+        if name.startswith("attnres"):
+            parts["forward" if any(k in name for k in (
+                "forward", "partial", "merge")) else "backward"] += us
+    print(f"\nFull {(L, N, D)}: kernels of one history step (us)")
+    for name, us in times.most_common(12):
+        print(f"{us:10.0f} {launches[name]:5d}x  {name[:72]}")
+    print(f"{sum(times.values()):10.0f}        all kernels")
+    result = dict(L=L, N=N, D=D, kernels_us=dict(times))
+    for part, floor in floors.items():
+        floor_us = floor / bandwidth * 1e6
+        print(f"history {part}: {parts[part]:.0f} us, floor {floor_us:.0f} us"
+              f" ({floor_us / parts[part]:.3f} of it)")
+        result[part] = dict(us=parts[part], floor_us=floor_us)
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prebuild", type=pathlib.Path,
@@ -396,6 +450,9 @@ def main():
     parser.add_argument("--compiled", action="store_true",
                         help="time the history's step under torch.compile "
                         "too (its forward compiled, fullgraph)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="instead, each kernel's GPU time in one Full "
+                        "history step per shape (torch.profiler)")
     args = parser.parse_args()
     if args.prebuild:
         import attnres
@@ -411,6 +468,18 @@ def main():
                   for s in args.shapes.split(";")]
     start = time.time()
     bandwidth = common.copy_bandwidth()
+    if args.kernels:
+        print(f"copy {bandwidth / 1e12:.3f} TB/s; "
+              f"{torch.cuda.get_device_name()}; torch {torch.__version__}")
+        found = []
+        for L, N, D in shapes:
+            found.append(kernel_times(L, N, D, bandwidth))
+            torch.cuda.empty_cache()
+        if args.json:
+            args.json.write_text(json.dumps(dict(
+                copy_tbps=bandwidth / 1e12,
+                gpu=torch.cuda.get_device_name(), kernels=found), indent=1))
+        return 0
     rows = []
     for block in (False, True):
         for index, (L, N, D) in enumerate(shapes):
