@@ -230,7 +230,7 @@ class ResidualHistory:
         (on CUDA, unless it is not dense and 16-byte aligned), so it must
         not be modified in place once a read has read it. Its gradient from
         the history's readers comes back to it as a view of the gradient
-        buffer."""
+        buffer (a copy where it is a leaf, whose .grad autograd keeps)."""
         if self._row_like is None:
             raise HistoryError("append before start: the first row (the "
                                "embedding) starts a step")
@@ -414,7 +414,10 @@ class ResidualHistory:
                  if row < count]
         self._pending = [(row, output) for row, output in self._pending
                          if row >= count]
-        return self._token, tuple(row for row, _ in taken), \
+        # A leaf's gradient is kept as its .grad: it gets a copy, not the
+        # gradient buffer's row, which the next step overwrites.
+        return self._token, tuple((row, output.is_leaf)
+                                  for row, output in taken), \
             tuple(output for _, output in taken)
 
     def _carried_attend(self, count, query, key_norm, output_norm, eps,
@@ -561,10 +564,15 @@ class BlockRead:
 
 
 def _pending_grads(state, rows):
-    """The gradients of the outputs appended as `rows`: views of the
-    gradient buffer, complete once the first read after them has added in
-    (every later read's backward ran before, by the chain)."""
-    return tuple(state._grads[row] for row in rows)
+    """The gradients of the outputs appended as `rows` ((row, is a leaf)
+    pairs): views of the gradient buffer, complete once the first read
+    after them has added in (every later read's backward ran before, by the
+    chain). A leaf's is a copy: autograd would keep the view itself as the
+    leaf's .grad (it steals a gradient nothing else holds), which the next
+    step's backward would overwrite, and into which a later accumulation
+    (grad += new) would add the buffer's row to itself."""
+    return tuple(state._grads[row].clone() if leaf else state._grads[row]
+                 for row, leaf in rows)
 
 
 class _Attend(torch.autograd.Function):

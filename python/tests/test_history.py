@@ -117,6 +117,37 @@ def test_second_step_reuses_the_buffers():
     assert buffers == first
 
 
+@pytest.mark.parametrize("between", ["zero", "accumulate"])
+def test_a_leaf_output_keeps_its_own_gradient_across_steps(between):
+    # A leaf row (here the embedding, a parameter) keeps its gradient as
+    # .grad: it must not be the gradient buffer's row, which the next step
+    # overwrites and adds into. "zero": a training loop zeroing the
+    # gradients in place between steps; "accumulate": two micro-batches
+    # summed into .grad.
+    L, N, D = 3, 5, 8
+    model = Stack(L, D, R=8)
+    gen = torch.Generator().manual_seed(4)
+    embedding = torch.nn.Parameter(torch.randn(N, D, generator=gen))
+    weights = torch.randn(N, D, generator=gen)
+    history = ResidualHistory(capacity=L + 1)
+
+    def step(run):
+        (run(embedding) * weights).sum().backward()
+
+    step(model.with_list)
+    once = embedding.grad.clone()
+    embedding.grad = None
+    step(lambda e: model.with_history(e, history))
+    assert _close(embedding.grad, once, 1e-5)
+    if between == "zero":
+        embedding.grad.zero_()
+    step(lambda e: model.with_history(e, history))
+    expected = once if between == "zero" else 2 * once
+    assert _close(embedding.grad, expected, 1e-5), \
+        (embedding.grad - expected).abs().max()
+    assert embedding.grad.data_ptr() != history._state._grads.data_ptr()
+
+
 def _dropped_step(read, backward):
     """Weak references to a history and its embedding after one step that
     `read` builds on them (and its backward where `backward`), once nothing

@@ -5,8 +5,9 @@ tanh) built on the history, against the same stack on the list op
 (attnres.attnres) and on float64 PyTorch (attnres.reference), in bf16, f16
 and f32: the output and every parameter's and the embedding's gradient,
 eagerly, replayed from a CUDA graph of the whole step, with activation
-checkpointing (history.checkpoint), under torch.compile(fullgraph=True)
-and with outputs appended in a non-dense layout; Block AttnRes (read_block
+checkpointing (history.checkpoint), under torch.compile(fullgraph=True),
+with outputs appended in a non-dense layout and in a second step after
+the gradients were zeroed in place; Block AttnRes (read_block
 and layer by layer with an extra source) eagerly, replayed and compiled;
 then the misuse the history refuses.
 
@@ -37,7 +38,7 @@ CASES = [
 # Relative Frobenius distance to float64 allowed per dtype (bf16 rounding
 # of every gradient, compounded over the layers), and to the list op.
 TOLERANCE = {"bf16": 3e-2, "f16": 5e-3, "f32": 2e-5}
-MODES = ["eager", "graph", "checkpoint", "compile", "strided"]
+MODES = ["eager", "graph", "checkpoint", "compile", "strided", "zeroed"]
 # Block AttnRes (read_block): (blocks, layers a block, tokens, width, rank,
 # dtype). Layer m of block n reads the embedding, the n - 1 completed
 # blocks' sums and the partial sum of its block (all its queries read the
@@ -173,6 +174,20 @@ def run(p, forward, flat_of=flat):
                                      for t in flat_of(p)]
 
 
+def run_zeroed(p, forward):
+    """The second of two steps with the leaves' gradients zeroed in place
+    between them (optimizer.zero_grad(set_to_none=False)): a leaf's .grad
+    must be a tensor of its own, not the history's gradient row, which the
+    next step writes and the leaf's accumulation would add to itself."""
+    run(p, forward)
+    for t in flat(p):
+        t.grad.zero_()
+    out = forward()
+    out.backward(p["grad_out"])
+    return [out.detach().clone()] + [t.grad.detach().clone()
+                                     for t in flat(p)]
+
+
 def replayed(params, dtype, values, flat_of, forward):
     """The output and the gradients of `forward(static)` (a step on leaves
     of its own) captured with its backward in one CUDA graph, after two
@@ -248,6 +263,8 @@ def check_case(case, mode):
         got = run(p, lambda: stack_on_history(p, history))
     elif mode == "checkpoint":
         got = run(p, lambda: stack_on_history(p, history, True))
+    elif mode == "zeroed":
+        got = run_zeroed(p, lambda: stack_on_history(p, history))
     elif mode == "strided":
         got = run(p, lambda: stack_on_history(p, history, strided=True))
     elif mode == "compile":
