@@ -224,6 +224,28 @@ class ResidualHistory:
         self._pending = []
         self._append(first)
 
+    def release(self):
+        """Ends the step without its backward: drops its rows, the outputs
+        appended since the last read and the link to the last read's
+        graph, so that nothing of the step stays alive through the
+        history; a later backward through the step is refused, as after the
+        next :meth:`start`. A step's backward or the next start does the
+        same; release is for a step whose graph is dropped unrun (an
+        evaluation with autograd on, an exception) where a function given
+        to :meth:`checkpoint` holds the history: the checkpoint's graph
+        holds that function for its recomputation, the history holds the
+        graph, and a cycle through autograd's graph is one Python's
+        collector cannot free."""
+        if _tracing():
+            raise HistoryError(
+                "release under torch.compile: release the history outside "
+                "the compiled region")
+        self._eager_steps += 1
+        self._state._step = self._eager_steps
+        self._state._rows, self._state._versions = [], []
+        self._token, self._pending, self._carrier = None, [], None
+        self._row_like, self._count, self._carried = None, 0, 0
+
     def append(self, output):
         """Appends a layer's output ([..., D], the shape, dtype and device
         of the first row) as the next row: the output itself, not a copy
@@ -364,7 +386,9 @@ class ResidualHistory:
         """``torch.utils.checkpoint.checkpoint(function, *args, **kwargs)``
         (non-reentrant) for a function that reads this history: its
         recomputation in the backward reads the rows the first run read,
-        not those appended since."""
+        not those appended since. Where the step's graph may be dropped
+        without its backward, :meth:`release` the history after it (the
+        graph holds `function`, which holds the history)."""
         from torch.utils.checkpoint import checkpoint
         if self._traced:
             # A traced checkpoint recomputes its traced graph, which holds

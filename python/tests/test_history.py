@@ -148,10 +148,10 @@ def test_a_leaf_output_keeps_its_own_gradient_across_steps(between):
     assert embedding.grad.data_ptr() != history._state._grads.data_ptr()
 
 
-def _dropped_step(read, backward):
+def _dropped_step(read, backward, release=False):
     """Weak references to a history and its embedding after one step that
-    `read` builds on them (and its backward where `backward`), once nothing
-    else holds them."""
+    `read` builds on them (and its backward where `backward`, then
+    history.release() where `release`), once nothing else holds them."""
     import weakref
     L, N, D = 3, 5, 8
     model = Stack(L, D, R=8)
@@ -160,28 +160,73 @@ def _dropped_step(read, backward):
     out = read(model, embedding, history)
     if backward:
         out.sum().backward()
+    if release:
+        history.release()
     return weakref.ref(history), weakref.ref(embedding)
 
 
 @pytest.mark.parametrize("backward", [False, True])
-@pytest.mark.parametrize("kind", ["full", "block", "extra source"])
+@pytest.mark.parametrize("kind", ["full", "block", "extra source",
+                                  "checkpointed"])
 def test_a_dropped_history_frees_its_step(kind, backward):
     # The reads' autograd functions must not hold the history, which holds
     # the last read's link: a cycle through autograd's graph is one the
     # garbage collector cannot free, and it kept the step's graph, rows and
-    # saved tensors for good.
+    # saved tensors for good. A checkpointed function that closes over the
+    # history is held by the graph for its recomputation: a step dropped
+    # without its backward needs release() (test_release_...).
     import gc
 
     def read(model, embedding, history):
         if kind == "full":
             return model.with_history(embedding, history)
+        if kind == "checkpointed":
+            return model.with_history(embedding, history, checkpointed=True)
         block = BlockStack(2, 2, embedding.shape[-1])
         if kind == "block":
             return block.with_history(embedding, history)
         return block_with_extra_source(block, embedding, history)
-    history, embedding = _dropped_step(read, backward)
+    history, embedding = _dropped_step(
+        read, backward, release=kind == "checkpointed" and not backward)
     gc.collect()
     assert history() is None and embedding() is None
+
+
+def test_release_frees_a_checkpointed_step_dropped_unrun():
+    import gc
+
+    def read(model, embedding, history):
+        return model.with_history(embedding, history, checkpointed=True)
+    history, embedding = _dropped_step(read, backward=False)
+    gc.collect()
+    # Without release the graph keeps the checkpointed function, which
+    # keeps the history (what release is for: if this starts to hold,
+    # autograd's graph became collectable and the docs can say so).
+    assert history() is not None
+    history, embedding = _dropped_step(read, backward=False, release=True)
+    gc.collect()
+    assert history() is None and embedding() is None
+
+
+def test_release_ends_the_step():
+    D = 8
+    history = ResidualHistory(capacity=3)
+    q = torch.randn(D, requires_grad=True)
+    e = torch.randn(4, D, requires_grad=True)
+    history.start(e)
+    out = history.attend(q)
+    history.release()
+    assert len(history) == 0
+    with pytest.raises(HistoryError, match="its rows were released"):
+        out.sum().backward()
+    with pytest.raises(HistoryError, match="before start"):
+        history.attend(q)
+    with pytest.raises(HistoryError, match="before start"):
+        history.append(e)
+    history.start(e)  # a new step after it
+    history.append(torch.tanh(history.attend(q)))
+    history.attend(q).sum().backward()
+    assert e.grad is not None
 
 
 def test_an_output_read_by_no_one_gets_no_history_gradient():
