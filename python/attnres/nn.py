@@ -158,7 +158,9 @@ class ResidualHistory:
         self._recomputing = False  # in a checkpoint's recomputation
         self._reads = 0
         self._plans = {}         # the eager CUDA path's, by signature
-        self._pinned_count = None  # rows a checkpointed recomputation reads
+        self._read_log = None   # rows each read of a checkpoint's first
+        #                         run read, in order
+        self._replay = None     # the same, replayed by its recomputation
 
     # --- the step --------------------------------------------------------
 
@@ -259,6 +261,10 @@ class ResidualHistory:
         self._append(output)
 
     def _append(self, output):
+        if self._recomputing:
+            # A checkpoint's recomputation: its first run appended the row
+            # (the output of that run, which the graph's later reads took).
+            return
         if not isinstance(output, torch.Tensor):
             raise HistoryError(
                 f"append takes a tensor, got {type(output).__name__}")
@@ -384,9 +390,11 @@ class ResidualHistory:
 
     def checkpoint(self, function, *args, **kwargs):
         """``torch.utils.checkpoint.checkpoint(function, *args, **kwargs)``
-        (non-reentrant) for a function that reads this history: its
-        recomputation in the backward reads the rows the first run read,
-        not those appended since. Where the step's graph may be dropped
+        (non-reentrant) for a function that reads this history, and may
+        append to it: each read of its recomputation in the backward reads
+        the rows the same read of the first run read, not those appended
+        since, and the recomputation's appends are skipped (the first
+        run's outputs are the rows). Where the step's graph may be dropped
         without its backward, :meth:`release` the history after it (the
         graph holds `function`, which holds the history)."""
         from torch.utils.checkpoint import checkpoint
@@ -401,26 +409,38 @@ class ResidualHistory:
             finally:
                 self._in_checkpoint = False
         self._check_not_traced("checkpoint")
-        count = self._count
+        # The rows each read of the first run read, replayed in order by
+        # the recomputation (the function may append between its reads).
+        counts = []
         runs = []
+        step = self._state._step
         # (Weakly: the graph holds this function until its backward, and
         # the history holds the graph.)
         history_ref = weakref.ref(self)
 
         def pinned(*inner_args, **inner_kwargs):
-            # The second run is the recomputation: it must leave the chain
-            # and the pending rows as the rest of the step left them. (A
-            # function that reads the history holds it.)
+            # The second run is the recomputation: it must leave the chain,
+            # the rows and the pending outputs as the rest of the step left
+            # them. (A function that reads the history holds it.)
             history = history_ref()
             if history is None:
                 return function(*inner_args, **inner_kwargs)
-            previous = history._pinned_count, history._recomputing
-            history._pinned_count, history._recomputing = count, bool(runs)
+            previous = history._read_log, history._replay, \
+                history._recomputing
+            if runs:
+                history._state._check_step(step, "a checkpoint's "
+                                           "recomputation")
+                history._read_log, history._replay = None, iter(counts)
+                history._recomputing = True
+            else:
+                history._read_log, history._replay = counts, None
+                history._recomputing = False
             runs.append(True)
             try:
                 return function(*inner_args, **inner_kwargs)
             finally:
-                history._pinned_count, history._recomputing = previous
+                history._read_log, history._replay, \
+                    history._recomputing = previous
 
         return checkpoint(pinned, *args, use_reentrant=False, **kwargs)
 
@@ -471,8 +491,19 @@ class ResidualHistory:
 
     def _read_count(self):
         """The rows a read reads: every row so far, or, in a checkpointed
-        function's recomputation, those its first run read."""
-        return self._pinned_count or self._count
+        function's recomputation, those the same read of its first run
+        read."""
+        if self._replay is not None:
+            count = next(self._replay, None)
+            if count is None:
+                raise HistoryError(
+                    "a checkpointed function read the residual history more "
+                    "times in its recomputation than in its first run: it "
+                    "must read the same way both times")
+            return count
+        if self._read_log is not None:
+            self._read_log.append(self._count)
+        return self._count
 
     def _check_like_a_row(self, value, name, whose):
         row_shape, dtype, device = self._row_like

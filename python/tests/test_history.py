@@ -99,6 +99,53 @@ def test_stack_matches_the_list_op(M, checkpointed):
         lambda e: model.with_history(e, history, checkpointed))
 
 
+@pytest.mark.parametrize("per_checkpoint", [1, 2])
+def test_checkpointed_layers_that_append(per_checkpoint):
+    # Each checkpointed function reads, computes and appends whole layers:
+    # a read after an append inside it reads the new row too, and the
+    # recomputation reads what the first run read and appends nothing.
+    L, N, D = 4, 7, 16
+    model = Stack(L, D, R=8)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(1))
+    history = ResidualHistory(capacity=L + 1)
+
+    def layers(first):
+        for i in range(first, first + per_checkpoint):
+            history.append(model.layer(i, history.attend(
+                model.queries[i], key_norm_weight=model.key_norms[i])))
+        return history.rows[-1]
+
+    def run(e):
+        history.start(e)
+        for first in range(0, L, per_checkpoint):
+            history.checkpoint(layers, first)
+        return history.attend(model.queries[-1],
+                              key_norm_weight=model.key_norms[-1])
+    _matches_the_list_op(model, embedding, run)
+    assert len(history) == L + 1
+
+
+def test_a_recomputation_that_reads_more_is_refused():
+    D = 8
+    history = ResidualHistory(capacity=3)
+    q = torch.randn(D, requires_grad=True)
+    history.start(torch.randn(4, D, requires_grad=True))
+    runs = []
+
+    def body():
+        runs.append(True)
+        x = history.attend(q)
+        if len(runs) > 1:
+            x = x + history.attend(q)
+        return torch.tanh(x)
+    out = history.checkpoint(body)
+    # (Raised in the checkpoint's unpack hook, which some PyTorch versions
+    # wrap in a RuntimeError.)
+    with pytest.raises((HistoryError, RuntimeError), match="more times in "
+                       "its recomputation"):
+        out.sum().backward()
+
+
 def test_second_step_reuses_the_buffers():
     L, N, D = 3, 5, 8
     model = Stack(L, D, R=8)
