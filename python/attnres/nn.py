@@ -559,6 +559,15 @@ def _describe(value):
 
 
 def _check_read_once(state, step, read):
+    if torch.is_grad_enabled():
+        # Its formulas would be recorded with the rows and the saved
+        # softmax statistics as constants, and its in-place gradient rows
+        # would carry a graph past the step: wrong second derivatives.
+        raise HistoryError(
+            "a backward with create_graph=True through a residual history's "
+            "read: its backward is not differentiable (gradient penalties, "
+            "double backward); take those through attnres.reference's "
+            "formulas, or keep the history's reads out of that graph")
     state._check_step(step, "a backward")
     if read in state._backwards:
         raise HistoryError(

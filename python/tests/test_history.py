@@ -402,6 +402,21 @@ def test_a_backward_after_the_next_start_is_refused():
         out.sum().backward()
 
 
+def test_a_backward_that_creates_a_graph_is_refused():
+    # A gradient penalty through a read would differentiate its backward
+    # with the rows as constants: a second derivative silently missing
+    # the rows' part.
+    D = 8
+    history = ResidualHistory(capacity=2)
+    q = torch.randn(D, requires_grad=True)
+    x = torch.randn(4, D, requires_grad=True)
+    history.start(x)
+    history.append(torch.tanh(x))
+    out = history.attend(q)
+    with pytest.raises(HistoryError, match="create_graph=True"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)
+
+
 def test_a_second_backward_is_refused():
     D = 8
     history = ResidualHistory(capacity=3)
