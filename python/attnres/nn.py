@@ -42,6 +42,7 @@ inside :meth:`ResidualHistory.checkpoint`, take the list op
 (:func:`attnres.attnres`: autograd adds their gradients).
 """
 
+import re
 import weakref
 
 import torch
@@ -458,9 +459,9 @@ class ResidualHistory:
                  if row < count]
         self._pending = [(row, output) for row, output in self._pending
                          if row >= count]
-        # A leaf's gradient is kept as its .grad: it gets a copy, not the
+        # A gradient a leaf would keep as its .grad gets a copy, not the
         # gradient buffer's row, which the next step overwrites.
-        return self._token, tuple((row, output.is_leaf)
+        return self._token, tuple((row, _may_reach_a_leaf(output))
                                   for row, output in taken), \
             tuple(output for _, output in taken)
 
@@ -513,6 +514,63 @@ class ResidualHistory:
             raise HistoryError(
                 f"{name} must be a {list(row_shape)} {dtype} tensor on "
                 f"{device} ({whose}), got {_describe(value)}")
+
+
+# Backward nodes that may hand the gradient they get (or a view of it) on
+# to an input: identities, views, the adds' and copies' first operands;
+# Cat and Stack hand on narrower views. Any other node makes new tensors.
+_PASSING = re.compile(
+    r"(Add|Sub|Addmm|Addbmm|Baddbmm|Addmv|Addr|Addcmul|Addcdiv|Clone|ToCopy|"
+    r"Alias|Lift|LiftFresh|Expand|Sum|View|ReshapeAlias|UnsafeView|T|"
+    r"Transpose|Permute|Squeeze|Unsqueeze|AsStrided|Narrow|Conj|Real|Imag|"
+    r"ViewAsReal|ViewAsComplex|Copy|Cat|Stack)Backward\d*|CopySlices|"
+    r"CopyBackwards")
+_NARROWING = re.compile(r"(Cat|Stack)Backward\d*")
+# Those that hand it on to their first operand only (the others' gradients
+# are products or negations: new tensors).
+_FIRST_ONLY = re.compile(
+    r"(Sub|Addmm|Addbmm|Baddbmm|Addmv|Addr|Addcmul|Addcdiv)Backward\d*")
+
+
+def _may_reach_a_leaf(output, budget=64):
+    """Whether the gradient returned for `output` may become a leaf's .grad
+    as it is, or as a view: autograd keeps a gradient that nothing else
+    holds as the leaf's .grad, and the history's gradient rows are
+    overwritten by the next step. A walk back from `output` through the
+    nodes that may pass a gradient on (and Python autograd functions not
+    the package's own), to a leaf of the row's size (or smaller, past a
+    concatenation); conservative: a copy too many costs a row's copy, one
+    too few a wrong gradient."""
+    if output.is_leaf:
+        return output.requires_grad
+    numel = output.numel()
+    stack = [(output.grad_fn, False)]
+    seen = set()
+    while stack:
+        node, narrowed = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if len(seen) > budget:
+            return True
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            size = node.variable.numel()
+            if size == numel or (narrowed and size < numel):
+                return True
+            continue
+        forward = getattr(node, "_forward_cls", None)
+        if forward is not None:
+            if forward.__module__.startswith(__package__ + "."):
+                continue  # the package's own: their backwards compute
+        elif not _PASSING.fullmatch(name):
+            continue
+        narrowed = narrowed or bool(_NARROWING.fullmatch(name))
+        inputs = node.next_functions
+        if _FIRST_ONLY.fullmatch(name):
+            inputs = inputs[:1]
+        stack.extend((next_node, narrowed) for next_node, _ in inputs)
+    return False
 
 
 def _tracing():
@@ -628,13 +686,14 @@ class BlockRead:
 
 
 def _pending_grads(state, rows):
-    """The gradients of the outputs appended as `rows` ((row, is a leaf)
-    pairs): views of the gradient buffer, complete once the first read
-    after them has added in (every later read's backward ran before, by the
-    chain). A leaf's is a copy: autograd would keep the view itself as the
-    leaf's .grad (it steals a gradient nothing else holds), which the next
-    step's backward would overwrite, and into which a later accumulation
-    (grad += new) would add the buffer's row to itself."""
+    """The gradients of the outputs appended as `rows` ((row, may reach a
+    leaf) pairs): views of the gradient buffer, complete once the first
+    read after them has added in (every later read's backward ran before,
+    by the chain). Where the gradient may reach a leaf as it is, a copy:
+    autograd would keep the view itself as the leaf's .grad (it takes a
+    gradient nothing else holds), which the next step's backward would
+    overwrite, and into which a later accumulation (grad += new) would add
+    the buffer's row to itself."""
     return tuple(state._grads[row].clone() if leaf else state._grads[row]
                  for row, leaf in rows)
 

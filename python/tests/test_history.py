@@ -164,35 +164,61 @@ def test_second_step_reuses_the_buffers():
     assert buffers == first
 
 
+@pytest.mark.parametrize("path", ["itself", "added", "viewed", "cloned"])
 @pytest.mark.parametrize("between", ["zero", "accumulate"])
-def test_a_leaf_output_keeps_its_own_gradient_across_steps(between):
-    # A leaf row (here the embedding, a parameter) keeps its gradient as
-    # .grad: it must not be the gradient buffer's row, which the next step
-    # overwrites and adds into. "zero": a training loop zeroing the
-    # gradients in place between steps; "accumulate": two micro-batches
-    # summed into .grad.
+def test_a_leaf_row_keeps_its_own_gradient_across_steps(between, path):
+    # A gradient that reaches a leaf as it is (the leaf appended itself,
+    # added to a constant as in an adversarial perturbation, viewed or
+    # cloned) is kept as the leaf's .grad: it must not be the gradient
+    # buffer's row, which the next step overwrites and adds into. "zero":
+    # a training loop zeroing the gradients in place between steps;
+    # "accumulate": two micro-batches summed into .grad.
     L, N, D = 3, 5, 8
     model = Stack(L, D, R=8)
     gen = torch.Generator().manual_seed(4)
-    embedding = torch.nn.Parameter(torch.randn(N, D, generator=gen))
+    leaf = torch.nn.Parameter(torch.randn(N * D if path == "viewed" else
+                                          (N, D), generator=gen))
+    base = torch.randn(N, D, generator=gen)
     weights = torch.randn(N, D, generator=gen)
     history = ResidualHistory(capacity=L + 1)
 
+    def first():
+        return {"itself": lambda: leaf, "added": lambda: base + leaf,
+                "viewed": lambda: leaf.view(N, D),
+                "cloned": lambda: leaf.clone()}[path]()
+
     def step(run):
-        (run(embedding) * weights).sum().backward()
+        (run(first()) * weights).sum().backward()
 
     step(model.with_list)
-    once = embedding.grad.clone()
-    embedding.grad = None
+    once = leaf.grad.clone()
+    leaf.grad = None
     step(lambda e: model.with_history(e, history))
-    assert _close(embedding.grad, once, 1e-5)
+    assert _close(leaf.grad, once, 1e-5)
     if between == "zero":
-        embedding.grad.zero_()
+        leaf.grad.zero_()
     step(lambda e: model.with_history(e, history))
     expected = once if between == "zero" else 2 * once
-    assert _close(embedding.grad, expected, 1e-5), \
-        (embedding.grad - expected).abs().max()
-    assert embedding.grad.data_ptr() != history._state._grads.data_ptr()
+    assert _close(leaf.grad, expected, 1e-5), \
+        (leaf.grad - expected).abs().max()
+    grads = history._state._grads
+    start = grads.data_ptr()
+    end = start + grads.numel() * grads.element_size()
+    assert not start <= leaf.grad.data_ptr() < end
+
+
+def test_a_layer_output_gets_a_view_of_the_buffer():
+    # The copy above is for leaves only: a layer's output (here a linear
+    # layer's, 2-D and 3-D, with a bias) gets its row of the buffer.
+    from attnres.nn import _may_reach_a_leaf
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    linear = torch.nn.Linear(4, 4)
+    for output in (linear(x), linear(x[0]), torch.tanh(x[0] @ linear.weight),
+                   x * 2):
+        assert not _may_reach_a_leaf(output)
+    for output in (x, x + 1, x.view(6, 4), x.permute(1, 0, 2),
+                   torch.cat([x, x]), x - 1):
+        assert _may_reach_a_leaf(output)
 
 
 def _dropped_step(read, backward, release=False):
