@@ -106,6 +106,13 @@ class _StepState:
         self._written = count
         return self._grads[:count], False
 
+    def _add_nothing(self, count):
+        """A read whose output got no gradient: its rows' gradients are
+        zero (written as such where its backward is the first)."""
+        grads, accumulate = self._gradient_rows(count)
+        if not accumulate:
+            grads.zero_()
+
     def _check_rows_unchanged(self):
         """Refuses a backward (before it computes anything) where a row
         some read read was modified in place after it was appended: the
@@ -717,12 +724,20 @@ class _Attend(torch.autograd.Function):
         ctx.has = (key_norm is not None, output_norm is not None,
                    extra is not None)
         ctx.save_for_backward(query, key_norm, output_norm, extra, *saved)
+        # (A read whose output no loss uses still runs its backward, for the
+        # chain: given None, it leaves its weights' gradients None, as
+        # autograd does for an unused output.)
+        ctx.set_materialize_grads(False)
         return o, token.new_empty(0)
 
     @staticmethod
     def backward(ctx, grad_o, grad_token):
         state = ctx.state
         _check_read_once(state, ctx.step, ctx.read)
+        if grad_o is None:
+            state._add_nothing(ctx.count)
+            return (grad_token,) + (None,) * 12 + \
+                _pending_grads(state, ctx.pending_rows)
         query, key_norm, output_norm, extra, *saved = ctx.saved_tensors
         grads, accumulate = state._gradient_rows(ctx.count)
         dq, dg, dh, d_extra = _backward(
@@ -762,12 +777,17 @@ class _ReadPartial(torch.autograd.Function):
         ctx.constants = (eps, scale)
         ctx.has_key_norm = key_norm is not None
         ctx.save_for_backward(queries, key_norm, o, lse)
+        ctx.set_materialize_grads(False)  # (as _Attend's)
         return o, lse, token.new_empty(0)
 
     @staticmethod
     def backward(ctx, grad_o, grad_lse, grad_token):
         state = ctx.state
         _check_read_once(state, ctx.step, ctx.read)
+        if grad_o is None and grad_lse is None:
+            state._add_nothing(ctx.count)
+            return (grad_token,) + (None,) * 9 + \
+                _pending_grads(state, ctx.pending_rows)
         queries, key_norm, o, lse = ctx.saved_tensors
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o.float()
         grad_lse = torch.zeros_like(lse) if grad_lse is None else \

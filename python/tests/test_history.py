@@ -319,6 +319,33 @@ def test_an_output_read_by_no_one_gets_no_history_gradient():
     assert torch.allclose(e.grad, expected + 2 * torch.ones_like(e))
 
 
+@pytest.mark.parametrize("unused", ["first", "middle", "last"])
+def test_a_read_no_loss_uses_leaves_its_query_without_gradient(unused):
+    # As autograd does for an unused output (an optimizer then skips the
+    # query: no weight decay, no momentum on a zero gradient); the other
+    # reads' gradients are the list op's.
+    L, N, D = 3, 5, 8
+    model = Stack(L, D, R=8)
+    spare = torch.nn.Parameter(torch.randn(8))
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(2))
+    history = ResidualHistory(capacity=L + 1)
+    at = {"first": 0, "middle": 1, "last": L}[unused]
+
+    def run(e):
+        history.start(e)
+        for i in range(L + 1):
+            if i == at:
+                history.attend(spare)  # read, never used
+            if i == L:
+                break
+            history.append(model.layer(i, history.attend(
+                model.queries[i], key_norm_weight=model.key_norms[i])))
+        return history.attend(model.queries[-1],
+                              key_norm_weight=model.key_norms[-1])
+    _matches_the_list_op(model, embedding, run)
+    assert spare.grad is None
+
+
 def _small_stack_values(seed, queries, D=8, N=3):
     """An embedding, a D x D weight and `queries` queries, for tests that
     build their own stack."""
