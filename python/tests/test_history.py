@@ -99,21 +99,18 @@ def test_stack_matches_the_list_op(M, checkpointed):
         lambda e: model.with_history(e, history, checkpointed))
 
 
-@pytest.mark.parametrize("per_checkpoint", [1, 2])
-def test_checkpointed_layers_that_append(per_checkpoint):
-    # Each checkpointed function reads, computes and appends whole layers:
-    # a read after an append inside it reads the new row too, and the
-    # recomputation reads what the first run read and appends nothing.
-    L, N, D = 4, 7, 16
-    model = Stack(L, D, R=8)
-    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(1))
-    history = ResidualHistory(capacity=L + 1)
+def _checkpointed_layers(model, history, per_checkpoint):
+    """A Full stack whose checkpointed functions each read, compute and
+    append `per_checkpoint` whole layers."""
+    L = len(model.weights)
 
     def layers(first):
+        y = None
         for i in range(first, first + per_checkpoint):
-            history.append(model.layer(i, history.attend(
-                model.queries[i], key_norm_weight=model.key_norms[i])))
-        return history.rows[-1]
+            y = model.layer(i, history.attend(
+                model.queries[i], key_norm_weight=model.key_norms[i]))
+            history.append(y)
+        return y
 
     def run(e):
         history.start(e)
@@ -121,7 +118,20 @@ def test_checkpointed_layers_that_append(per_checkpoint):
             history.checkpoint(layers, first)
         return history.attend(model.queries[-1],
                               key_norm_weight=model.key_norms[-1])
-    _matches_the_list_op(model, embedding, run)
+    return run
+
+
+@pytest.mark.parametrize("per_checkpoint", [1, 2])
+def test_checkpointed_layers_that_append(per_checkpoint):
+    # A read after an append inside a checkpointed function reads the new
+    # row too, and the recomputation reads what the first run read and
+    # appends nothing.
+    L, N, D = 4, 7, 16
+    model = Stack(L, D, R=8)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(1))
+    history = ResidualHistory(capacity=L + 1)
+    _matches_the_list_op(model, embedding,
+                         _checkpointed_layers(model, history, per_checkpoint))
     assert len(history) == L + 1
 
 
@@ -696,6 +706,17 @@ def test_a_compiled_block_stack_and_checkpoint_match_the_list_op():
     history = ResidualHistory(capacity=4)
     _matches_the_list_op(model, embedding, torch.compile(
         lambda e: model.with_history(e, history, True), fullgraph=True),
+        out_tol=1e-5)
+
+
+@_compiles
+def test_a_compiled_step_of_checkpointed_layers_that_append():
+    L, N, D = 4, 5, 16
+    model = Stack(L, D, R=8)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(11))
+    history = ResidualHistory(capacity=L + 1)
+    _matches_the_list_op(model, embedding, torch.compile(
+        _checkpointed_layers(model, history, 2), fullgraph=True),
         out_tol=1e-5)
 
 
