@@ -5,7 +5,8 @@ tanh) built on the history, against the same stack on the list op
 (attnres.attnres) and on float64 PyTorch (attnres.reference), in bf16, f16
 and f32: the output and every parameter's and the embedding's gradient,
 eagerly, replayed from a CUDA graph of the whole step, with activation
-checkpointing (history.checkpoint), under torch.compile(fullgraph=True),
+checkpointing (history.checkpoint, of a layer's read and layer, and of
+whole layers that append), under torch.compile(fullgraph=True),
 with outputs appended in a non-dense layout and in a second step after
 the gradients were zeroed in place; Block AttnRes (read_block
 and layer by layer with an extra source) eagerly, replayed and compiled;
@@ -38,7 +39,8 @@ CASES = [
 # Relative Frobenius distance to float64 allowed per dtype (bf16 rounding
 # of every gradient, compounded over the layers), and to the list op.
 TOLERANCE = {"bf16": 3e-2, "f16": 5e-3, "f32": 2e-5}
-MODES = ["eager", "graph", "checkpoint", "compile", "strided", "zeroed"]
+MODES = ["eager", "graph", "checkpoint", "checkpoint-layers", "compile",
+         "strided", "zeroed"]
 # Block AttnRes (read_block): (blocks, layers a block, tokens, width, rank,
 # dtype). Layer m of block n reads the embedding, the n - 1 completed
 # blocks' sums and the partial sum of its block (all its queries read the
@@ -150,15 +152,31 @@ def stack_on_list(p, op):
 
 def stack_on_history(p, history, checkpointed=False, strided=False):
     """`strided`: each output appended in a non-dense layout (the history
-    keeps a dense copy; otherwise the row is the output itself)."""
+    keeps a dense copy; otherwise the row is the output itself).
+    `checkpointed`: each layer's read and layer checkpointed, or with
+    "layers", each checkpointed function reads, computes and appends two
+    layers (the recomputation appends nothing)."""
     history.start(p["embedding"])
+    weights = p["weights"]
+
+    def body(i):
+        return layer(history.attend(p["queries"][i],
+                                    key_norm_weight=p["key_norms"][i]),
+                     weights[i])
+    if checkpointed == "layers":
+        def layers(first):
+            for i in range(first, min(first + 2, len(weights))):
+                y = body(i)
+                if i + 1 < len(weights):
+                    history.append(y)
+            return y
+        for first in range(0, len(weights), 2):
+            y = history.checkpoint(layers, first)
+        return y
     y = None
-    for i, W in enumerate(p["weights"]):
-        def body(i=i, W=W):
-            return layer(history.attend(p["queries"][i],
-                                        key_norm_weight=p["key_norms"][i]), W)
-        y = history.checkpoint(body) if checkpointed else body()
-        if i + 1 < len(p["weights"]):
+    for i in range(len(weights)):
+        y = history.checkpoint(body, i) if checkpointed else body(i)
+        if i + 1 < len(weights):
             history.append(y.t().contiguous().t() if strided else y)
     return y
 
@@ -263,6 +281,8 @@ def check_case(case, mode):
         got = run(p, lambda: stack_on_history(p, history))
     elif mode == "checkpoint":
         got = run(p, lambda: stack_on_history(p, history, True))
+    elif mode == "checkpoint-layers":
+        got = run(p, lambda: stack_on_history(p, history, "layers"))
     elif mode == "zeroed":
         got = run_zeroed(p, lambda: stack_on_history(p, history))
     elif mode == "strided":
