@@ -284,6 +284,14 @@ class ResidualHistory:
                 f"{self.capacity} rows (the first and {self.capacity - 1} "
                 f"appended)")
         if self._traced:
+            if self._in_checkpoint:
+                # PyTorch's compiler traces a checkpoint's function as a
+                # subgraph that may have no side effects, and its
+                # recomputation replays the graph, not the function.
+                raise HistoryError(
+                    "append inside history.checkpoint under torch.compile: "
+                    "return the output from the checkpointed function and "
+                    "append it after the checkpoint")
             self._state._rows.append(output)
             self._count += 1
             return
