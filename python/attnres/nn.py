@@ -262,7 +262,8 @@ class ResidualHistory:
         (on CUDA, unless it is not dense and 16-byte aligned), so it must
         not be modified in place once a read has read it. Its gradient from
         the history's readers comes back to it as a view of the gradient
-        buffer (a copy where it is a leaf, whose .grad autograd keeps)."""
+        buffer (a copy where it may reach a leaf as it is, whose .grad
+        autograd would keep)."""
         if self._row_like is None:
             raise HistoryError("append before start: the first row (the "
                                "embedding) starts a step")
