@@ -14,6 +14,16 @@ from attnres.nn import HistoryError, ResidualHistory  # noqa: E402
 from attnres.reference import attnres_reference  # noqa: E402
 
 
+def _started(capacity, D=8):
+    """A history started on a [4, D] leaf, and a [D] query: (history,
+    query, first row)."""
+    history = ResidualHistory(capacity=capacity)
+    q = torch.randn(D, requires_grad=True)
+    e = torch.randn(4, D, requires_grad=True)
+    history.start(e)
+    return history, q, e
+
+
 class Stack(torch.nn.Module):
     """Full AttnRes: layer i reads the embedding and every earlier output,
     then a D x D linear layer (with a tanh, so that gradients depend on the
@@ -136,10 +146,7 @@ def test_checkpointed_layers_that_append(per_checkpoint):
 
 
 def test_a_recomputation_that_reads_more_is_refused():
-    D = 8
-    history = ResidualHistory(capacity=3)
-    q = torch.randn(D, requires_grad=True)
-    history.start(torch.randn(4, D, requires_grad=True))
+    history, q, _ = _started(capacity=3)
     runs = []
 
     def body():
@@ -292,11 +299,7 @@ def test_release_frees_a_checkpointed_step_dropped_unrun():
 
 
 def test_release_ends_the_step():
-    D = 8
-    history = ResidualHistory(capacity=3)
-    q = torch.randn(D, requires_grad=True)
-    e = torch.randn(4, D, requires_grad=True)
-    history.start(e)
+    history, q, e = _started(capacity=3)
     out = history.attend(q)
     history.release()
     assert len(history) == 0
@@ -315,11 +318,7 @@ def test_release_ends_the_step():
 def test_an_output_read_by_no_one_gets_no_history_gradient():
     # The last output is appended but never read: its gradient is the
     # model's alone.
-    D = 8
-    history = ResidualHistory(capacity=3)
-    q = torch.randn(D, requires_grad=True)
-    e = torch.randn(4, D, requires_grad=True)
-    history.start(e)
+    history, q, e = _started(capacity=3)
     y = (history.attend(q) * 2).requires_grad_()
     history.append(y)
     (y.sum() + e.sum()).backward()
@@ -455,12 +454,9 @@ def test_misuse_is_refused_by_rule():
 
 
 def test_a_backward_after_the_next_start_is_refused():
-    D = 8
-    history = ResidualHistory(capacity=3)
-    q = torch.randn(D, requires_grad=True)
-    history.start(torch.randn(4, D, requires_grad=True))
+    history, q, _ = _started(capacity=3)
     out = history.attend(q)
-    history.start(torch.randn(4, D))   # overwrites the rows `out` read
+    history.start(torch.randn(4, 8))   # overwrites the rows `out` read
     with pytest.raises(HistoryError, match="its rows were released"):
         out.sum().backward()
 
@@ -469,11 +465,7 @@ def test_a_backward_that_creates_a_graph_is_refused():
     # A gradient penalty through a read would differentiate its backward
     # with the rows as constants: a second derivative silently missing
     # the rows' part.
-    D = 8
-    history = ResidualHistory(capacity=2)
-    q = torch.randn(D, requires_grad=True)
-    x = torch.randn(4, D, requires_grad=True)
-    history.start(x)
+    history, q, x = _started(capacity=2)
     history.append(torch.tanh(x))
     out = history.attend(q)
     with pytest.raises(HistoryError, match="create_graph=True"):
@@ -481,11 +473,7 @@ def test_a_backward_that_creates_a_graph_is_refused():
 
 
 def test_a_second_backward_is_refused():
-    D = 8
-    history = ResidualHistory(capacity=3)
-    q = torch.randn(D, requires_grad=True)
-    e = torch.randn(4, D, requires_grad=True)
-    history.start(e)
+    history, q, e = _started(capacity=3)
     history.append(torch.tanh(history.attend(q)))
     out = history.attend(q)
     out.sum().backward(retain_graph=True)
