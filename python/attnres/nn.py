@@ -163,12 +163,17 @@ class ResidualHistory:
         self._eager_steps = 0   # eager steps started
         self._token = None      # the last read's link of the chain
         self._pending = []      # (row, output) appended since the last read
-        self._recomputing = False  # in a checkpoint's recomputation
         self._reads = 0
         self._plans = {}         # the eager CUDA path's, by signature
         self._read_log = None   # rows each read of a checkpoint's first
         #                         run read, in order
         self._replay = None     # the same, replayed by its recomputation
+
+    @property
+    def _recomputing(self):
+        """In a checkpoint's recomputation (it replays its first run's
+        reads)."""
+        return self._replay is not None
 
     # --- the step --------------------------------------------------------
 
@@ -442,22 +447,18 @@ class ResidualHistory:
             history = history_ref()
             if history is None:
                 return function(*inner_args, **inner_kwargs)
-            previous = history._read_log, history._replay, \
-                history._recomputing
+            previous = history._read_log, history._replay
             if runs:
                 history._state._check_step(step, "a checkpoint's "
                                            "recomputation")
                 history._read_log, history._replay = None, iter(counts)
-                history._recomputing = True
             else:
                 history._read_log, history._replay = counts, None
-                history._recomputing = False
             runs.append(True)
             try:
                 return function(*inner_args, **inner_kwargs)
             finally:
-                history._read_log, history._replay, \
-                    history._recomputing = previous
+                history._read_log, history._replay = previous
 
         return checkpoint(pinned, *args, use_reentrant=False, **kwargs)
 
@@ -535,17 +536,16 @@ class ResidualHistory:
 # Backward nodes that may hand the gradient they get (or a view of it) on
 # to an input: identities, views, the adds' and copies' first operands;
 # Cat and Stack hand on narrower views. Any other node makes new tensors.
+# Those in _FIRST_ONLY hand it on to their first operand only (the others'
+# gradients are products or negations: new tensors).
+_FIRST_OPERAND = "Sub|Addmm|Addbmm|Baddbmm|Addmv|Addr|Addcmul|Addcdiv"
 _PASSING = re.compile(
-    r"(Add|Sub|Addmm|Addbmm|Baddbmm|Addmv|Addr|Addcmul|Addcdiv|Clone|ToCopy|"
-    r"Alias|Lift|LiftFresh|Expand|Sum|View|ReshapeAlias|UnsafeView|T|"
-    r"Transpose|Permute|Squeeze|Unsqueeze|AsStrided|Narrow|Conj|Real|Imag|"
-    r"ViewAsReal|ViewAsComplex|Copy|Cat|Stack)Backward\d*|CopySlices|"
-    r"CopyBackwards")
+    rf"({_FIRST_OPERAND}|Add|Clone|ToCopy|Alias|Lift|LiftFresh|Expand|Sum|"
+    r"View|ReshapeAlias|UnsafeView|T|Transpose|Permute|Squeeze|Unsqueeze|"
+    r"AsStrided|Narrow|Conj|Real|Imag|ViewAsReal|ViewAsComplex|Copy|Cat|"
+    r"Stack)Backward\d*|CopySlices|CopyBackwards")
 _NARROWING = re.compile(r"(Cat|Stack)Backward\d*")
-# Those that hand it on to their first operand only (the others' gradients
-# are products or negations: new tensors).
-_FIRST_ONLY = re.compile(
-    r"(Sub|Addmm|Addbmm|Baddbmm|Addmv|Addr|Addcmul|Addcdiv)Backward\d*")
+_FIRST_ONLY = re.compile(rf"({_FIRST_OPERAND})Backward\d*")
 
 
 def _may_reach_a_leaf(output, budget=64):
