@@ -181,11 +181,15 @@ def stack_on_history(p, history, checkpointed=False, strided=False):
     return y
 
 
-def run(p, forward, flat_of=flat):
+def run(p, forward, flat_of=flat, zeroed=False):
     """The output and the gradients of the leaves `flat_of(p)` of one step
-    of `forward`."""
+    of `forward` (`zeroed`: after their gradients are zeroed in place, not
+    dropped)."""
     for t in flat_of(p):
-        t.grad = None
+        if zeroed:
+            t.grad.zero_()
+        else:
+            t.grad = None
     out = forward()
     out.backward(p["grad_out"])
     return [out.detach().clone()] + [t.grad.detach().clone()
@@ -198,12 +202,7 @@ def run_zeroed(p, forward):
     must be a tensor of its own, not the history's gradient row, which the
     next step writes and the leaf's accumulation would add to itself."""
     run(p, forward)
-    for t in flat(p):
-        t.grad.zero_()
-    out = forward()
-    out.backward(p["grad_out"])
-    return [out.detach().clone()] + [t.grad.detach().clone()
-                                     for t in flat(p)]
+    return run(p, forward, zeroed=True)
 
 
 def replayed(params, dtype, values, flat_of, forward):
