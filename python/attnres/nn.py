@@ -632,7 +632,9 @@ def _describe(value):
     return type(value).__name__
 
 
-def _check_read_once(state, step, read):
+def _check_backward(state, step, read):
+    """Refuses a read's backward that would be wrong: one that builds a
+    graph, one of a step the next start released, a second one."""
     if torch.is_grad_enabled():
         # Its formulas would be recorded with the rows and the saved
         # softmax statistics as constants, and its in-place gradient rows
@@ -742,7 +744,7 @@ class _Attend(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_o, grad_token):
         state = ctx.state
-        _check_read_once(state, ctx.step, ctx.read)
+        _check_backward(state, ctx.step, ctx.read)
         if grad_o is None:
             state._add_nothing(ctx.count)
             return (grad_token,) + (None,) * 12 + \
@@ -792,7 +794,7 @@ class _ReadPartial(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_o, grad_lse, grad_token):
         state = ctx.state
-        _check_read_once(state, ctx.step, ctx.read)
+        _check_backward(state, ctx.step, ctx.read)
         if grad_o is None and grad_lse is None:
             state._add_nothing(ctx.count)
             return (grad_token,) + (None,) * 9 + \
