@@ -98,7 +98,9 @@ def attnres_backward_reference(sources, query, grad, *, key_norm_weight=None,
     [M, ...]). `lse` and `o_pre` are the forward's saved results, as the
     backward kernel reads them (by default computed from these sources):
     given those of a forward over more sources, the result is the gradient
-    of that forward with respect to these sources."""
+    of that forward with respect to these sources. (The kernels agree with
+    this for two sources or more; a one-source kernel takes the weight as
+    exactly 1, the lse of that source's own forward.)"""
     v = sources if isinstance(sources, torch.Tensor) else torch.stack(
         list(sources))
     compute = torch.float64 if v.dtype == torch.float64 else torch.float32

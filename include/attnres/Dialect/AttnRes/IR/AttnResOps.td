@@ -160,7 +160,12 @@ def AttnRes_BackwardOp : AttnRes_Op<"backward",
     forward.
 
     * `grad(%do)`: the gradient of the forward's `o`.
-    * `lse(%lse)`: the forward's `lse`.
+    * `lse(%lse)`: the forward's `lse`. With two sources or more it may be
+      the `lse` (with `saved`, the `o_pre`) of a forward over more sources:
+      the results are then these sources' share of that forward's gradients
+      (the query's and weights' summed over these sources only). With one
+      source the weight is taken as exactly 1 (so that a one-source op's
+      `dq` is exactly zero): the `lse` must be that source's own.
     * `saved(%o_pre)`: optional; the forward's `o_pre` (or `o` when there is
       no output norm). With it the backward reads every source once; without
       it the backward recomputes `o_pre` from the sources and `lse` (one more
