@@ -95,6 +95,22 @@ def benchmark_keys():
     return sorted(keys)
 
 
+def add_prebuild_arguments(parser, what="every bundle this needs"):
+    """--prebuild DIR and --target: a benchmark's bundles compiled on a
+    machine with the compiler, for ATTNRES_BUNDLE_DIR on the GPU's."""
+    parser.add_argument("--prebuild", type=pathlib.Path,
+                        help=f"compile {what} into this folder (on a machine "
+                        f"with the compiler) and exit")
+    parser.add_argument("--target", default="sm_90")
+
+
+def prebuild(args, keys):
+    """Compiles `keys` into args.prebuild for args.target."""
+    import attnres
+    attnres.prebuild(keys, args.target, args.prebuild)
+    print(f"{len(keys)} bundles in {args.prebuild / args.target}")
+
+
 def copies_for(bytes_per_call):
     """How many input sets a replay cycles through."""
     return max(1, -(-ROTATE_BYTES // max(1, bytes_per_call)))

@@ -289,18 +289,13 @@ def main():
                         help="largest relative error of the sharded op "
                         "against float64 (bf16 storage)")
     parser.add_argument("--json", type=pathlib.Path)
-    parser.add_argument("--prebuild", type=pathlib.Path,
-                        help="compile the bundles both plans need for "
-                        "--world ranks into this folder (where the compiler "
-                        "is; ATTNRES_BUNDLE_DIR there) and exit")
+    common.add_prebuild_arguments(
+        parser, "the bundles both plans need for --world ranks")
     parser.add_argument("--world", type=int, default=2)
-    parser.add_argument("--target", default="sm_90")
     args = parser.parse_args()
     if args.prebuild:
-        needed = keys(parse_shapes(args.shapes) +
-                      parse_shapes(args.check_shape), args.world)
-        attnres.prebuild(needed, args.target, args.prebuild)
-        print(f"{len(needed)} bundles in {args.prebuild / args.target}")
+        common.prebuild(args, keys(parse_shapes(args.shapes) +
+                                   parse_shapes(args.check_shape), args.world))
         return 0
     if args.local:
         bandwidth = common.copy_bandwidth()

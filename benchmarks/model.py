@@ -439,10 +439,7 @@ def kernel_times(L, N, D, bandwidth):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prebuild", type=pathlib.Path,
-                        help="compile every bundle this needs into this "
-                        "folder (on a machine with the compiler) and exit")
-    parser.add_argument("--target", default="sm_90")
+    common.add_prebuild_arguments(parser)
     parser.add_argument("--json", type=pathlib.Path)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--shapes", default="",
@@ -455,10 +452,7 @@ def main():
                         "history step per shape (torch.profiler)")
     args = parser.parse_args()
     if args.prebuild:
-        import attnres
-        needed = keys()
-        attnres.prebuild(needed, args.target, args.prebuild)
-        print(f"{len(needed)} bundles in {args.prebuild / args.target}")
+        common.prebuild(args, keys())
         return 0
 
     import torch
