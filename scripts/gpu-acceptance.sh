@@ -5,9 +5,9 @@
 # the bundle cases (cases.test), the residual history (history.test) and
 # the speed benchmark (benchmarks/run.py),
 # each result checked against float64 (the benchmark's against float32),
-# and the benchmark's speed against the committed one
-# (docs/performance/h200.json, benchmarks/compare.py: no measure slower by
-# more than 3 % of its fraction of the byte floor).
+# and the benchmark's speed against the committed one of the same card
+# (docs/performance/h200.json, or h100.json on an H100; benchmarks/compare.py:
+# no measure slower by more than 3 % of its fraction of the byte floor).
 #
 #   scripts/gpu-acceptance.sh stage DIR      here, after scripts/build.sh:
 #                                            compiles everything into DIR
@@ -91,9 +91,15 @@ run() {
   local out=$1
   local failed=0
   mkdir -p "$out"
-  rm -f "$out/h200.json"
+  rm -f "$out/run.json"
   export LD_LIBRARY_PATH=$dir/lib:$dir/host${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  # Fractions of the floor differ from card to card: the speed is compared
+  # with the baseline of the same kind of card.
+  local baseline=$root/docs/performance/h200.json gpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
+  [[ $gpu == *H100* ]] && baseline=$root/docs/performance/h100.json
+  echo "speed baseline: ${baseline#"$root"/}"
   # Each check's output goes to OUT/checks.log; its last line here.
   local log=$out/checks.log part=$out/part.log
   : >"$log"
@@ -134,10 +140,10 @@ kernel mix_0_forward; the launch was skipped"
     "$root/test/Integration/GPU/history.py"
   check benchmark env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
     ATTNRES_BUNDLE_DIR="$dir/bundles" python3 "$root/benchmarks/run.py" \
-    --json "$out/h200.json" --no-chart
+    --json "$out/run.json" --no-chart
   # No shape slower than the committed benchmark by more than 3 %.
-  [ -f "$out/h200.json" ] && check speed python3 "$root/benchmarks/compare.py" \
-    "$root/docs/performance/h200.json" "$out/h200.json"
+  [ -f "$out/run.json" ] && check speed python3 "$root/benchmarks/compare.py" \
+    "$baseline" "$out/run.json"
   rm -f "$part"
   [ "$failed" = 0 ] && echo "all passed" || echo "SOME FAILED"
   return "$failed"
