@@ -13,8 +13,9 @@ gradient row per read). Paired, reads i and i - 1 share that pass:
               its contribution to row i - 1 only. The accumulating kernel
               already does this when its table of gradient rows points
               rows 0..i-2 at one scratch row [N, D]: that row's lines are
-              rewritten by every source step of the same tokens and stay
-              in L2, so the pass reads the rows and adds into one.
+              rewritten by every source step of the same tokens, so they
+              should stay in L2 and the pass move about the bytes of a
+              read of the rows (this measures whether they do).
   read i - 1  a two-query accumulating backward over rows 0..i-2 (queries
               i and i - 1): one read-modify-write of each row for both.
               The kernels' M queries share one key-norm weight, but a
@@ -28,7 +29,10 @@ gradient row per read). Paired, reads i and i - 1 share that pass:
               stacked ([2, N, D] ...): four row copies a pair here.
 
 Per pair that moves about (4i + 8) N D elt bytes where the accumulating
-backwards move (6i + 1). This script runs both schedules of a whole Full
+backwards move (6i + 1). The pairs stop at read 3: a one-source backward
+kernel takes its weight as exactly 1 (its own forward's lse), so read 2's
+share of row 0 cannot be a pass over one source; reads 2 and 1 run
+today's backward. This script runs both schedules of a whole Full
 stack's reads (layer i reads rows 0..i-1, i = 1..L; the forwards once),
 checks both against the float64 formulas at a small N (every row's
 gradient, every query's and key norm's), and times each backward schedule
@@ -43,7 +47,8 @@ each checked against the default's results first).
   there: ATTNRES_BUNDLE_DIR=DIR PYTHONPATH=python python3 \\
              benchmarks/deferral.py
 
-Exits 1 where a schedule's gradients are off the float64 ones.
+Exits 1 where a schedule's gradients are off the float64 ones, or a
+variant's two-query pass off the default's.
 """
 
 import argparse
