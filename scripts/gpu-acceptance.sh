@@ -6,7 +6,8 @@
 # the speed benchmark (benchmarks/run.py),
 # each result checked against float64 (the benchmark's against float32),
 # and the benchmark's speed against the committed one of the same card
-# (docs/performance/h200.json, or h100.json on an H100; benchmarks/compare.py:
+# (docs/performance/h200.json; on an H100, the H100 run in
+# docs/performance/runs/2026-12-05-acceptance-h100.json; benchmarks/compare.py:
 # no measure slower by more than 3 % of its fraction of the byte floor).
 #
 #   scripts/gpu-acceptance.sh stage DIR      here, after scripts/build.sh:
@@ -22,7 +23,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
-  sed -n '12,15p' "$0"
+  sed -n '/^#   scripts\/gpu-acceptance.sh stage/,/results in OUT$/p' "$0"
   exit 2
 }
 
@@ -93,12 +94,13 @@ run() {
   mkdir -p "$out"
   rm -f "$out/run.json"
   export LD_LIBRARY_PATH=$dir/lib:$dir/host${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  local gpu baseline=$root/docs/performance/h200.json
+  gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+  echo "$gpu"
   # Fractions of the floor differ from card to card: the speed is compared
-  # with the baseline of the same kind of card.
-  local baseline=$root/docs/performance/h200.json gpu
-  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
-  [[ $gpu == *H100* ]] && baseline=$root/docs/performance/h100.json
+  # with the committed run of the same kind of card.
+  [[ $gpu == *H100* ]] &&
+    baseline=$root/docs/performance/runs/2026-12-05-acceptance-h100.json
   echo "speed baseline: ${baseline#"$root"/}"
   # Each check's output goes to OUT/checks.log; its last line here.
   local log=$out/checks.log part=$out/part.log
