@@ -59,6 +59,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 import common  # noqa: E402
+import model  # noqa: E402  (the Full stack's floors)
 from attnres import _checks  # noqa: E402
 from attnres._checks import TensorShape as _Shape  # noqa: E402
 
@@ -147,6 +148,7 @@ def variant_launches(root, count, D, N):
     for name in VARIANTS if root is not None else ():
         folder = _variant_folder(root, name, _pair_key(count, D))
         if (folder / "manifest.json").is_file():
+            # As ops._runtime: the runtime loads into the current context.
             with torch.cuda.device(torch.cuda.current_device()):
                 found[name] = ops._BackwardLaunch(load(folder), N)
     return found
@@ -352,9 +354,8 @@ def time_shape(L, N, D, bandwidth, repeats, root):
     import torch
     from attnres import ops
     stack = Stack(L, N, D)
-    floor = sum(common.forward_bytes(i, N, D) + common.backward_bytes(i, N, D)
-                for i in range(1, L + 1))
-    row = dict(L=L, N=N, D=D, floor_ms=floor / bandwidth * 1e3)
+    row = dict(L=L, N=N, D=D,
+               floor_ms=model.floor_bytes(L, N, D) / bandwidth * 1e3)
     row["forward_ms"] = common.time_graph([stack.forward], repeats=repeats)
     row["accumulating_ms"] = common.time_graph(
         [stack.accumulating_schedule], repeats=repeats)
