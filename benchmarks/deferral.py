@@ -10,12 +10,13 @@ into all of its rows (the accumulating kernel: a read-modify-write of each
 gradient row per read). Paired, reads i and i - 1 share that pass:
 
   read i      its query's and key norm's gradients over all i rows, and
-              its contribution to row i - 1 only. The accumulating kernel
-              already does this when its table of gradient rows points
-              rows 0..i-2 at one scratch row [N, D]: that row's lines are
-              rewritten by every source step of the same tokens, so they
-              should stay in L2 and the pass move about the bytes of a
-              read of the rows (this measures whether they do).
+              its contribution to row i - 1 only: the accumulating kernel
+              with null entries for rows 0..i-2 in its table of gradient
+              rows (a null entry's row is neither read nor written), so
+              the pass moves about the bytes of a read of the rows. (It
+              is also timed with those entries pointing at one scratch
+              row [N, D] instead, what the first version of this probe
+              did before the kernels skipped null entries.)
   read i - 1  a two-query accumulating backward over rows 0..i-2 (queries
               i and i - 1): one read-modify-write of each row for both.
               The kernels' M queries share one key-norm weight, but a
@@ -191,7 +192,10 @@ class Stack:
             self.tables[count] = (
                 ops._pointer_table(row_pointers[:count], device),
                 ops._pointer_table(grad_rows[:count], device),
-                # Read i's pass of the pairs: rows 0..i-2 into the scratch.
+                # Read i's pass of the pairs: no gradient of rows 0..i-2.
+                ops._pointer_table((0,) * (count - 1)
+                                   + grad_rows[count - 1:count], device),
+                # The same into a scratch row.
                 ops._pointer_table((self.scratch.data_ptr(),) * (count - 1)
                                    + grad_rows[count - 1:count], device))
             if 2 <= count < L:
@@ -255,7 +259,7 @@ class Stack:
         while i >= 3:
             first = i == self.L
             # Read i: its dq and dg over all rows, its contribution to row
-            # i - 1 (the scratch takes the rest).
+            # i - 1 (the table's other entries are null).
             launch = self.plans[i].backward if first else self.accumulating[i]
             grads[i] = self._backward(i, launch, self.tables[i][2])[:2]
             # Read i - 1 with read i's deferred contributions to rows 0..i-2.
@@ -369,13 +373,16 @@ def time_shape(L, N, D, bandwidth, repeats, root):
             ("accumulating", lambda: stack._backward(
                 count, stack.accumulating[count], stack.tables[count][1]),
              3 * count + 2),
-            ("scratch", lambda: stack._backward(
+            ("one row", lambda: stack._backward(
                 count, stack.accumulating[count], stack.tables[count][2]),
              count + 4),
-            # The same with the writing kernel (no read of the scratch).
-            ("scratch, writing", lambda: stack._backward(
+            # The same with the writing kernel (no read of the row).
+            ("one row, writing", lambda: stack._backward(
                 count, stack.plans[count].backward, stack.tables[count][2]),
              count + 3),
+            ("scratch", lambda: stack._backward(
+                count, stack.accumulating[count], stack.tables[count][3]),
+             count + 4),
             ("forward", lambda: ops._launch_forward_from(
                 stack.plans[count], stack.tables[count][0], torch.bfloat16,
                 stack.queries[count - 1], stack.key_norms[count - 1], None),
@@ -454,8 +461,9 @@ def main():
               f"{row['floor_ms']:7.2f} {row['forward_ms']:9.2f} "
               + " ".join(f"{c:>17}" for c in cells))
     print("\neach pass alone (ms, fraction of its own floor, in rows of "
-          "[N, D]): the accumulating backward 3c + 2, the scratch pass c + 4 "
-          "(writing: c + 3), the forward c + 1, the two-query pass 3c + 4")
+          "[N, D]): the accumulating backward 3c + 2, the one-row pass c + 4 "
+          "(writing: c + 3; into a scratch row: c + 4), the forward c + 1, "
+          "the two-query pass 3c + 4")
     for row in rows:
         for p in row["passes"]:
             print(f"{str((row['L'], row['N'], row['D'])):>18} "

@@ -2,8 +2,9 @@
 # The GPU checks of one pipeline in one run on a machine without MLIR: the
 # keep-host programs of every decomposition test/Integration/GPU's lit
 # tests compile (host-layer.test, host-forward.test, host-backward.test),
-# the bundle cases (cases.test), the residual history (history.test) and
-# the speed benchmark (benchmarks/run.py),
+# the bundle cases (cases.test), the PyTorch ops eagerly, compiled and
+# replayed from CUDA graphs (torch-op.test), the residual history
+# (history.test) and the speed benchmark (benchmarks/run.py),
 # each result checked against float64 (the benchmark's against float32),
 # and the benchmark's speed against the committed one of the same card
 # (docs/performance/h200.json; on an H100, the H100 run in
@@ -18,8 +19,9 @@
 # The decompositions listed here are those of the lit tests (whose RUN
 # lines say what each covers): a variant added to a test belongs here too.
 # Where a GPU machine has MLIR, `lit build/test` runs the same checks.
-# CUDA_TOOLKIT, LLVM_TOOLS and CC override /usr/local/cuda,
-# /usr/lib/llvm-22/bin and cc.
+# CUDA_TOOLKIT, LLVM_TOOLS, CC and TORCH_PYTHON override /usr/local/cuda,
+# /usr/lib/llvm-22/bin, cc and /usr/bin/python3 (the build's Python, with
+# Debian's PyTorch, which torch_op.py imports even to list its bundles).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
@@ -58,7 +60,7 @@ stage() {
   local gpu=$root/test/Integration/GPU
   # Only what an earlier staging wrote is removed (DIR may hold more).
   rm -rf "$dir/lib" "$dir/host" "$dir/hb" "$dir/cases" "$dir/bundles" \
-    "$dir/history"
+    "$dir/history" "$dir/torch-op"
   mkdir -p "$dir/lib" "$dir/host"
   cp -P "$build"/lib/libAttnResRuntime.so* "$dir/lib/"
   for entry in "${layers[@]}"; do
@@ -85,6 +87,9 @@ stage() {
     python3 "$root/benchmarks/prebuild.py" "$dir/bundles"
   PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
     python3 "$gpu/history.py" --prebuild "$dir/history"
+  PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
+    "${TORCH_PYTHON:-/usr/bin/python3}" "$gpu/torch_op.py" --prebuild \
+    "$dir/torch-op"
   du -sh "$dir"
 }
 
@@ -137,6 +142,9 @@ kernel mix_0_forward; the launch was skipped"
   check cases env ATTNRES_LIBRARY_DIR="$dir/lib" python3 \
     "$root/test/Integration/GPU/run_cases.py" --cases "$dir/cases" \
     --out "$out/cases"
+  check torch-op env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
+    ATTNRES_BUNDLE_DIR="$dir/torch-op" python3 \
+    "$root/test/Integration/GPU/torch_op.py" --out "$out/torch-op"
   check history env PYTHONPATH="$root/python" ATTNRES_LIBRARY_DIR="$dir/lib" \
     ATTNRES_BUNDLE_DIR="$dir/history" python3 \
     "$root/test/Integration/GPU/history.py"

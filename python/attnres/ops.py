@@ -899,16 +899,34 @@ def _launch_backward_into(plan, launch, table, grad_table, dtype, query,
 
 
 def _launch_backward(plan, table, sources, query, key_norm, output_norm,
-                     grad, lse, saved, residual):
+                     grad, lse, saved, residual, wanted=None):
+    """The backward of an eager call: (the sources' gradients, dq, dg,
+    dh). `wanted` (one bool a source input: a packed source is one) leaves
+    out the gradients of the sources it marks False: their entries in the
+    table of gradient rows are null, which the kernel neither reads nor
+    writes, and their gradients are None."""
     dtype = sources[0].dtype
-    grad_sources = torch.empty(plan.grad_shape, dtype=dtype,
-                               device=plan.device)
-    grad_table = _pointer_table(_packed_pointers(grad_sources), plan.device,
-                                grad_sources)
+    if plan.packed and wanted is not None and not wanted[0]:
+        grad_table = _pointer_table((0,) * plan.grad_shape[0], plan.device)
+        per_source = (None,)
+    elif wanted is None or all(wanted):
+        grad_sources = torch.empty(plan.grad_shape, dtype=dtype,
+                                   device=plan.device)
+        grad_table = _pointer_table(_packed_pointers(grad_sources),
+                                    plan.device, grad_sources)
+        per_source = (grad_sources,) if plan.packed else \
+            grad_sources.unbind(0)
+    else:
+        grad_sources = torch.empty((sum(wanted),) + plan.grad_shape[1:],
+                                   dtype=dtype, device=plan.device)
+        rows = iter(grad_sources.unbind(0))
+        per_source = [next(rows) if w else None for w in wanted]
+        grad_table = _pointer_table(
+            tuple(g.data_ptr() if g is not None else 0 for g in per_source),
+            plan.device)
     dq, dg, dh = _launch_backward_into(
         plan, plan.backward, table, grad_table, dtype, query, key_norm,
         output_norm, grad, lse, saved, residual)
-    per_source = (grad_sources,) if plan.packed else grad_sources.unbind(0)
     return per_source, dq, dg, dh
 
 
@@ -930,9 +948,10 @@ class _Eager(torch.autograd.Function):
         # Unpacking checks that no saved tensor was modified in place.
         query, key_norm, output_norm, saved, residual, lse, *sources = \
             ctx.saved_tensors
+        wanted = ctx.needs_input_grad[5:]
         per_source, dq, dg, dh = _launch_backward(
             ctx.plan, ctx.table, sources, query, key_norm, output_norm,
-            grad_o, lse, saved, residual)
+            grad_o, lse, saved, residual, wanted)
         return (None, None, dq, dg, dh, *per_source)
 
 

@@ -192,6 +192,11 @@ Value KernelEmitter::loadPointer(Value table, Value index) {
   return LLVM::LoadOp::create(b, loc, pointer, address, /*alignment=*/8);
 }
 
+Value KernelEmitter::notNull(Value pointer) {
+  Value null = LLVM::ZeroOp::create(b, loc, pointer.getType());
+  return LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne, pointer, null);
+}
+
 void KernelEmitter::ifThen(Value condition, function_ref<void()> body) {
   auto ifOp = scf::IfOp::create(b, loc, condition, /*withElseRegion=*/false);
   OpBuilder::InsertionGuard guard(b);

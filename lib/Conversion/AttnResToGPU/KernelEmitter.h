@@ -132,6 +132,8 @@ public:
   void storeScalar(Value value, Value base, Value index, Type elementType);
   /// Entry `index` of a device table of global pointers.
   Value loadPointer(Value table, Value index);
+  /// Whether a global pointer is not null (i1).
+  Value notNull(Value pointer);
 
   /// Runs `body` only where `condition` holds.
   void ifThen(Value condition, function_ref<void()> body);

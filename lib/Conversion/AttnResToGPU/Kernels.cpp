@@ -2056,8 +2056,12 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                                    : e.select(keyMasks[c], keyTerm[c], zero));
             // An accumulating backward adds the gradient the row already
             // has (each row of each source is this thread's alone), in
-            // FP32, and rounds once.
-            storeRow(e, dv, targets[i], rowc, spec.value, writes, {},
+            // FP32, and rounds once. A null entry of the gradient table
+            // asks for no gradient of that source: its row is neither read
+            // nor written (the source still counts in dq, dg and dh).
+            Value wanted = arith::AndIOp::create(b, loc, writes,
+                                                 e.notNull(targets[i]));
+            storeRow(e, dv, targets[i], rowc, spec.value, wanted, {},
                      spec.accumulate);
           }
           return next;

@@ -145,6 +145,21 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // STAGED: nvvm.cp.async.shared.global
 // STAGED: nvvm.cp.async.commit.group
 // STAGED-LABEL: gpu.func @grad_0_finalize
+// A null entry of the table of gradient rows (grad_sources, %arg6) asks for
+// no gradient of that source: its row is written (and, accumulating, read)
+// only where the entry is not null.
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu | FileCheck %s --check-prefix=NULL-GRAD
+// NULL-GRAD-LABEL: gpu.func @grad_0_backward
+// NULL-GRAD: %[[SLOT:.*]] = llvm.getelementptr %arg6[%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, !llvm.ptr<1>
+// NULL-GRAD-NEXT: %[[ROW:.*]] = llvm.load %[[SLOT]] {alignment = 8 : i64} : !llvm.ptr<1> -> !llvm.ptr<1>
+// NULL-GRAD: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
+// NULL-GRAD-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW]], %[[NULL]] : !llvm.ptr<1>
+// NULL-GRAD-NEXT: %[[WRITES:.*]] = arith.andi %{{.*}}, %[[WANTED]] : i1
+// NULL-GRAD: %[[CHUNK:.*]] = arith.andi %[[WRITES]], %{{.*}} : i1
+// NULL-GRAD-NEXT: scf.if %[[CHUNK]] {
+// NULL-GRAD: %[[AT:.*]] = llvm.getelementptr %[[ROW]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// NULL-GRAD-NEXT: llvm.store %{{.*}}, %[[AT]] {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// NULL-GRAD-LABEL: gpu.func @grad_0_finalize
 // CHECK-LABEL: gpu.module @attnres_kernels
 // CHECK-SAME: backward = "grad_0_backward"
 // CHECK-SAME: finalize = "grad_0_finalize"

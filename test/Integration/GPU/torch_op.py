@@ -259,6 +259,35 @@ def check(c, report, mode, got, ref):
     report.one_source(c, mode, ref["inputs"], o=o, dv=dv, dq=dq, dg=dg)
 
 
+def frozen_sources(c, report, x, grad, ref):
+    """Eagerly, with the odd sources of a list (a packed source: all of
+    it) taking no gradient: the kernel's table of gradient rows has null
+    entries for them, which it must neither read nor write (a write
+    through one faults), and every other gradient is the same."""
+    sources, query, g, h, leaves = make_leaves(c, x)
+    if c["packed"]:
+        kept, sources = [], sources.detach()
+    else:
+        kept = sources[0::2]
+        sources = [s if l % 2 == 0 else s.detach()
+                   for l, s in enumerate(sources)]
+    weights = leaves[len(leaves) - 1 - (g is not None) - (h is not None):]
+    o = run_op(c, sources, query, g, h)
+    got = grads_of(kept + weights, o, grad)
+    dv64, dq64, dg64, dh64, dq_abs, dg_abs, dh_abs = ref["backward64"]
+    dv32, dq32, dg32, dh32 = ref["backward32"]
+    N, D = c["N"], c["D"]
+    if kept:
+        dv = torch.stack([t.reshape(N, D) for t in got[:len(kept)]])
+        report.check("frozen dv", dv, dv64[0::2], dv32[0::2], c["dtype"])
+    got = got[len(kept):]
+    report.check("frozen dq", got[0].reshape(c["M"], -1), dq64, dq32,
+                 c["param_dtype"], dq_abs)
+    if dg64 is not None:
+        report.check("frozen dg", got[1], dg64, dg32, c["param_dtype"],
+                     dg_abs)
+
+
 def attnres_case(c, report, device, modes):
     x = make_inputs(c, device)
     lse, saved = op_saved(c, x)
@@ -275,6 +304,7 @@ def attnres_case(c, report, device, modes):
         sources, query, g, h, leaves = make_leaves(c, x)
         o = run_op(c, sources, query, g, h)
         check(c, report, "eager", (o,) + grads_of(leaves, o, grad), ref)
+        frozen_sources(c, report, x, grad, ref)
 
     # torch.compile(fullgraph=True), forward and backward
     if c["compile"] and "compile" in modes:
