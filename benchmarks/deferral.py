@@ -189,6 +189,11 @@ class Stack:
             self.plans[count] = ops._Plan(call, device)
             self.accumulating[count] = ops._BackwardLaunch(
                 ops._runtime(call.spec(accumulate=True), device), N)
+            if not self.accumulating[count].skips_null_gradients:
+                raise SystemExit(
+                    f"the accumulating backward of {count} sources does not "
+                    f"skip null gradient entries (a bundle from an older "
+                    f"compiler): prebuild the bundles again")
             self.tables[count] = (
                 ops._pointer_table(row_pointers[:count], device),
                 ops._pointer_table(grad_rows[:count], device),

@@ -6,7 +6,7 @@ run.py calls it) four ways, twice each back to back, on fresh inputs:
 alone, after a forward+backward, after a forward+backward and run.py's
 reference check, and alone again. Prints each as a fraction of the byte
 floor measured in the same run. On an H100 (2026-12-06) only the first
-timing after the reference was slow: 0.89 of the floor, then 1.01; every
+timing after the reference was slow: 0.89 of the floor, then 1.02; every
 other one 1.01-1.02.
 
     PYTHONPATH=python ATTNRES_LIBRARY_DIR=build/device/lib \\

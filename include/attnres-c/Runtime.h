@@ -97,8 +97,10 @@ attnresForward(const AttnresRuntime *runtime, int op,
                const AttnresForwardArgs *args, void *stream, char **error);
 
 /* Backward of op `op`: `grad_sources` is a device table of L pointers to the
- * [N, D] source gradients; a null entry asks for no gradient of that source
- * (its row is neither read nor written; dq, dg and dh still count it).
+ * [N, D] source gradients; where the op's manifest entry says
+ * "skips_null_gradients": true, a null entry asks for no gradient of that
+ * source (its row is neither read nor written; dq, dg and dh still count
+ * it). Older bundles store through every entry.
  * dq, dg and dh have the parameters' shapes;
  * `saved_residual` is the forward's o_pre_residual where the op reads one,
  * `grad_lse` the lse's gradient where the op takes one.

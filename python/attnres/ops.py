@@ -740,6 +740,9 @@ class _BackwardLaunch:
         op = runtime.op("backward")
         self.runtime = runtime  # keeps the handle's bundle loaded
         self.handle, self.op = runtime._handle, op.index
+        # Whether the kernel leaves the rows of null gradient entries alone
+        # (bundles from before that fact store through every entry).
+        self.skips_null_gradients = bool(op.get("skips_null_gradients"))
         self.blocks = runtime.backward_blocks(op, N)
         self.partitions = runtime.backward_partitions(op, self.blocks)
         self.workspace = runtime.backward_workspace_size(
@@ -904,8 +907,16 @@ def _launch_backward(plan, table, sources, query, key_norm, output_norm,
     dh). `wanted` (one bool a source input: a packed source is one) leaves
     out the gradients of the sources it marks False: their entries in the
     table of gradient rows are null, which the kernel neither reads nor
-    writes, and their gradients are None."""
+    writes, and their gradients are None. (With a bundle whose kernel
+    does not skip null entries, every gradient is computed and those are
+    dropped.)"""
     dtype = sources[0].dtype
+    if wanted is not None and not plan.backward.skips_null_gradients:
+        per_source, dq, dg, dh = _launch_backward(
+            plan, table, sources, query, key_norm, output_norm, grad, lse,
+            saved, residual)
+        return (tuple(g if w else None for g, w in zip(per_source, wanted)),
+                dq, dg, dh)
     if plan.packed and wanted is not None and not wanted[0]:
         grad_table = _pointer_table((0,) * plan.grad_shape[0], plan.device)
         per_source = (None,)

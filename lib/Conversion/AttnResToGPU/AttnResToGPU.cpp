@@ -906,6 +906,11 @@ struct ConvertAttnResToGPUPass
     // The source gradients' rows are read and added to, not overwritten.
     if (spec.accumulate)
       facts.append("accumulates", b.getBoolAttr(true));
+    // A null entry of the table of source gradients asks for no gradient of
+    // that source: its row is neither read nor written. Bundles without
+    // this fact store through every entry, so a caller passes nulls only
+    // where it is there.
+    facts.append("skips_null_gradients", b.getBoolAttr(true));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     // Whether the backward adds its row groups' partial rows before writing
     // them (bundles without this fact wrote one per row group).

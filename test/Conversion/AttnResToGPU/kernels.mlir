@@ -165,6 +165,7 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // CHECK-SAME: finalize = "grad_0_finalize"
 // CHECK-SAME: partial_rows_per_block = 1
 // CHECK-SAME: rows_per_block = 16
+// CHECK-SAME: skips_null_gradients = true
 // CHECK: gpu.func @grad_0_backward
 // CHECK-SAME: workgroup(%{{.*}} : memref<960xf32, #gpu.address_space<workgroup>> {llvm.align = 16 : i64})
 // CHECK-SAME: {alignment = 2 : i64, kind = "buffer", name = "query", shape = "[M, R]", type = "bf16"}
@@ -338,11 +339,18 @@ func.func @partial(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16
 // An accumulating backward: its manifest entry says so, and each chunk of a
 // source gradient row is loaded from the row the gradient table points to,
 // widened, added to in FP32, rounded once and stored back to the same
-// address (a 128-bit load and store of 8 bf16).
+// address (a 128-bit load and store of 8 bf16), all of it only where the
+// table's entry for the source is not null: a null entry's row is not read
+// either.
 // CHECK-LABEL: accumulates = true, backward = "accumulating_0_backward"
+// CHECK-SAME: skips_null_gradients = true
 // CHECK: gpu.func @accumulating_0_backward(
-// CHECK: scf.if
-// CHECK: %[[AT:.*]] = llvm.getelementptr %[[ROW:.*]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// CHECK: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
+// CHECK-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW:.*]], %[[NULL]] : !llvm.ptr<1>
+// CHECK-NEXT: %[[WRITES:.*]] = arith.andi %{{.*}}, %[[WANTED]] : i1
+// CHECK: %[[CHUNK:.*]] = arith.andi %[[WRITES]], %{{.*}} : i1
+// CHECK-NEXT: scf.if %[[CHUNK]] {
+// CHECK: %[[AT:.*]] = llvm.getelementptr %[[ROW]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
 // CHECK-NEXT: %[[HAD:.*]] = llvm.load %[[AT]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-NEXT: %[[WIDE:.*]] = llvm.fpext %[[HAD]] : vector<8xbf16> to vector<8xf32>
 // CHECK-NEXT: %[[SUM:.*]] = arith.addf %{{.*}}, %[[WIDE]] fastmath<contract> : vector<8xf32>

@@ -259,11 +259,14 @@ def check(c, report, mode, got, ref):
     report.one_source(c, mode, ref["inputs"], o=o, dv=dv, dq=dq, dg=dg)
 
 
-def frozen_sources(c, report, x, grad, ref):
+def frozen_sources(c, report, x, grad, ref, skips_null=True):
     """Eagerly, with the odd sources of a list (a packed source: all of
     it) taking no gradient: the kernel's table of gradient rows has null
     entries for them, which it must neither read nor write (a write
-    through one faults), and every other gradient is the same."""
+    through one faults), and every other gradient is the same. With
+    `skips_null` False, as with a bundle from before the kernels skipped
+    null entries (whose backward op lacks the fact): every row gets a
+    gradient and the op drops those not wanted."""
     sources, query, g, h, leaves = make_leaves(c, x)
     if c["packed"]:
         kept, sources = [], sources.detach()
@@ -272,20 +275,33 @@ def frozen_sources(c, report, x, grad, ref):
         sources = [s if l % 2 == 0 else s.detach()
                    for l, s in enumerate(sources)]
     weights = leaves[len(leaves) - 1 - (g is not None) - (h is not None):]
+    from attnres import ops
     o = run_op(c, sources, query, g, h)
-    got = grads_of(kept + weights, o, grad)
+    # The forward made (or found) the call's plan, which its backward reads.
+    plans = [p for p in ops._plans.values() if p]
+    for plan in plans:
+        plan.backward.skips_null_gradients = skips_null
+    try:
+        got = grads_of(kept + weights, o, grad)
+    finally:
+        for plan in plans:
+            plan.backward.skips_null_gradients = True
+    name = "frozen" if skips_null else "frozen, older bundle,"
     dv64, dq64, dg64, dh64, dq_abs, dg_abs, dh_abs = ref["backward64"]
     dv32, dq32, dg32, dh32 = ref["backward32"]
     N, D = c["N"], c["D"]
     if kept:
         dv = torch.stack([t.reshape(N, D) for t in got[:len(kept)]])
-        report.check("frozen dv", dv, dv64[0::2], dv32[0::2], c["dtype"])
-    got = got[len(kept):]
-    report.check("frozen dq", got[0].reshape(c["M"], -1), dq64, dq32,
+        report.check(f"{name} dv", dv, dv64[0::2], dv32[0::2], c["dtype"])
+    got = list(got[len(kept):])
+    report.check(f"{name} dq", got.pop(0).reshape(c["M"], -1), dq64, dq32,
                  c["param_dtype"], dq_abs)
     if dg64 is not None:
-        report.check("frozen dg", got[1], dg64, dg32, c["param_dtype"],
-                     dg_abs)
+        report.check(f"{name} dg", got.pop(0), dg64, dg32,
+                     c["param_dtype"], dg_abs)
+    if dh64 is not None:
+        report.check(f"{name} dh", got.pop(0).reshape(dh64.shape), dh64,
+                     dh32, c["param_dtype"], dh_abs)
 
 
 def attnres_case(c, report, device, modes):
@@ -305,6 +321,7 @@ def attnres_case(c, report, device, modes):
         o = run_op(c, sources, query, g, h)
         check(c, report, "eager", (o,) + grads_of(leaves, o, grad), ref)
         frozen_sources(c, report, x, grad, ref)
+        frozen_sources(c, report, x, grad, ref, skips_null=False)
 
     # torch.compile(fullgraph=True), forward and backward
     if c["compile"] and "compile" in modes:
