@@ -113,3 +113,11 @@ def test_loading_from_memory_has_the_folder_caps(bundle):
     with pytest.raises(attnres.BundleError,
                        match="exactly one binary expected"):
         attnres.load(none)
+
+
+def test_the_backward_says_it_skips_null_gradient_entries(runtime):
+    # The eager op passes null entries of the gradient table (sources that
+    # need no gradient) only to a backward whose op entry says this; one
+    # from an older compiler stores through every entry.
+    assert runtime.op("backward").get("skips_null_gradients") is True
+    assert runtime.op("forward").get("skips_null_gradients") is None

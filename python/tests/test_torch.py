@@ -131,3 +131,37 @@ def test_fake_implementations():
                                      o.reshape(4, 16, 64), 1e-6, 1.0)
         assert [tuple(g.shape) for g in grads] == [(3, 16, 64), (4, 32),
                                                    (0,)]
+
+
+@pytest.mark.skipif(_version() < (2, 4),
+                    reason="the eager path needs PyTorch >= 2.4")
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("skips", [True, False])
+def test_null_gradient_entries_only_where_the_backward_skips_them(
+        monkeypatch, packed, skips):
+    """The eager backward's table of gradient rows, for sources some of
+    which need no gradient: null entries for those where the bundle's
+    backward skips them; else a row for every source, the unwanted ones
+    dropped (a kernel from before the fact would store through a null
+    entry). The launch itself is replaced: no GPU needed."""
+    import types
+    from attnres import ops
+    tables = []
+    monkeypatch.setattr(ops, "_pointer_table",
+                        lambda pointers, device, packed=None:
+                        tables.append(pointers) or object())
+    monkeypatch.setattr(ops, "_launch_backward_into",
+                        lambda *args: ("dq", "dg", "dh"))
+    plan = types.SimpleNamespace(
+        packed=packed, grad_shape=(3, 8, 64), device=torch.device("cpu"),
+        backward=types.SimpleNamespace(skips_null_gradients=skips))
+    srcs = [torch.randn(3, 8, 64)] if packed else sources(3, (8, 64))
+    wanted = (False,) if packed else (True, False, True)
+    per_source, dq, dg, dh = ops._launch_backward(
+        plan, None, srcs, None, None, None, None, None, None, None, wanted)
+    assert (dq, dg, dh) == ("dq", "dg", "dh")
+    assert [g is not None for g in per_source] == list(wanted)
+    assert all(g.shape == (8, 64) for g in per_source if g is not None)
+    (pointers,) = tables
+    assert len(pointers) == 3
+    assert (0 in pointers) == skips
