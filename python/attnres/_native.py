@@ -97,6 +97,8 @@ class MergeArgs(ctypes.Structure):
 
 _runtime_lib = None
 _compiler_lib = None
+_compiler_path = None
+_compiler_fingerprint = None
 
 
 def runtime_lib():
@@ -184,9 +186,10 @@ def compiler_available():
 
 
 def compiler_lib():
-    global _compiler_lib
+    global _compiler_lib, _compiler_path
     if _compiler_lib is None:
         lib = _open(_COMPILER, "the attnres compiler, which needs LLVM/MLIR 22")
+        _compiler_path = _find(_COMPILER)
         bundle = ctypes.c_void_p
         signatures = {
             "attnresCompileSpec": (bundle, [ctypes.c_char_p,
@@ -214,6 +217,23 @@ def compiler_lib():
             function.argtypes = argtypes
         _compiler_lib = lib
     return _compiler_lib
+
+
+def compiler_fingerprint():
+    """The first 16 hex digits of the SHA-256 of the loaded compiler
+    library's file: what the disk cache of bundles is keyed by beside the
+    compiler's version, which stays the same from one build to the next
+    while the kernels it emits change."""
+    global _compiler_fingerprint
+    if _compiler_fingerprint is None:
+        import hashlib
+        compiler_lib()
+        digest = hashlib.sha256()
+        with open(_compiler_path, "rb") as library:
+            for block in iter(lambda: library.read(1 << 20), b""):
+                digest.update(block)
+        _compiler_fingerprint = digest.hexdigest()[:16]
+    return _compiler_fingerprint
 
 
 def compile_error(error, lib):

@@ -8,8 +8,10 @@ target name one bundle folder, found in this order:
 1. ``$ATTNRES_BUNDLE_DIR/<target>/<name>/``: prebuilt bundles (see
    :func:`prebuild`), for machines without LLVM/MLIR;
 2. the disk cache ``$ATTNRES_CACHE_DIR`` (default ``~/.cache/attnres``),
-   under ``<compiler version>/<target>/<name>/``, compiled on first use
-   when the compiler library is present.
+   under ``<compiler version>-<fingerprint>/<target>/<name>/`` (the
+   fingerprint: of the compiler library's file, so that a rebuilt compiler
+   never loads an older build's kernels), compiled on first use when the
+   compiler library is present.
 """
 
 import os
@@ -121,6 +123,16 @@ def cache_dir():
                         pathlib.Path.home() / ".cache" / "attnres")
 
 
+def compiled_cache_dir():
+    """The disk cache's folder for the loaded compiler: its version and
+    the fingerprint of its library, so that a rebuilt compiler (whose
+    version string may not have changed) compiles its bundles anew instead
+    of loading ones an older build made."""
+    from .compiler import compiler_version
+    version = re.sub(r"[^A-Za-z0-9.]+", "-", compiler_version()).strip("-")
+    return cache_dir() / f"{version}-{_native.compiler_fingerprint()}"
+
+
 def prebuilt_dir():
     folder = os.environ.get("ATTNRES_BUNDLE_DIR")
     return pathlib.Path(folder) if folder else None
@@ -153,9 +165,7 @@ def folder_for(key, target):
             f"LLVM/MLIR 22) is not available to compile one. Prebuild on a "
             f"machine with the compiler: python -m attnres prebuild "
             f"--target {target} --output DIR '{key}'")
-    from .compiler import compiler_version
-    version = re.sub(r"[^A-Za-z0-9.]+", "-", compiler_version()).strip("-")
-    folder = cache_dir() / version / target / name
+    folder = compiled_cache_dir() / target / name
     if not (folder / "manifest.json").is_file():
         compile_key(key, target, folder)
     return folder

@@ -332,6 +332,18 @@ def test_kernel_store(tmp_path, monkeypatch):
     stamp = (folder / "manifest.json").stat().st_mtime_ns
     assert kernels.folder_for(key, target) == folder
     assert (folder / "manifest.json").stat().st_mtime_ns == stamp
+    # Under the compiler's version and its library's fingerprint: another
+    # build of the compiler, whose version string is the same, compiles
+    # anew rather than loading this build's kernels.
+    import hashlib
+    library = _native._find(_native._COMPILER)
+    fingerprint = hashlib.sha256(library.read_bytes()).hexdigest()[:16]
+    assert folder.parent.parent.name.endswith("-" + fingerprint)
+    assert folder.parent.parent.name.startswith("attnres-")
+    monkeypatch.setattr(_native, "_compiler_fingerprint", "0" * 16)
+    rebuilt = kernels.folder_for(key, target)
+    assert rebuilt.parent.parent.name.endswith("-" + "0" * 16)
+    assert rebuilt != folder and (rebuilt / "manifest.json").is_file()
 
     # A prebuilt folder wins over the cache.
     prebuilt = tmp_path / "prebuilt"
