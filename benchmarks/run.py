@@ -136,12 +136,26 @@ def reference_errors(x, save, o, grads, chunk=2048):
     return errors
 
 
+def input_sets(L, N, D, onorm):
+    """The input sets a shape's replays rotate through (the same values in
+    every run)."""
+    gen = torch.Generator(device="cuda").manual_seed(L * 7919 + N + D)
+    copies = common.copies_for(common.backward_bytes(L, N, D))
+    return [Inputs(L, N, D, onorm, gen) for _ in range(copies)]
+
+
+def forward_calls(inputs, save):
+    """One forward call (no autograd) on each input set."""
+    def forward(x):
+        with torch.no_grad():
+            call(x, x.sources, x.query, x.key_norm, x.output_norm, save)
+    return [lambda x=x: forward(x) for x in inputs]
+
+
 def measure_shape(L, N, D, variant, bandwidth):
     save = variant.split("+")[0]
     onorm = variant.endswith("+onorm")
-    gen = torch.Generator(device="cuda").manual_seed(L * 7919 + N + D)
-    copies = common.copies_for(common.backward_bytes(L, N, D))
-    inputs = [Inputs(L, N, D, onorm, gen) for _ in range(copies)]
+    inputs = input_sets(L, N, D, onorm)
     fwd_floor = common.forward_bytes(L, N, D) / bandwidth * 1e3
     bwd_floor = common.backward_bytes(L, N, D) / bandwidth * 1e3
     records = []
@@ -156,10 +170,7 @@ def measure_shape(L, N, D, variant, bandwidth):
     errors = reference_errors(inputs[0], save, o, grads)
     del o, grads
 
-    def forward(x):
-        with torch.no_grad():
-            call(x, x.sources, x.query, x.key_norm, x.output_norm, save)
-    forwards = [lambda x=x: forward(x) for x in inputs]
+    forwards = forward_calls(inputs, save)
     # The reference above is compute-heavy, and a bandwidth-bound kernel
     # timed right after it runs slower for a while (benchmarks/README.md):
     # the first timing settles the GPU and is not kept.
@@ -208,7 +219,8 @@ def measure_shape(L, N, D, variant, bandwidth):
     def eager():
         for x, lv in zip(inputs, leaves):
             forward_backward(x, save, lv)
-    record("fwd_bwd_eager", common.time_steady(eager, repeats=10) / copies,
+    record("fwd_bwd_eager",
+           common.time_steady(eager, repeats=10) / len(inputs),
            fwd_floor + bwd_floor)
     del inputs, leaves
     torch.cuda.empty_cache()

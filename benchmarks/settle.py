@@ -32,23 +32,17 @@ def main():
     L, N, D = map(int, args.shape.split(","))
     bandwidth = common.copy_bandwidth()
     floor = common.forward_bytes(L, N, D) / bandwidth * 1e3
-    copies = common.copies_for(common.backward_bytes(L, N, D))
     print(f"{torch.cuda.get_device_name()}; copy {bandwidth / 1e12:.3f} TB/s")
 
     def timed(before):
-        gen = torch.Generator(device="cuda").manual_seed(L * 7919 + N + D)
-        inputs = [run.Inputs(L, N, D, False, gen) for _ in range(copies)]
+        inputs = run.input_sets(L, N, D, onorm=False)
         if before != "nothing":
             o, grads = run.forward_backward(inputs[0], args.save)
             torch.cuda.synchronize()
             if before == "reference":
                 run.reference_errors(inputs[0], args.save, o, grads)
             del o, grads
-
-        def forward(x):
-            with torch.no_grad():
-                run.call(x, x.sources, x.query, x.key_norm, None, args.save)
-        calls = [lambda x=x: forward(x) for x in inputs]
+        calls = run.forward_calls(inputs, args.save)
         first = floor / common.time_graph(calls)
         second = floor / common.time_graph(calls)
         print(f"  after {before:<26} {first:.3f} then {second:.3f}")

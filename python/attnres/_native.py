@@ -97,7 +97,6 @@ class MergeArgs(ctypes.Structure):
 
 _runtime_lib = None
 _compiler_lib = None
-_compiler_path = None
 _compiler_fingerprint = None
 
 
@@ -186,10 +185,9 @@ def compiler_available():
 
 
 def compiler_lib():
-    global _compiler_lib, _compiler_path
+    global _compiler_lib
     if _compiler_lib is None:
         lib = _open(_COMPILER, "the attnres compiler, which needs LLVM/MLIR 22")
-        _compiler_path = _find(_COMPILER)
         bundle = ctypes.c_void_p
         signatures = {
             "attnresCompileSpec": (bundle, [ctypes.c_char_p,
@@ -227,9 +225,9 @@ def compiler_fingerprint():
     global _compiler_fingerprint
     if _compiler_fingerprint is None:
         import hashlib
-        compiler_lib()
         digest = hashlib.sha256()
-        with open(_compiler_path, "rb") as library:
+        # (A CDLL keeps the path it was opened from.)
+        with open(compiler_lib()._name, "rb") as library:
             for block in iter(lambda: library.read(1 << 20), b""):
                 digest.update(block)
         _compiler_fingerprint = digest.hexdigest()[:16]
