@@ -65,8 +65,28 @@ def keys():
                 _Shape((D,), bf16), None, common.EPS, common.SCALE, "o_pre")
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
+            # The history's paired reads (attnres.nn._PAIR_MIN_ROWS): the
+            # partner of a read of count + 1 rows passes the two queries'
+            # products q * g (float32) over its count rows.
+            min_rows, min_bytes = pair_thresholds()
+            if 2 <= count < L and count + 1 >= min_rows and \
+                    N * D * 2 >= min_bytes:
+                pair = _checks.check_attnres(
+                    _Shape((count, N, D), bf16),
+                    _Shape((2, D), "torch.float32"),
+                    _Shape((D,), "torch.float32"), None, common.EPS,
+                    common.SCALE, "o_pre")
+                result.add(pair.spec())
+                result.add(pair.spec(accumulate=True))
     # Block AttnRes reads at most BLOCKS + 1 sources a layer: keys above.
     return sorted(result)
+
+
+def pair_thresholds():
+    """The fewest rows a history's read pairs at, and the smallest row in
+    bytes (read from attnres.nn, which needs PyTorch)."""
+    from attnres import nn
+    return nn._PAIR_MIN_ROWS, nn._PAIR_MIN_ROW_BYTES
 
 
 def reads(L, block):
@@ -238,7 +258,21 @@ def graphed(m, step_of):
     return replay
 
 
-def contenders(block=False, compiled=False, graphs=False):
+def unpaired(step):
+    """`step` with the history's reads left unpaired (every read's backward
+    adds into all its rows: attnres.nn._PAIR_MIN_ROWS out of reach)."""
+    def run():
+        from attnres import nn
+        saved, nn._PAIR_MIN_ROWS = nn._PAIR_MIN_ROWS, sys.maxsize
+        try:
+            step()
+        finally:
+            nn._PAIR_MIN_ROWS = saved
+    return run
+
+
+def contenders(block=False, compiled=False, graphs=False,
+               unpaired_too=False):
     """(name, function(model) -> step function) of what is importable."""
     import attnres
     from attnres.nn import ResidualHistory
@@ -262,6 +296,10 @@ def contenders(block=False, compiled=False, graphs=False):
         ("list op", lambda m: lambda: on_list(m, attnres.attnres)),
         ("PyTorch ops", lambda m: lambda: on_list(m, torch_op)),
     ]
+    if unpaired_too and not block:
+        found.append(("history, unpaired", lambda m: (
+            lambda h: unpaired(lambda: on_history(m, h)))(
+                ResidualHistory(capacity(m)))))
     if compiled:
         found.append(("history, compiled",
                       lambda m: compiled_history(m, block)))
@@ -348,12 +386,12 @@ def measure(m, step, repeats):
 
 
 def run_shape(L, N, D, bandwidth, reference, repeats, block=False,
-              compiled=False, graphs=False):
+              compiled=False, graphs=False, unpaired_too=False):
     import torch
     m = Model(L, N, D, torch.bfloat16)
     row = dict(L=L, N=N, D=D, block=block,
                floor_ms=floor_bytes(L, N, D, block) / bandwidth * 1e3)
-    found = contenders(block, compiled, graphs)
+    found = contenders(block, compiled, graphs, unpaired_too)
     expected = gradients(m, found[2][1](m))   # the list op's
     errors = {}
     for name, make in found:
@@ -447,6 +485,9 @@ def main():
     parser.add_argument("--compiled", action="store_true",
                         help="time the history's step under torch.compile "
                         "too (its forward compiled, fullgraph)")
+    parser.add_argument("--unpaired", action="store_true",
+                        help="time the history's Full step with its reads "
+                        "unpaired too (attnres.nn._PAIR_MIN_ROWS)")
     parser.add_argument("--kernels", action="store_true",
                         help="instead, each kernel's GPU time in one Full "
                         "history step per shape (torch.profiler)")
@@ -479,7 +520,8 @@ def main():
         for index, (L, N, D) in enumerate(shapes):
             rows.append(run_shape(L, N, D, bandwidth, reference=index == 0,
                                   repeats=args.repeats, block=block,
-                                  compiled=args.compiled))
+                                  compiled=args.compiled,
+                                  unpaired_too=args.unpaired))
             print(json.dumps(rows[-1]), flush=True)
     host = run_shape(*HOST_SHAPE, bandwidth, reference=False,
                      repeats=max(args.repeats, 20), graphs=True)
@@ -499,6 +541,9 @@ def main():
         plain = row["plain"]["ms"]
         cells = []
         for n in names:
+            if n not in row:   # (--unpaired: Full AttnRes only)
+                cells.append("")
+                continue
             ms = row[n]["ms"]
             share = ms - plain
             cells.append(f"{ms:6.1f} {share:5.1f} {share / row['floor_ms']:4.2f}x"

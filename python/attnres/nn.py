@@ -75,6 +75,10 @@ class _StepState:
         self._read_rows = 0     # rows some read of this step read
         self._written = 0       # gradient rows written this backward
         self._backwards = set()  # reads whose backward ran this step
+        # A paired read's contributions to its rows but the last, which the
+        # next read's backward adds with its own (_Deferred).
+        self._deferred = None
+        self._pair_buffers = None  # _PairBuffers, once a read paired
 
     # --- backward bookkeeping ---------------------------------------------
 
@@ -109,9 +113,17 @@ class _StepState:
     def _add_nothing(self, count):
         """A read whose output got no gradient: its rows' gradients are
         zero (written as such where its backward is the first)."""
+        self._flush_deferred()
         grads, accumulate = self._gradient_rows(count)
         if not accumulate:
             grads.zero_()
+
+    def _flush_deferred(self):
+        """Adds a paired read's deferred contributions on their own,
+        where the backward that runs next cannot take them with its own."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            deferred.flush(self)
 
     def _check_rows_unchanged(self):
         """Refuses a backward (before it computes anything) where a row
@@ -232,6 +244,7 @@ class ResidualHistory:
         state._row_pointers = []
         state._written = 0
         state._backwards = set()
+        state._deferred = None
         self._reads = 0
         # The chain's first link (the reads' links require a gradient
         # wherever their inputs do).
@@ -258,6 +271,7 @@ class ResidualHistory:
         self._eager_steps += 1
         self._state._step = self._eager_steps
         self._state._rows, self._state._versions = [], []
+        self._state._deferred = None
         self._token, self._pending, self._carrier = None, [], None
         self._row_like, self._count, self._carried = None, 0, 0
 
@@ -703,6 +717,181 @@ class BlockRead:
         return merged.to(dtype)
 
 
+# --- paired reads -------------------------------------------------------------
+# Read i's backward must hand back row i - 1's gradient complete (layer
+# i - 1's backward takes it next), but nothing needs rows 0..i-2's before
+# read i - 1's backward, which reads the same rows. Where both reads are
+# large, read i's backward adds only into row i - 1 (the accumulating
+# kernel with null entries for rows 0..i-2: it still reads every row for
+# its dq and dg), and read i - 1's adds both reads' contributions to rows
+# 0..i-2 in one two-query pass: one read-modify-write of each gradient row
+# for the two reads instead of two, (4i + 8) rows moved per pair instead
+# of (6i + 1). The kernels' M queries share one key-norm weight, but a
+# read's logits depend on its query q and key-norm weight g only through
+# q * g (the key is g * v / rms(v)), so the pass runs the products q * g
+# (float32: exact for bf16 and f16 values) against a weight of ones, and
+# read i - 1's gradients are dq = g dq' and dg = q dq'. docs/Performance.md
+# ("A whole model") has the measurements that set the threshold.
+
+# The fewest rows the first read of a pair reads (its partner reads one
+# fewer). Below it the two-query pass, slower per byte than the one-query
+# kernels, and the pair's four row copies cost more than they save.
+_PAIR_MIN_ROWS = 32
+# The smallest row (bytes of [N, D]) a pair is made of. A pair costs the
+# host a dozen more launches (its copies, the products, dq and dg from the
+# pass's dq') and saves about 2i rows of traffic, which pays from rows of
+# a few MiB (N = 512 tokens at D = 4096 in bf16); smaller ones are host
+# bound already.
+_PAIR_MIN_ROW_BYTES = 4 << 20
+
+
+def _may_defer(ctx):
+    """Whether a read's backward may leave rows 0..count-2 to the next
+    read's: a pairable read (one query, a key norm, no output norm or
+    extra source, o_pre saved) of enough rows large enough, returning no
+    gradient of those rows now."""
+    plan = ctx.plan
+    return plan.eager is not None and plan.pairable and \
+        ctx.count >= max(_PAIR_MIN_ROWS, 3) and \
+        plan.row_bytes >= _PAIR_MIN_ROW_BYTES and \
+        all(row >= ctx.count - 1 for row, _ in ctx.pending_rows)
+
+
+def _unless_capturing(make):
+    """`make()`, and whether to keep it: not a device tensor a CUDA graph
+    capture made (it holds data only in the graph's replays)."""
+    return make(), not torch.cuda.is_current_stream_capturing()
+
+
+class _PairBuffers:
+    """The two reads' inputs of a pair's pass, stacked ([2, N, D] ...),
+    and the products q * g; made once a history's rows have a shape."""
+
+    def __init__(self, call, dtype, device):
+        N, D = call.N, call.D
+        self.shape = (N, D, dtype)
+        self.do = torch.empty((2, N, D), dtype=dtype, device=device)
+        self.o = torch.empty_like(self.do)
+        self.lse = torch.empty((2, N), dtype=torch.float32, device=device)
+        self.residual = torch.empty((2, N, D // 2), dtype=torch.int8,
+                                    device=device) if call.residual else None
+        self.products = torch.empty((2, D), dtype=torch.float32,
+                                    device=device)
+        self.ones = torch.ones(D, dtype=torch.float32, device=device)
+
+    def fill(self, slot, grad_o, saved, query, key_norm):
+        lse, kept, residual = saved
+        self.do[slot].view(grad_o.shape).copy_(grad_o)
+        self.o[slot].view(kept.shape).copy_(kept)
+        self.lse[slot].copy_(lse.view(-1))
+        if residual is not None:
+            self.residual[slot].copy_(residual.view(self.residual[slot].shape))
+        self.products[slot].copy_(query)
+        self.products[slot].mul_(key_norm)
+
+
+def _pair_buffers(state, plan):
+    buffers = state._pair_buffers
+    call = plan.call
+    if buffers is None or buffers.shape != (call.N, call.D, plan.dtype):
+        buffers, keep = _unless_capturing(
+            lambda: _PairBuffers(call, plan.dtype, plan.eager.device))
+        if keep:
+            state._pair_buffers = buffers
+    return buffers
+
+
+class _PairPlan:
+    """The two-query backward over a read's rows (its plan's call with
+    queries [2, D] of float32 and a float32 weight), writing and
+    accumulating."""
+
+    def __init__(self, state, plan, buffers):
+        from . import ops
+        call = _check(state._grads[:plan.call.L], buffers.products,
+                      buffers.ones, None, plan.call.eps, plan.call.scale,
+                      plan.call.save)
+        device = plan.eager.device
+        self.eager = ops._Plan(call, device)
+        self.accumulating = ops._BackwardLaunch(
+            ops._runtime(call.spec(accumulate=True), device), call.N)
+
+
+class _Deferred:
+    """The first read of a pair after its backward: what the pair's pass
+    needs of it, or a flush (its contributions to rows 0..count-2 alone)
+    where the next backward is not its partner's."""
+
+    def __init__(self, count, plan, constants, accumulate, query, key_norm,
+                 grad_o, saved):
+        self.count, self.plan, self.constants = count, plan, constants
+        # Whether rows 0..count-2 hold gradients already (else the pass
+        # writes them).
+        self.accumulate = accumulate
+        self.query, self.key_norm = query, key_norm
+        self.grad_o, self.saved = grad_o, saved
+
+    @staticmethod
+    def start(state, ctx, accumulate, query, key_norm, saved, grad_o):
+        """The first read's own pass: its dq, dg (dh None) over all its
+        rows, its contribution to the last row only."""
+        from . import ops
+        plan = ctx.plan
+        launch = plan.accumulating if accumulate else plan.eager.backward
+        lse, kept, residual = saved
+        dq, dg, dh = ops._launch_backward_into(
+            plan.eager, launch, state._row_table, plan.table(state, "last"),
+            plan.dtype, query, key_norm, None, grad_o, lse, kept, residual)
+        state._deferred = _Deferred(ctx.count, plan, ctx.constants,
+                                    accumulate, query, key_norm, grad_o,
+                                    saved)
+        return dq, dg, dh
+
+    def pairs_with(self, ctx):
+        """Whether `ctx`'s read is this one's partner: it reads every row
+        but the last of this one's (two or more: a one-source backward
+        takes its weight as exactly 1), with the same constants."""
+        plan = ctx.plan
+        return ctx.count == self.count - 1 and ctx.count >= 2 and \
+            plan.eager is not None and plan.pairable and \
+            ctx.constants == self.constants
+
+    def flush(self, state):
+        from . import ops
+        plan = self.plan
+        launch = plan.accumulating if self.accumulate else \
+            plan.eager.backward
+        lse, kept, residual = self.saved
+        ops._launch_backward_into(
+            plan.eager, launch, state._row_table, plan.table(state, "first"),
+            plan.dtype, self.query, self.key_norm, None, self.grad_o, lse,
+            kept, residual)
+
+    def pair(self, state, ctx, query, key_norm, saved, grad_o):
+        """The partner's backward: both reads' contributions to its rows in
+        one pass; its dq and dg."""
+        from . import ops
+        plan = ctx.plan
+        buffers = _pair_buffers(state, plan)
+        pair = plan.pair
+        if pair is None:
+            pair, keep = _unless_capturing(
+                lambda: _PairPlan(state, plan, buffers))
+            if keep:
+                plan.pair = pair
+        buffers.fill(0, self.grad_o, self.saved, self.query, self.key_norm)
+        buffers.fill(1, grad_o, saved, query, key_norm)
+        launch = pair.accumulating if self.accumulate else \
+            pair.eager.backward
+        dq, _, _ = ops._launch_backward_into(
+            pair.eager, launch, state._row_table, plan.grads_table,
+            plan.dtype, buffers.products, buffers.ones, None, buffers.do,
+            buffers.lse, buffers.o, buffers.residual)
+        own = dq[1]
+        return (own * key_norm).to(query.dtype), \
+            (own * query).to(key_norm.dtype)
+
+
 def _pending_grads(state, rows):
     """The gradients of the outputs appended as `rows` ((row, may reach a
     leaf) pairs): views of the gradient buffer, complete once the first
@@ -750,10 +939,24 @@ class _Attend(torch.autograd.Function):
             return (grad_token,) + (None,) * 12 + \
                 _pending_grads(state, ctx.pending_rows)
         query, key_norm, output_norm, extra, *saved = ctx.saved_tensors
-        grads, accumulate = state._gradient_rows(ctx.count)
-        dq, dg, dh, d_extra = _backward(
-            state, ctx.count, extra, grads, accumulate, ctx.plan, query,
-            key_norm, output_norm, saved, grad_o, *ctx.constants)
+        deferred = state._deferred
+        if deferred is not None and deferred.pairs_with(ctx):
+            state._deferred = None
+            dq, dg = deferred.pair(state, ctx, query, key_norm, saved,
+                                   grad_o)
+            dh = d_extra = None
+        else:
+            state._flush_deferred()
+            grads, accumulate = state._gradient_rows(ctx.count)
+            if _may_defer(ctx):
+                dq, dg, dh = _Deferred.start(state, ctx, accumulate, query,
+                                             key_norm, saved, grad_o)
+                d_extra = None
+            else:
+                dq, dg, dh, d_extra = _backward(
+                    state, ctx.count, extra, grads, accumulate, ctx.plan,
+                    query, key_norm, output_norm, saved, grad_o,
+                    *ctx.constants)
         return (grad_token, dq, dg if ctx.has[0] else None,
                 dh if ctx.has[1] else None, d_extra, None, None, None, None,
                 None, None, None, None,
@@ -799,6 +1002,7 @@ class _ReadPartial(torch.autograd.Function):
             state._add_nothing(ctx.count)
             return (grad_token,) + (None,) * 9 + \
                 _pending_grads(state, ctx.pending_rows)
+        state._flush_deferred()
         queries, key_norm, o, lse = ctx.saved_tensors
         grad_o = torch.zeros_like(o) if grad_o is None else grad_o.float()
         grad_lse = torch.zeros_like(lse) if grad_lse is None else \
@@ -861,6 +1065,33 @@ class _Plan:
             self.grad_pointers = ops._packed_pointers(grads)
         else:
             self.grads_table = ops._packed_table(grads)
+        # Paired reads (_Deferred): one query, a key norm, no output norm or
+        # extra source, o_pre saved (with its residual where kept), and
+        # kernels that leave the rows of null gradient entries alone.
+        self.pairable = not extra and not call.multi_query and \
+            call.key_norm and not call.output_norm and \
+            call.save == "o_pre" and \
+            self.accumulating.skips_null_gradients and \
+            self.eager.backward.skips_null_gradients
+        self.row_bytes = call.N * call.D * grads.element_size()
+        self.pair = None     # _PairPlan, where this read is a partner
+        self._tables = {}
+
+    def table(self, state, which):
+        """The table of gradient rows of a paired read's own pass, "last"
+        (row count - 1 only: the other entries null) or of its flush,
+        "first" (every row but the last)."""
+        table = self._tables.get(which)
+        if table is None:
+            from . import ops
+            rows = ops._packed_pointers(state._grads[:self.call.L])
+            pointers = (0,) * (len(rows) - 1) + rows[-1:] \
+                if which == "last" else rows[:-1] + (0,)
+            table, keep = _unless_capturing(
+                lambda: ops._pointer_table(pointers, self.eager.device))
+            if keep:
+                self._tables[which] = table
+        return table
 
 
 def _plan_for(history, count, query, key_norm, output_norm, eps, scale,

@@ -7,8 +7,11 @@ and f32: the output and every parameter's and the embedding's gradient,
 eagerly, replayed from a CUDA graph of the whole step, with activation
 checkpointing (history.checkpoint, of a layer's read and layer, and of
 whole layers that append), under torch.compile(fullgraph=True),
-with outputs appended in a non-dense layout and in a second step after
-the gradients were zeroed in place; Block AttnRes (read_block
+with outputs appended in a non-dense layout, in a second step after
+the gradients were zeroed in place, and with consecutive reads' backwards
+paired (one two-query pass over the rows for two reads: eagerly,
+replayed, checkpointed, and with every partner refused, so that each
+deferred read adds into its rows on its own); Block AttnRes (read_block
 and layer by layer with an extra source) eagerly, replayed and compiled;
 then the misuse the history refuses.
 
@@ -40,7 +43,15 @@ CASES = [
 # of every gradient, compounded over the layers), and to the list op.
 TOLERANCE = {"bf16": 3e-2, "f16": 5e-3, "f32": 2e-5}
 MODES = ["eager", "graph", "checkpoint", "checkpoint-layers", "compile",
-         "strided", "zeroed"]
+         "strided", "zeroed", "paired", "paired-graph", "paired-checkpoint",
+         "paired-flush"]
+# The paired modes lower the history's pairing thresholds (to these rows,
+# and to rows of any size) so that the small cases pair their reads
+# (attnres.nn._PAIR_MIN_ROWS and _PAIR_MIN_ROW_BYTES; a
+# read of at least that many rows leaves all its rows but the last to the
+# next read's two-query pass); "paired-flush" refuses every partner, so
+# that each deferred read adds its rows on its own.
+PAIR_MIN_ROWS = 3
 # Block AttnRes (read_block): (blocks, layers a block, tokens, width, rank,
 # dtype). Layer m of block n reads the embedding, the n - 1 completed
 # blocks' sums and the partial sum of its block (all its queries read the
@@ -68,6 +79,13 @@ def keys():
                 None, 1e-6, 1.0, "o_pre")
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
+            if M is None and 2 <= count < L:
+                # A pair's pass: the products q * g of two reads, float32.
+                pair = _checks.check_attnres(
+                    _Shape((count, N, D), T), _Shape((2, R), "torch.float32"),
+                    _Shape((R,), "torch.float32"), None, 1e-6, 1.0, "o_pre")
+                result.add(pair.spec())
+                result.add(pair.spec(accumulate=True))
     for blocks, S, N, D, R, dtype in BLOCK_CASES:
         T = dtypes[dtype]
         for count in range(1, blocks + 1):
@@ -276,6 +294,8 @@ def check_case(case, mode):
     p = leaves(params, T)
     listed = run(p, lambda: stack_on_list(p, list_op))
     history = ResidualHistory(case[0])
+    if mode.startswith("paired"):
+        return check_paired(case, mode, p, params, T, history, exact, listed)
     if mode == "eager":
         got = run(p, lambda: stack_on_history(p, history))
     elif mode == "checkpoint":
@@ -302,6 +322,56 @@ def check_case(case, mode):
     ok = to_exact <= max(TOLERANCE[case[-1]], 1.5 * list_to_exact)
     return ok, f"vs float64 {to_exact:.2e} (list op {list_to_exact:.2e}), " \
         f"vs list op {to_list:.2e}"
+
+
+def check_paired(case, mode, p, params, T, history, exact, listed):
+    """A mode of check_case with the reads paired (PAIR_MIN_ROWS): the
+    gradients as close to float64 as the list op's, and as many pairs (or,
+    with "paired-flush", flushes) as the stack has: reads L and L - 1,
+    L - 2 and L - 3, ... while the first reads PAIR_MIN_ROWS rows or more
+    and its partner two or more (none with M queries a read)."""
+    from attnres import nn
+    L, M = case[0], case[4]
+    counts = dict(pair=0, flush=0)
+    saved = nn._PAIR_MIN_ROWS, nn._PAIR_MIN_ROW_BYTES, nn._Deferred.pair, \
+        nn._Deferred.flush, nn._Deferred.pairs_with
+
+    def counted(name, function):
+        def wrapper(self, *args):
+            counts[name] += 1
+            return function(self, *args)
+        return wrapper
+    nn._PAIR_MIN_ROWS, nn._PAIR_MIN_ROW_BYTES = PAIR_MIN_ROWS, 0
+    nn._Deferred.pair = counted("pair", saved[2])
+    nn._Deferred.flush = counted("flush", saved[3])
+    if mode == "paired-flush":
+        nn._Deferred.pairs_with = lambda self, ctx: False
+    try:
+        if mode == "paired-graph":
+            got = replayed(params, T, p, flat,
+                           lambda static: stack_on_history(static, history))
+            # Two steps on a side stream and the capture run the Python;
+            # the replay runs what the capture recorded.
+            steps = 3
+        else:
+            got = run(p, lambda: stack_on_history(
+                p, history, mode == "paired-checkpoint"))
+            steps = 1
+    finally:
+        nn._PAIR_MIN_ROWS, nn._PAIR_MIN_ROW_BYTES, nn._Deferred.pair, \
+            nn._Deferred.flush, nn._Deferred.pairs_with = saved
+    firsts = range(L, PAIR_MIN_ROWS - 1, -2) if M is None else ()
+    expected = steps * len([i for i in firsts if i - 1 >= 2])
+    kind = "flush" if mode == "paired-flush" else "pair"
+    other = "pair" if kind == "flush" else "flush"
+    to_exact = distance(got, exact)
+    to_list = distance(got, listed)
+    list_to_exact = distance(listed, exact)
+    ok = to_exact <= max(TOLERANCE[case[-1]], 1.5 * list_to_exact) and \
+        counts[kind] == expected and counts[other] == 0
+    return ok, f"vs float64 {to_exact:.2e} (list op {list_to_exact:.2e}), " \
+        f"vs list op {to_list:.2e}; {counts[kind]} {kind} passes " \
+        f"({expected} expected), {counts[other]} {other} passes"
 
 
 def make_block(case, device, seed):
