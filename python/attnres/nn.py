@@ -139,6 +139,14 @@ class _StepState:
                     f"appending)")
 
 
+def _launches_kernels(row):
+    """Whether the history's reads of rows like `row` launch the compiled
+    kernels through device tables of row addresses (CUDA; the tests stand
+    a CPU imitation of the launches in here), rather than run the float64
+    formulas."""
+    return row.is_cuda
+
+
 # attnres::history_forward needs torch.library.custom_op (PyTorch >= 2.4),
 # as torch.compile of the package's ops does.
 _HAS_CUSTOM_OPS = hasattr(torch.library, "custom_op")
@@ -236,7 +244,7 @@ class ResidualHistory:
                                        device=first.device)
             self._plans = {}
             state._row_table, self._row_entries = None, ()
-            if first.is_cuda:
+            if _launches_kernels(first):
                 state._row_table = torch.zeros(self.capacity,
                                                dtype=torch.int64,
                                                device=first.device)
@@ -321,7 +329,7 @@ class ResidualHistory:
         # or not 16-byte aligned). Outside autograd: the output's gradient
         # comes from the next read.
         row = output.detach()
-        if row.is_cuda:
+        if _launches_kernels(row):
             from . import ops
             row = ops.dense(row)
             pointer = row.data_ptr()
@@ -760,24 +768,27 @@ def _may_defer(ctx):
 def _unless_capturing(make):
     """`make()`, and whether to keep it: not a device tensor a CUDA graph
     capture made (it holds data only in the graph's replays)."""
-    return make(), not torch.cuda.is_current_stream_capturing()
+    capturing = torch.cuda.is_available() and \
+        torch.cuda.is_current_stream_capturing()
+    return make(), not capturing
 
 
 class _PairBuffers:
     """The two reads' inputs of a pair's pass, stacked ([2, N, D] ...),
-    and the products q * g; made once a history's rows have a shape."""
+    and the products q * g ([2, R]); made once a history's rows have a
+    shape."""
 
     def __init__(self, call, dtype, device):
         N, D = call.N, call.D
-        self.shape = (N, D, dtype)
+        self.shape = (N, D, call.R, dtype)
         self.do = torch.empty((2, N, D), dtype=dtype, device=device)
         self.o = torch.empty_like(self.do)
         self.lse = torch.empty((2, N), dtype=torch.float32, device=device)
         self.residual = torch.empty((2, N, D // 2), dtype=torch.int8,
                                     device=device) if call.residual else None
-        self.products = torch.empty((2, D), dtype=torch.float32,
+        self.products = torch.empty((2, call.R), dtype=torch.float32,
                                     device=device)
-        self.ones = torch.ones(D, dtype=torch.float32, device=device)
+        self.ones = torch.ones(call.R, dtype=torch.float32, device=device)
 
     def fill(self, slot, grad_o, saved, query, key_norm):
         lse, kept, residual = saved
@@ -793,7 +804,8 @@ class _PairBuffers:
 def _pair_buffers(state, plan):
     buffers = state._pair_buffers
     call = plan.call
-    if buffers is None or buffers.shape != (call.N, call.D, plan.dtype):
+    if buffers is None or \
+            buffers.shape != (call.N, call.D, call.R, plan.dtype):
         buffers, keep = _unless_capturing(
             lambda: _PairBuffers(call, plan.dtype, plan.eager.device))
         if keep:
@@ -803,7 +815,7 @@ def _pair_buffers(state, plan):
 
 class _PairPlan:
     """The two-query backward over a read's rows (its plan's call with
-    queries [2, D] of float32 and a float32 weight), writing and
+    queries [2, R] of float32 and a float32 weight), writing and
     accumulating."""
 
     def __init__(self, state, plan, buffers):

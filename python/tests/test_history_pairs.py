@@ -1,0 +1,253 @@
+"""The residual history's eager launch path on the CPU: which launches a
+step makes, with what tables, and that the gradients they add up to are
+the list op's. A stand-in for attnres.ops's launches (the compiled kernels
+need a GPU) reads the sources and writes the gradient rows through the
+tables of row addresses the history builds, by the float64 formulas; so
+the bookkeeping of paired reads (attnres.nn._Deferred: the later read of
+a pair adds only into the row the earlier one does not read, the earlier
+read's two-query pass adds both reads' contributions to the rest, or the
+later read's own flush does where its partner cannot take them) is
+checked here, and the kernels on the GPU by
+test/Integration/GPU/history.py."""
+
+import sys
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from attnres import nn  # noqa: E402
+from attnres.reference import (attnres_backward_reference,  # noqa: E402
+                               attnres_reference)
+
+from test_history import Stack, _matches_the_list_op  # noqa: E402
+
+
+class FakeLaunches:
+    """attnres.ops's eager launches on CPU tensors. A table is an int64
+    tensor of data_ptr()s; the tensors behind them are those the history
+    handed to dense() (its rows) and the rows of the gradient buffer
+    (_packed_pointers). Each launch is logged as (kind, queries,
+    accumulates, the sources read, the gradient rows written or added
+    to)."""
+
+    def __init__(self):
+        self.tensors = {}
+        self.log = []
+
+    # --- tables -----------------------------------------------------------
+
+    def dense(self, tensor):
+        tensor = tensor.contiguous()
+        self.tensors[tensor.data_ptr()] = tensor
+        return tensor
+
+    def _packed_pointers(self, packed):
+        for row in packed.unbind(0):
+            self.tensors[row.data_ptr()] = row
+        return tuple(row.data_ptr() for row in packed.unbind(0))
+
+    def _pointer_table(self, pointers, device, packed=None):
+        return torch.tensor(pointers, dtype=torch.int64)
+
+    def _packed_table(self, packed):
+        return self._pointer_table(self._packed_pointers(packed), None)
+
+    def _weight_signature(self, tensor):
+        return None if tensor is None else (tensor.shape, tensor.dtype, -1)
+
+    # --- plans ------------------------------------------------------------
+
+    def _runtime(self, key, device):
+        return key
+
+    def _BackwardLaunch(self, key, N):
+        return types.SimpleNamespace(accumulates="accumulate" in key,
+                                     skips_null_gradients=True)
+
+    def _Plan(self, call, device):
+        return types.SimpleNamespace(
+            call=call, device=device,
+            backward=self._BackwardLaunch(call.spec(), call.N),
+            keeps_o=call.save == "o_pre" and not call.output_norm)
+
+    # --- launches ---------------------------------------------------------
+
+    def _sources(self, plan, table):
+        return torch.stack([self.tensors[int(p)] for p in
+                            table[:plan.call.L]])
+
+    def _launch_forward_from(self, plan, table, dtype, query, key_norm,
+                             output_norm):
+        sources = self._sources(plan, table)
+        o, lse = attnres_reference(
+            sources.double(), query.double(),
+            key_norm_weight=None if key_norm is None else key_norm.double(),
+            output_norm_weight=None if output_norm is None else
+            output_norm.double(), eps=plan.call.eps, scale=plan.call.scale,
+            return_lse=True)
+        self.log.append(("forward", plan.call.M, False, plan.call.L, ()))
+        return o.to(dtype), lse.float().reshape(plan.call.M, -1), None, None
+
+    def _launch_backward_into(self, plan, launch, table, grad_table, dtype,
+                              query, key_norm, output_norm, grad, lse, saved,
+                              residual):
+        sources = self._sources(plan, table)
+        dv, dq, dg, dh = attnres_backward_reference(
+            sources.double(), query.double(), grad.double(),
+            key_norm_weight=None if key_norm is None else key_norm.double(),
+            output_norm_weight=None if output_norm is None else
+            output_norm.double(), eps=plan.call.eps, scale=plan.call.scale,
+            lse=lse, o_pre=saved)
+        written = []
+        for s in range(plan.call.L):
+            pointer = int(grad_table[s])
+            if pointer == 0:   # a null entry: neither read nor written
+                continue
+            row = self.tensors[pointer]
+            row.copy_(dv[s] + row.double() if launch.accumulates else dv[s])
+            written.append(s)
+        self.log.append(("backward", plan.call.M, launch.accumulates,
+                         plan.call.L, tuple(written)))
+        return dq.to(query.dtype), \
+            None if dg is None else dg.to(key_norm.dtype), \
+            None if dh is None else dh.to(output_norm.dtype)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The history's CPU rows taken through its eager launch path, with
+    FakeLaunches for attnres.ops (which needs PyTorch >= 2.4), and every
+    read large enough to pair from three rows up."""
+    fake = FakeLaunches()
+    module = types.ModuleType("attnres.ops")
+    for name in dir(fake):
+        if not name.startswith("__"):
+            setattr(module, name, getattr(fake, name))
+    import attnres
+    monkeypatch.setitem(sys.modules, "attnres.ops", module)
+    monkeypatch.setattr(attnres, "ops", module, raising=False)
+    monkeypatch.setattr(nn, "_launches_kernels", lambda row: True)
+    monkeypatch.setattr(nn, "_PAIR_MIN_ROWS", 3)
+    monkeypatch.setattr(nn, "_PAIR_MIN_ROW_BYTES", 0)
+    return fake
+
+
+def _backwards(log):
+    return [entry[1:] for entry in log if entry[0] == "backward"]
+
+
+def _grads_or_zeros(model, embedding, run):
+    """The output and every gradient of `run(embedding)` (zeros for a
+    parameter the loss does not use)."""
+    model.zero_grad(set_to_none=True)
+    leaf = embedding.detach().clone().requires_grad_()
+    out = run(leaf)
+    gen = torch.Generator().manual_seed(7)
+    (out * torch.randn(out.shape, generator=gen)).sum().backward()
+    return [torch.zeros_like(p) if p.grad is None else p.grad.clone()
+            for p in model.parameters()] + [leaf.grad], out
+
+
+def _step(L, N=7, D=16, R=8, seed=0):
+    model = Stack(L, D, R=R, seed=seed)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(1))
+    history = nn.ResidualHistory(capacity=L + 1)
+    return model, embedding, history
+
+
+def test_pairs_match_the_list_op(launches):
+    """L = 5 layers and a last read: reads of 6 ... 1 rows. Reads 6 and 5
+    pair, then 4 and 3; 2 and 1 run alone. The gradients are the list
+    op's."""
+    model, embedding, history = _step(5)
+    _matches_the_list_op(model, embedding,
+                         lambda e: model.with_history(e, history))
+    # (M, accumulates, rows read, gradient rows written) of each backward
+    # of the history's step, the last read's first.
+    assert _backwards(launches.log)[-6:] == [
+        (1, False, 6, (5,)),                 # read 6: row 5 only, writing
+        (2, False, 5, (0, 1, 2, 3, 4)),      # reads 6 + 5 write rows 0..4
+        (1, True, 4, (3,)),                  # read 4: row 3 only
+        (2, True, 3, (0, 1, 2)),             # reads 4 + 3 add to rows 0..2
+        (1, True, 2, (0, 1)),
+        (1, True, 1, (0,)),
+    ]
+
+
+def test_a_refused_partner_gets_the_reads_flushed(launches, monkeypatch):
+    """Where the next backward cannot take a deferred read's rows (here:
+    every partner refused), the deferred read adds into them on its own
+    first (its flush: every row but the last)."""
+    monkeypatch.setattr(nn._Deferred, "pairs_with", lambda self, ctx: False)
+    model, embedding, history = _step(4)
+    _matches_the_list_op(model, embedding,
+                         lambda e: model.with_history(e, history))
+    assert _backwards(launches.log)[-8:] == [
+        (1, False, 5, (4,)),                 # read 5 defers rows 0..3
+        (1, False, 5, (0, 1, 2, 3)),         # its flush, writing
+        (1, True, 4, (3,)),                  # read 4 defers rows 0..2
+        (1, True, 4, (0, 1, 2)),             # its flush
+        (1, True, 3, (2,)),
+        (1, True, 3, (0, 1)),
+        (1, True, 2, (0, 1)),                # under three rows: alone
+        (1, True, 1, (0,)),
+    ]
+
+
+def test_small_reads_do_not_pair(launches, monkeypatch):
+    """Below _PAIR_MIN_ROWS rows, or rows under _PAIR_MIN_ROW_BYTES, every
+    read's backward adds into all its rows."""
+    for name, value in (("_PAIR_MIN_ROWS", 7), ("_PAIR_MIN_ROW_BYTES",
+                                                7 * 16 * 4 + 1)):
+        monkeypatch.setattr(nn, "_PAIR_MIN_ROWS", 3)
+        monkeypatch.setattr(nn, "_PAIR_MIN_ROW_BYTES", 0)
+        monkeypatch.setattr(nn, name, value)
+        launches.log.clear()
+        model, embedding, history = _step(5)
+        _matches_the_list_op(model, embedding,
+                             lambda e: model.with_history(e, history))
+        backwards = _backwards(launches.log)[-6:]
+        assert [b[:2] for b in backwards] == [(1, False)] + [(1, True)] * 5
+        assert [b[3] for b in backwards] == [
+            tuple(range(count)) for count in range(6, 0, -1)]
+
+
+def test_a_read_without_a_gradient_flushes_its_partner(launches):
+    """A read whose output no loss uses gets no gradient: the deferred read
+    before it in the backward adds its rows on its own, and the read adds
+    nothing. (Layer 4 here takes layer 3's output, not its read's.)"""
+    from test_history import _close
+    model, embedding, history = _step(4)
+    q, g = model.queries, model.key_norms
+
+    def with_history(e):
+        history.start(e)
+        y = e
+        for i in range(4):
+            x = history.attend(q[i], key_norm_weight=g[i])
+            y = model.layer(i, x if i < 3 else y)
+            history.append(y)
+        return history.attend(q[-1], key_norm_weight=g[-1])
+
+    def with_list(e):
+        outputs = [e]
+        for i in range(4):
+            x = attnres_reference(torch.stack(outputs), q[i],
+                                  key_norm_weight=g[i])
+            outputs.append(model.layer(i, x if i < 3 else outputs[-1]))
+        return attnres_reference(torch.stack(outputs), q[-1],
+                                 key_norm_weight=g[-1])
+    expected, out_list = _grads_or_zeros(model, embedding, with_list)
+    got, out = _grads_or_zeros(model, embedding, with_history)
+    assert _close(out, out_list, 1e-6)
+    for a, b in zip(got, expected):
+        assert _close(a, b, 1e-5), (a - b).abs().max()
+    assert _backwards(launches.log)[-5:] == [
+        (1, False, 5, (4,)),                 # the last read defers 0..3
+        (1, False, 5, (0, 1, 2, 3)),         # read 4 has no gradient
+        (1, True, 3, (2,)),                  # read 3 defers rows 0..1
+        (2, True, 2, (0, 1)),                # and pairs with read 2
+        (1, True, 1, (0,)),
+    ]
