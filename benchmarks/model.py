@@ -67,19 +67,15 @@ def keys():
             result.add(call.spec(accumulate=True))
             # The history's paired reads (attnres.nn._PAIR_MIN_ROWS): the
             # partner of a read of count + 1 rows passes the two queries'
-            # products q * g (float32) over its count rows.
+            # products q * g (float32) over its count rows, with kernel
+            # options of its own ((key, options) pairs).
             min_rows, min_bytes = pair_thresholds()
             if 2 <= count < L and count + 1 >= min_rows and \
                     N * D * 2 >= min_bytes:
-                pair = _checks.check_attnres(
-                    _Shape((count, N, D), bf16),
-                    _Shape((2, D), "torch.float32"),
-                    _Shape((D,), "torch.float32"), None, common.EPS,
-                    common.SCALE, "o_pre")
-                result.add(pair.spec())
-                result.add(pair.spec(accumulate=True))
+                from attnres import nn
+                result.update(nn.pair_keys(call))
     # Block AttnRes reads at most BLOCKS + 1 sources a layer: keys above.
-    return sorted(result)
+    return sorted(result, key=str)
 
 
 def pair_thresholds():

@@ -25,12 +25,17 @@ from .errors import BundleError, InvalidArgumentError
 _SPEC_KINDS = ("forward", "backward", "train")
 
 
-def bundle_name(key):
+def bundle_name(key, kernel_options=""):
     """A file name for `key`, readable and one-to-one for the keys made
-    here (':' and ',' never occur in their values)."""
+    here (':' and ',' never occur in their values); a bundle compiled with
+    `kernel_options` (convert-attnres-to-gpu options, space-separated
+    name=value items) has them after a '+' each."""
     name = key.replace(":", "__").replace(",", "_")
+    name += "".join("+" + item for item in kernel_options.split())
     if not re.fullmatch(r"[A-Za-z0-9_.=+\-]+", name):
-        raise InvalidArgumentError(f"cannot name a bundle for key {key!r}")
+        raise InvalidArgumentError(
+            f"cannot name a bundle for key {key!r} with kernel options "
+            f"{kernel_options!r}")
     return name
 
 
@@ -138,19 +143,21 @@ def prebuilt_dir():
     return pathlib.Path(folder) if folder else None
 
 
-def compile_key(key, target, output):
+def compile_key(key, target, output, kernel_options=""):
     """Compiles `key` for `target` into the folder `output`."""
     from .compiler import compile as compile_bundle
     module = module_for_key(key)
     if module is None:
-        return compile_bundle(key, target=target, output=output)
-    return compile_bundle(module=module, target=target, output=output)
+        return compile_bundle(key, target=target, output=output,
+                              kernel_options=kernel_options)
+    return compile_bundle(module=module, target=target, output=output,
+                          kernel_options=kernel_options)
 
 
-def folder_for(key, target):
-    """The bundle folder of `key` for `target`: prebuilt, cached, or
-    compiled now into the cache."""
-    name = bundle_name(key)
+def folder_for(key, target, kernel_options=""):
+    """The bundle folder of `key` for `target` (compiled with
+    `kernel_options`): prebuilt, cached, or compiled now into the cache."""
+    name = bundle_name(key, kernel_options)
     prebuilt = prebuilt_dir()
     if prebuilt is not None:
         folder = prebuilt / target / name
@@ -159,26 +166,35 @@ def folder_for(key, target):
     if not _native.compiler_available():
         where = f"{prebuilt / target / name}" if prebuilt else \
             "ATTNRES_BUNDLE_DIR (not set)"
+        options = f" --kernel-options '{kernel_options}'" \
+            if kernel_options else ""
+        compiled = f" (compiled with {kernel_options})" \
+            if kernel_options else ""
         raise BundleError(
-            f"no kernels for {key} on {target}: no prebuilt bundle in "
+            f"no kernels for {key}{compiled} on {target}: no prebuilt "
+            f"bundle in "
             f"{where}, and the attnres compiler library (which needs "
             f"LLVM/MLIR 22) is not available to compile one. Prebuild on a "
             f"machine with the compiler: python -m attnres prebuild "
-            f"--target {target} --output DIR '{key}'")
+            f"--target {target} --output DIR{options} '{key}'")
     folder = compiled_cache_dir() / target / name
     if not (folder / "manifest.json").is_file():
-        compile_key(key, target, folder)
+        compile_key(key, target, folder, kernel_options)
     return folder
 
 
-def prebuild(keys, target, output):
+def prebuild(keys, target, output, kernel_options=""):
     """Compiles every key for `target` into ``output/<target>/<name>/``, the
     layout ATTNRES_BUNDLE_DIR expects, each named after its canonical key
-    (canonical_key). Returns the folders."""
+    (canonical_key) and `kernel_options`. A key may also be a pair (key,
+    kernel options of its own). Returns the folders."""
     folders = []
-    for key in map(canonical_key, keys):
-        folder = pathlib.Path(output) / target / bundle_name(key)
+    for item in keys:
+        key, options = item if isinstance(item, tuple) else \
+            (item, kernel_options)
+        key = canonical_key(key)
+        folder = pathlib.Path(output) / target / bundle_name(key, options)
         if not (folder / "manifest.json").is_file():
-            compile_key(key, target, folder)
+            compile_key(key, target, folder, options)
         folders.append(folder)
     return folders

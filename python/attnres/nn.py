@@ -751,6 +751,13 @@ _PAIR_MIN_ROWS = 32
 # a few MiB (N = 512 tokens at D = 4096 in bf16); smaller ones are host
 # bound already.
 _PAIR_MIN_ROW_BYTES = 4 << 20
+# The pair's pass is compiled with its rows staged through shared memory
+# (two batches in flight), as the one-query backward is by default: the
+# kernel choices for M > 1 keep the rows in registers, which at D = 4096
+# leaves one block a multiprocessor. Measured on an H100, (64, 2048, 4096):
+# the stack's AttnRes share 44.6 ms staged against 46.4 ms with the default
+# choices (48.1 ms unpaired); docs/Performance.md.
+_PAIR_KERNEL_OPTIONS = "backward-staged-batches=2"
 
 
 def _may_defer(ctx):
@@ -824,9 +831,28 @@ class _PairPlan:
                       buffers.ones, None, plan.call.eps, plan.call.scale,
                       plan.call.save)
         device = plan.eager.device
-        self.eager = ops._Plan(call, device)
+        self.eager = ops._Plan(call, device, _PAIR_KERNEL_OPTIONS)
         self.accumulating = ops._BackwardLaunch(
-            ops._runtime(call.spec(accumulate=True), device), call.N)
+            ops._runtime(call.spec(accumulate=True), device,
+                         _PAIR_KERNEL_OPTIONS), call.N)
+
+
+def pair_keys(call):
+    """The bundles (key, kernel options) a paired read of `call` (a checked
+    read of the history's rows, one query) needs as the partner: its rows
+    with the two reads' float32 products q * g, writing and accumulating.
+    For prebuilding them (attnres.prebuild), so `call` may be the checks'
+    result on attnres._checks.TensorShape stand-ins, without tensors."""
+    from . import _checks
+    products = _checks.TensorShape((2, call.R), "torch.float32")
+    weight = _checks.TensorShape((call.R,), "torch.float32")
+    dtype = {value: name for name, value in _checks.VALUE_TYPES.items()}[
+        call.value_type]
+    rows = _checks.TensorShape((call.L, call.N, call.D), dtype)
+    pair = _checks.check_attnres(rows, products, weight, None, call.eps,
+                                 call.scale, call.save)
+    return [(pair.spec(), _PAIR_KERNEL_OPTIONS),
+            (pair.spec(accumulate=True), _PAIR_KERNEL_OPTIONS)]
 
 
 class _Deferred:

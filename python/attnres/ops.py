@@ -56,18 +56,18 @@ def device_target(device):
     return f"sm_{properties.major}{properties.minor}"
 
 
-def _runtime(key, device):
+def _runtime(key, device, kernel_options=""):
     index = device.index if device.index is not None else \
         torch.cuda.current_device()
     with _lock:
-        runtime = _runtimes.get((key, index))
+        runtime = _runtimes.get((key, kernel_options, index))
         if runtime is None:
-            folder = folder_for(key, device_target(index))
+            folder = folder_for(key, device_target(index), kernel_options)
             # The runtime loads into the thread's current context, which
             # PyTorch's device guard makes the device's primary context.
             with torch.cuda.device(index):
                 runtime = load(folder)
-            _runtimes[(key, index)] = runtime
+            _runtimes[(key, kernel_options, index)] = runtime
         return runtime
 
 
@@ -750,10 +750,11 @@ class _BackwardLaunch:
 
 
 class _Plan:
-    """An eager call's launches for one signature."""
+    """An eager call's launches for one signature (of a bundle compiled
+    with `kernel_options`)."""
 
-    def __init__(self, call, device):
-        runtime = _runtime(call.spec(), device)
+    def __init__(self, call, device, kernel_options=""):
+        runtime = _runtime(call.spec(), device, kernel_options)
         forward = runtime.op("forward")
         N, M, D = call.N, call.M, call.D
         self.handle = runtime._handle

@@ -421,3 +421,36 @@ def test_missing_library_is_named(monkeypatch, tmp_path):
     assert "cannot find libAttnResNothing.so (a test library)" in \
         str(raised.value)
     assert "ATTNRES_LIBRARY_DIR" in str(raised.value)
+
+
+def test_kernel_options_name_bundles_of_their_own(tmp_path, monkeypatch):
+    """A key compiled with kernel options (the residual history's pair
+    pass) is a bundle of its own, named after them, compiled with them,
+    found prebuilt or in the cache; options a folder cannot be named after
+    are refused."""
+    key = "sum:P=3"
+    monkeypatch.setenv("ATTNRES_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTNRES_BUNDLE_DIR", raising=False)
+    options = "backward-source-batch=1 backward-threads-per-row=64"
+    assert kernels.bundle_name(key, options) == \
+        "sum__P=3+backward-source-batch=1+backward-threads-per-row=64"
+    plain = kernels.folder_for(key, "gfx942")
+    tuned = kernels.folder_for(key, "gfx942", options)
+    assert tuned.parent == plain.parent and tuned != plain
+    manifest = json.loads((tuned / "manifest.json").read_text())
+    assert manifest["options"]["kernel_options"] == options
+    assert not json.loads((plain / "manifest.json").read_text())[
+        "options"].get("kernel_options")
+    # prebuild takes (key, options) pairs beside plain keys.
+    prebuilt = tmp_path / "prebuilt"
+    folders = kernels.prebuild([key, (key, options)], "gfx942", prebuilt)
+    assert [f.name for f in folders] == [plain.name, tuned.name]
+    monkeypatch.setenv("ATTNRES_BUNDLE_DIR", str(prebuilt))
+    assert kernels.folder_for(key, "gfx942", options) == folders[1]
+    # Without the compiler, the message says how to prebuild with them.
+    monkeypatch.setattr(_native, "compiler_available", lambda: False)
+    with pytest.raises(attnres.BundleError) as raised:
+        kernels.folder_for("sum:P=5", "gfx942", options)
+    assert f"--kernel-options '{options}'" in str(raised.value)
+    with pytest.raises(attnres.InvalidArgumentError, match="cannot name"):
+        kernels.bundle_name(key, "backward-staged-batches=2;rm")

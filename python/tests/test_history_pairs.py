@@ -35,6 +35,7 @@ class FakeLaunches:
     def __init__(self):
         self.tensors = {}
         self.log = []
+        self.bundles = set()   # (key, kernel options) of the plans made
 
     # --- tables -----------------------------------------------------------
 
@@ -59,14 +60,16 @@ class FakeLaunches:
 
     # --- plans ------------------------------------------------------------
 
-    def _runtime(self, key, device):
+    def _runtime(self, key, device, kernel_options=""):
+        self.bundles.add((key, kernel_options))
         return key
 
     def _BackwardLaunch(self, key, N):
         return types.SimpleNamespace(accumulates="accumulate" in key,
                                      skips_null_gradients=True)
 
-    def _Plan(self, call, device):
+    def _Plan(self, call, device, kernel_options=""):
+        self._runtime(call.spec(), device, kernel_options)
         return types.SimpleNamespace(
             call=call, device=device,
             backward=self._BackwardLaunch(call.spec(), call.N),
@@ -174,6 +177,16 @@ def test_pairs_match_the_list_op(launches):
         (1, True, 2, (0, 1)),
         (1, True, 1, (0,)),
     ]
+    # The pairs' passes run the bundles attnres.nn.pair_keys lists for
+    # prebuilding, and the reads theirs, without kernel options.
+    paired = set()
+    for count in (5, 3):
+        call = nn._check(torch.zeros(count, 7, 16), model.queries[0],
+                         model.key_norms[0], None, 1e-6, 1.0, "o_pre")
+        paired.update(nn.pair_keys(call))
+    assert {b for b in launches.bundles if "M=2" in b[0]} == paired
+    assert all(options == "" for key, options in launches.bundles
+               if "M=1" in key)
 
 
 def test_a_refused_partner_gets_the_reads_flushed(launches, monkeypatch):

@@ -80,12 +80,10 @@ def keys():
             result.add(call.spec())
             result.add(call.spec(accumulate=True))
             if M is None and 2 <= count < L:
-                # A pair's pass: the products q * g of two reads, float32.
-                pair = _checks.check_attnres(
-                    _Shape((count, N, D), T), _Shape((2, R), "torch.float32"),
-                    _Shape((R,), "torch.float32"), None, 1e-6, 1.0, "o_pre")
-                result.add(pair.spec())
-                result.add(pair.spec(accumulate=True))
+                # A pair's pass: the products q * g of two reads, float32
+                # ((key, kernel options) pairs).
+                from attnres import nn
+                result.update(nn.pair_keys(call))
     for blocks, S, N, D, R, dtype in BLOCK_CASES:
         T = dtypes[dtype]
         for count in range(1, blocks + 1):
@@ -114,7 +112,7 @@ def keys():
         None, None, 1e-6, 1.0, "o_pre")
     result.add(call.spec())
     result.add(call.spec(accumulate=True))
-    return sorted(result)
+    return sorted(result, key=str)
 
 
 def make(case, dtype, device, seed):
@@ -326,10 +324,11 @@ def check_case(case, mode):
 
 def check_paired(case, mode, p, params, T, history, exact, listed):
     """A mode of check_case with the reads paired (PAIR_MIN_ROWS): the
-    gradients as close to float64 as the list op's, and as many pairs (or,
-    with "paired-flush", flushes) as the stack has: reads L and L - 1,
-    L - 2 and L - 3, ... while the first reads PAIR_MIN_ROWS rows or more
-    and its partner two or more (none with M queries a read)."""
+    gradients as close to float64 as the list op's, and as many pairs as
+    the stack has: reads L and L - 1, L - 2 and L - 3, ... while the first
+    reads PAIR_MIN_ROWS rows or more and its partner two or more (none
+    with M queries a read); with "paired-flush", a flush of every read of
+    PAIR_MIN_ROWS rows or more."""
     from attnres import nn
     L, M = case[0], case[4]
     counts = dict(pair=0, flush=0)
@@ -360,9 +359,15 @@ def check_paired(case, mode, p, params, T, history, exact, listed):
     finally:
         nn._PAIR_MIN_ROWS, nn._PAIR_MIN_ROW_BYTES, nn._Deferred.pair, \
             nn._Deferred.flush, nn._Deferred.pairs_with = saved
-    firsts = range(L, PAIR_MIN_ROWS - 1, -2) if M is None else ()
-    expected = steps * len([i for i in firsts if i - 1 >= 2])
     kind = "flush" if mode == "paired-flush" else "pair"
+    if M is not None:
+        expected = 0
+    elif kind == "pair":
+        firsts = range(L, PAIR_MIN_ROWS - 1, -2)
+        expected = steps * len([i for i in firsts if i - 1 >= 2])
+    else:
+        # Every read of PAIR_MIN_ROWS rows or more defers, and flushes.
+        expected = steps * len(range(PAIR_MIN_ROWS, L + 1))
     other = "pair" if kind == "flush" else "flush"
     to_exact = distance(got, exact)
     to_list = distance(got, listed)
