@@ -17,6 +17,9 @@ embedding are compared with the list op's (relative Frobenius), and at
 the first shape with a float32 PyTorch reference on the same bf16 values.
 At a tiny shape, where the step times the host, the plain and the history
 step are also replayed from CUDA graphs (captured with their backward).
+With --unpaired the history's Full step is also timed with its reads'
+backwards unpaired (attnres.nn._PAIR_MIN_ROWS out of reach), the way it
+ran before reads were paired.
 With --kernels it instead profiles one Full history step per shape
 (torch.profiler) and prints each kernel's GPU time, the history's
 forward and backward kernels against their own floors (the reads'

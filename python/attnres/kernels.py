@@ -12,6 +12,10 @@ target name one bundle folder, found in this order:
    fingerprint: of the compiler library's file, so that a rebuilt compiler
    never loads an older build's kernels), compiled on first use when the
    compiler library is present.
+
+A key compiled with kernel options (convert-attnres-to-gpu's choices, as
+the residual history's paired reads ask for their two-query pass) is a
+bundle of its own: its name has ``+NAME=VALUE`` for each option.
 """
 
 import os
