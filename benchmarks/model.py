@@ -72,20 +72,17 @@ def keys():
             # partner of a read of count + 1 rows passes the two queries'
             # products q * g (float32) over its count rows, with kernel
             # options of its own ((key, options) pairs).
-            min_rows, min_bytes = pair_thresholds()
-            if 2 <= count < L and count + 1 >= min_rows and \
-                    N * D * 2 >= min_bytes:
+            if count < L and pairs_at(count + 1, N * D * 2):
                 from attnres import nn
                 result.update(nn.pair_keys(call))
     # Block AttnRes reads at most BLOCKS + 1 sources a layer: keys above.
     return sorted(result, key=str)
 
 
-def pair_thresholds():
-    """The fewest rows a history's read pairs at, and the smallest row in
-    bytes (read from attnres.nn, which needs PyTorch)."""
+def pairs_at(rows, row_bytes):
+    """attnres.nn.pairs_at (imported here: attnres.nn needs PyTorch)."""
     from attnres import nn
-    return nn._PAIR_MIN_ROWS, nn._PAIR_MIN_ROW_BYTES
+    return nn.pairs_at(rows, row_bytes)
 
 
 def reads(L, block):

@@ -766,10 +766,16 @@ def _may_defer(ctx):
     extra source, o_pre saved) of enough rows large enough, returning no
     gradient of those rows now."""
     plan = ctx.plan
-    return plan.eager is not None and plan.pairable and \
-        ctx.count >= max(_PAIR_MIN_ROWS, 3) and \
-        plan.row_bytes >= _PAIR_MIN_ROW_BYTES and \
+    return plan.pairable and pairs_at(ctx.count, plan.row_bytes) and \
         all(row >= ctx.count - 1 for row, _ in ctx.pending_rows)
+
+
+def pairs_at(rows, row_bytes):
+    """Whether a pairable read of `rows` rows of `row_bytes` bytes each is
+    large enough to be the first of a pair (its partner reads one row
+    fewer, two at least)."""
+    return rows >= max(_PAIR_MIN_ROWS, 3) and \
+        row_bytes >= _PAIR_MIN_ROW_BYTES
 
 
 def _unless_capturing(make):
@@ -820,16 +826,28 @@ def _pair_buffers(state, plan):
     return buffers
 
 
+def _pair_call(call):
+    """The checked call of the two-query pass over the rows of `call` (a
+    read of the history's rows, one query): the two reads' float32
+    products q * g ([2, R]) against a float32 weight. (The checks read
+    shapes and dtypes only: attnres._checks.TensorShape stand-ins.)"""
+    from . import _checks
+    products = _checks.TensorShape((2, call.R), "torch.float32")
+    weight = _checks.TensorShape((call.R,), "torch.float32")
+    dtype = {value: name for name, value in _checks.VALUE_TYPES.items()}[
+        call.value_type]
+    rows = _checks.TensorShape((call.L, call.N, call.D), dtype)
+    return _checks.check_attnres(rows, products, weight, None, call.eps,
+                                 call.scale, call.save)
+
+
 class _PairPlan:
-    """The two-query backward over a read's rows (its plan's call with
-    queries [2, R] of float32 and a float32 weight), writing and
+    """The two-query backward over a read's rows (_pair_call), writing and
     accumulating."""
 
-    def __init__(self, state, plan, buffers):
+    def __init__(self, plan):
         from . import ops
-        call = _check(state._grads[:plan.call.L], buffers.products,
-                      buffers.ones, None, plan.call.eps, plan.call.scale,
-                      plan.call.save)
+        call = _pair_call(plan.call)
         device = plan.eager.device
         self.eager = ops._Plan(call, device, _PAIR_KERNEL_OPTIONS)
         self.accumulating = ops._BackwardLaunch(
@@ -838,19 +856,11 @@ class _PairPlan:
 
 
 def pair_keys(call):
-    """The bundles (key, kernel options) a paired read of `call` (a checked
-    read of the history's rows, one query) needs as the partner: its rows
-    with the two reads' float32 products q * g, writing and accumulating.
-    For prebuilding them (attnres.prebuild), so `call` may be the checks'
-    result on attnres._checks.TensorShape stand-ins, without tensors."""
-    from . import _checks
-    products = _checks.TensorShape((2, call.R), "torch.float32")
-    weight = _checks.TensorShape((call.R,), "torch.float32")
-    dtype = {value: name for name, value in _checks.VALUE_TYPES.items()}[
-        call.value_type]
-    rows = _checks.TensorShape((call.L, call.N, call.D), dtype)
-    pair = _checks.check_attnres(rows, products, weight, None, call.eps,
-                                 call.scale, call.save)
+    """The bundles (key, kernel options) a paired read of `call` needs as
+    the partner (_PairPlan's), for prebuilding them (attnres.prebuild);
+    `call` may be the checks' result on attnres._checks.TensorShape
+    stand-ins."""
+    pair = _pair_call(call)
     return [(pair.spec(), _PAIR_KERNEL_OPTIONS),
             (pair.spec(accumulate=True), _PAIR_KERNEL_OPTIONS)]
 
@@ -873,13 +883,10 @@ class _Deferred:
     def start(state, ctx, accumulate, query, key_norm, saved, grad_o):
         """The first read's own pass: its dq, dg (dh None) over all its
         rows, its contribution to the last row only."""
-        from . import ops
         plan = ctx.plan
-        launch = plan.accumulating if accumulate else plan.eager.backward
-        lse, kept, residual = saved
-        dq, dg, dh = ops._launch_backward_into(
-            plan.eager, launch, state._row_table, plan.table(state, "last"),
-            plan.dtype, query, key_norm, None, grad_o, lse, kept, residual)
+        dq, dg, dh, _ = _launch_backward(
+            state, ctx.count, plan, None, accumulate, query, key_norm, None,
+            saved, grad_o, plan.table(state, "last"))
         state._deferred = _Deferred(ctx.count, plan, ctx.constants,
                                     accumulate, query, key_norm, grad_o,
                                     saved)
@@ -889,21 +896,13 @@ class _Deferred:
         """Whether `ctx`'s read is this one's partner: it reads every row
         but the last of this one's (two or more: a one-source backward
         takes its weight as exactly 1), with the same constants."""
-        plan = ctx.plan
         return ctx.count == self.count - 1 and ctx.count >= 2 and \
-            plan.eager is not None and plan.pairable and \
-            ctx.constants == self.constants
+            ctx.plan.pairable and ctx.constants == self.constants
 
     def flush(self, state):
-        from . import ops
-        plan = self.plan
-        launch = plan.accumulating if self.accumulate else \
-            plan.eager.backward
-        lse, kept, residual = self.saved
-        ops._launch_backward_into(
-            plan.eager, launch, state._row_table, plan.table(state, "first"),
-            plan.dtype, self.query, self.key_norm, None, self.grad_o, lse,
-            kept, residual)
+        _launch_backward(state, self.count, self.plan, None, self.accumulate,
+                         self.query, self.key_norm, None, self.saved,
+                         self.grad_o, self.plan.table(state, "first"))
 
     def pair(self, state, ctx, query, key_norm, saved, grad_o):
         """The partner's backward: both reads' contributions to its rows in
@@ -911,12 +910,9 @@ class _Deferred:
         from . import ops
         plan = ctx.plan
         buffers = _pair_buffers(state, plan)
+        if plan.pair is None:
+            plan.pair = _PairPlan(plan)
         pair = plan.pair
-        if pair is None:
-            pair, keep = _unless_capturing(
-                lambda: _PairPlan(state, plan, buffers))
-            if keep:
-                plan.pair = pair
         buffers.fill(0, self.grad_o, self.saved, self.query, self.key_norm)
         buffers.fill(1, grad_o, saved, query, key_norm)
         launch = pair.accumulating if self.accumulate else \
@@ -1088,6 +1084,7 @@ class _Plan:
     def __init__(self, call, grads=None, extra=False):
         self.call = call
         self.eager = None
+        self.pairable = False   # (the eager CUDA path's reads may pair)
         if grads is None:
             return
         from . import ops
@@ -1292,7 +1289,9 @@ def _launch_forward(state, count, plan, extra, query, key_norm,
 
 
 def _launch_backward(state, count, plan, extra, accumulate, query,
-                     key_norm, output_norm, saved, grad_o):
+                     key_norm, output_norm, saved, grad_o, grads_table=None):
+    """`grads_table`, where given, is the table of gradient rows in place of
+    the read's own (a paired read's, with null entries)."""
     from . import ops
     lse, kept, residual = saved
     # The extra source's gradient: written by a writing backward, added into
@@ -1303,6 +1302,8 @@ def _launch_backward(state, count, plan, extra, accumulate, query,
         d_extra = torch.zeros_like(extra) if accumulate else \
             torch.empty_like(extra)
     sources, grads = _tables(state, count, plan, extra, d_extra)
+    if grads_table is not None:
+        grads = grads_table
     launch = plan.accumulating if accumulate else plan.eager.backward
     dq, dg, dh = ops._launch_backward_into(
         plan.eager, launch, sources, grads, plan.dtype, query, key_norm,
