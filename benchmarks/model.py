@@ -14,7 +14,9 @@ residual step) and the sum of the layers' forward + backward byte floors
 (common.py: layer i moves (3i + 3) N D elt bytes at least), over the copy
 bandwidth of the same run. Gradients of every parameter and of the
 embedding are compared with the list op's (relative Frobenius), and at
-the first shape with a float32 PyTorch reference on the same bf16 values.
+the first shape with a float32 PyTorch reference on the same bf16 values
+(the PyTorch ops' bf16 step beside them: AttnRes computed in float32 and
+rounded to bf16 once, what the stack's bf16 rounding costs any AttnRes).
 At a tiny shape, where the step times the host, the plain and the history
 step are also replayed from CUDA graphs (captured with their backward).
 With --unpaired the history's Full step is also timed with its reads'
@@ -33,6 +35,7 @@ Prints a table last; exits 1 where a gradient is off.
 """
 
 import argparse
+import functools
 import json
 import pathlib
 import sys
@@ -413,7 +416,14 @@ def run_shape(L, N, D, bandwidth, reference, repeats, block=False,
                 torch.stack(s), q, key_norm_weight=key_norm_weight)))
         row["errors_vs_f32"] = {
             name: compare(gradients(m, make(m)), exact, L)
-            for name, make in found if name in ("history", "list op")}
+            for name, make in found if name in (
+                "history", "history, unpaired", "list op", "PyTorch ops")}
+        # The plain stack's own bf16 rounding (its linear layers' and
+        # residual adds'), against the plain stack in float32: the
+        # embedding's and the weights' gradients (it has no queries).
+        row["errors_vs_f32"]["plain"] = compare(
+            gradients(m, functools.partial(plain_step, m)),
+            gradients(f32, functools.partial(plain_step, f32)), L)
         del f32, exact
     del m
     torch.cuda.empty_cache()

@@ -21,7 +21,8 @@
 # Where a GPU machine has MLIR, `lit build/test` runs the same checks.
 # CUDA_TOOLKIT, LLVM_TOOLS, CC and TORCH_PYTHON override /usr/local/cuda,
 # /usr/lib/llvm-22/bin, cc and /usr/bin/python3 (the build's Python, with
-# Debian's PyTorch, which torch_op.py imports even to list its bundles).
+# Debian's PyTorch, which torch_op.py and history.py import even to list
+# their bundles).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
@@ -86,7 +87,8 @@ stage() {
   PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
     python3 "$root/benchmarks/prebuild.py" "$dir/bundles"
   PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
-    python3 "$gpu/history.py" --prebuild "$dir/history"
+    "${TORCH_PYTHON:-/usr/bin/python3}" "$gpu/history.py" --prebuild \
+    "$dir/history"
   PYTHONPATH=$root/python ATTNRES_LIBRARY_DIR=$build/lib \
     "${TORCH_PYTHON:-/usr/bin/python3}" "$gpu/torch_op.py" --prebuild \
     "$dir/torch-op"
