@@ -43,11 +43,14 @@ inside :meth:`ResidualHistory.checkpoint`, take the list op
 """
 
 import re
+import sys
 import weakref
 
 import torch
 
 from .errors import InvalidArgumentError
+
+_PACKAGE = sys.modules[__package__]
 
 
 class HistoryError(InvalidArgumentError):
@@ -139,6 +142,22 @@ class _StepState:
                     f"appending)")
 
 
+def _ops():
+    """attnres.ops, imported on first use (it needs PyTorch >= 2.4 and the
+    runtime library) and then looked up on the package, which costs the
+    reads less host time than an import statement; a stand-in set there
+    (the CPU tests') is the one used."""
+    ops = getattr(_PACKAGE, "ops", None)
+    if ops is None:
+        from . import ops
+    return ops
+
+
+def _capturing(tensor):
+    """Whether a CUDA graph capture records the work on `tensor` (CUDA)."""
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
 def _launches_kernels(row):
     """Whether the history's reads of rows like `row` launch the compiled
     kernels through device tables of row addresses (CUDA; the tests stand
@@ -179,6 +198,7 @@ class ResidualHistory:
         self._in_checkpoint = False  # tracing a history.checkpoint
         self._row_like = None   # (shape, dtype, device) of every row
         self._row_entries = ()  # the row table's entries, one view each
+        self._row_filled = []   # (_fill_row_entry)
         self._count = 0
         self._eager_steps = 0   # eager steps started
         self._token = None      # the last read's link of the chain
@@ -249,6 +269,9 @@ class ResidualHistory:
                                                dtype=torch.int64,
                                                device=first.device)
                 self._row_entries = state._row_table.unbind(0)
+                # What the last write to each entry wrote, (address, stream),
+                # or False where a CUDA graph capture wrote it.
+                self._row_filled = [None] * self.capacity
         state._row_pointers = []
         state._written = 0
         state._backwards = set()
@@ -330,10 +353,10 @@ class ResidualHistory:
         # comes from the next read.
         row = output.detach()
         if _launches_kernels(row):
-            from . import ops
+            ops = _ops()
             row = ops.dense(row)
             pointer = row.data_ptr()
-            self._row_entries[self._count].fill_(pointer)
+            self._fill_row_entry(ops, row, pointer)
             self._state._row_pointers.append(pointer)
         self._state._rows.append(row)
         # (Inference tensors have no version counter: nothing can build a
@@ -342,6 +365,25 @@ class ResidualHistory:
                                      row._version)
         self._pending.append((self._count, output))
         self._count += 1
+
+    def _fill_row_entry(self, ops, row, pointer):
+        """Writes the row's address into its entry of the row table, unless
+        the last write to that entry, on the current stream, wrote the same
+        address (a training loop's rows come back at the same addresses
+        step after step): an append then launches nothing. An entry written
+        during a CUDA graph capture is written every time after: the graph's
+        replays write it too, when the history does not see them."""
+        entry = self._count
+        if _capturing(row):
+            self._row_entries[entry].fill_(pointer)
+            self._row_filled[entry] = False
+            return
+        filled = self._row_filled[entry]
+        written = (pointer, ops._raw_stream(row.get_device()))
+        if filled != written:
+            self._row_entries[entry].fill_(pointer)
+            if filled is not False:
+                self._row_filled[entry] = written
 
     def __len__(self):
         return self._count
@@ -494,10 +536,14 @@ class ResidualHistory:
         if self._recomputing or not torch.is_grad_enabled():
             return self._token, (), ()
         self._state._read_rows = max(self._state._read_rows, count)
-        taken = [(row, output) for row, output in self._pending
-                 if row < count]
-        self._pending = [(row, output) for row, output in self._pending
-                         if row >= count]
+        pending = self._pending
+        if not pending or pending[-1][0] < count:
+            # (Rows are appended in order: the usual read takes them all.)
+            taken, self._pending = pending, []
+        else:
+            taken = [(row, output) for row, output in pending if row < count]
+            self._pending = [(row, output) for row, output in pending
+                             if row >= count]
         # A gradient a leaf would keep as its .grad gets a copy, not the
         # gradient buffer's row, which the next step overwrites.
         return self._token, tuple((row, _may_reach_a_leaf(output))
@@ -846,7 +892,7 @@ class _PairPlan:
     accumulating."""
 
     def __init__(self, plan):
-        from . import ops
+        ops = _ops()
         call = _pair_call(plan.call)
         device = plan.eager.device
         self.eager = ops._Plan(call, device, _PAIR_KERNEL_OPTIONS)
@@ -907,7 +953,7 @@ class _Deferred:
     def pair(self, state, ctx, query, key_norm, saved, grad_o):
         """The partner's backward: both reads' contributions to its rows in
         one pass; its dq and dg."""
-        from . import ops
+        ops = _ops()
         plan = ctx.plan
         buffers = _pair_buffers(state, plan)
         if plan.pair is None:
@@ -1009,7 +1055,7 @@ class _ReadPartial(torch.autograd.Function):
         rows = state._rows[:count]
         call = plan.call
         if queries.is_cuda:
-            from . import ops  # noqa: F401  (registers torch.ops.attnres)
+            _ops()  # (registers torch.ops.attnres)
             o, lse = torch.ops.attnres.partial(
                 _sources_of(rows, None, call), queries, key_norm, eps, scale)
             o = o.reshape((call.M,) + call.lead + (call.D,))
@@ -1087,7 +1133,7 @@ class _Plan:
         self.pairable = False   # (the eager CUDA path's reads may pair)
         if grads is None:
             return
-        from . import ops
+        ops = _ops()
         device = grads.device
         self.eager = ops._Plan(call, device)   # forward, writing backward
         self.dtype = grads.dtype
@@ -1118,7 +1164,7 @@ class _Plan:
         "first" (every row but the last)."""
         table = self._tables.get(which)
         if table is None:
-            from . import ops
+            ops = _ops()
             rows = ops._packed_pointers(state._grads[:self.call.L])
             pointers = (0,) * (len(rows) - 1) + rows[-1:] \
                 if which == "last" else rows[:-1] + (0,)
@@ -1133,7 +1179,7 @@ def _plan_for(history, count, query, key_norm, output_norm, eps, scale,
               save, extra=False):
     state = history._state
     if state._row_table is not None:
-        from . import ops
+        ops = _ops()
         signature = (ops._weight_signature(query),
                      ops._weight_signature(key_norm),
                      ops._weight_signature(output_norm))
@@ -1190,7 +1236,7 @@ def _forward(state, count, extra, plan, query, key_norm, output_norm, eps,
     rows = state._rows[:count]
     call = plan.call
     if query.is_cuda:
-        from . import ops
+        ops = _ops()
         q = query if call.multi_query else query.unsqueeze(0)
         o, lse, o_pre, residual = torch.ops.attnres.forward(
             _sources_of(rows, extra, call), q, key_norm, output_norm, eps,
@@ -1264,7 +1310,7 @@ def _tables(state, count, plan, extra, extra_grad=None):
     addresses, whose first `count` entries the read's kernels read) and of
     their gradients' rows, with the extra source and its gradient last
     where there is one."""
-    from . import ops
+    ops = _ops()
     if not plan.extra:
         return state._row_table, plan.grads_table
     device = plan.eager.device
@@ -1278,7 +1324,7 @@ def _tables(state, count, plan, extra, extra_grad=None):
 
 def _launch_forward(state, count, plan, extra, query, key_norm,
                     output_norm):
-    from . import ops
+    ops = _ops()
     if extra is not None:
         extra = ops.dense(extra)
     sources, _ = _tables(state, count, plan, extra)
@@ -1292,7 +1338,7 @@ def _launch_backward(state, count, plan, extra, accumulate, query,
                      key_norm, output_norm, saved, grad_o, grads_table=None):
     """`grads_table`, where given, is the table of gradient rows in place of
     the read's own (a paired read's, with null entries)."""
-    from . import ops
+    ops = _ops()
     lse, kept, residual = saved
     # The extra source's gradient: written by a writing backward, added into
     # (from zero) by an accumulating one.

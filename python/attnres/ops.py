@@ -747,6 +747,7 @@ class _BackwardLaunch:
         self.partitions = runtime.backward_partitions(op, self.blocks)
         self.workspace = runtime.backward_workspace_size(
             op, N, self.blocks, self.partitions)
+        self.workspaces = {}   # (_workspace)
 
 
 class _Plan:
@@ -763,6 +764,7 @@ class _Plan:
         self.partitions = runtime.forward_partitions(forward, N)
         self.forward_workspace = runtime.forward_workspace_size(
             forward, N, self.partitions)
+        self.forward_workspaces = {}   # (_workspace)
         self.backward = _BackwardLaunch(runtime, N)
         self.num_tokens = N
         self.packed = call.packed
@@ -846,6 +848,31 @@ def _launch_forward(plan, pointers, sources, query, key_norm, output_norm):
                                 output_norm) + (table,)
 
 
+# Workspaces up to this size are kept, one per launch and stream: the
+# eager calls where host time counts are the small ones, and an empty CUDA
+# tensor costs several microseconds of it.
+_WORKSPACE_KEPT_BYTES = 1 << 20
+
+
+def _workspace(kept, size, device):
+    """A workspace of `size` bytes for launches on the current stream, or
+    None for none. Kept ones (in `kept`, by stream) are reused: a launch's
+    kernels use theirs only while they run, and the next launch on the same
+    stream runs after them. A CUDA graph capture gets a workspace of its
+    own (its replays may overlap eager launches)."""
+    if not size:
+        return None
+    if size > _WORKSPACE_KEPT_BYTES or \
+            torch.cuda.is_current_stream_capturing():
+        return torch.empty(size, dtype=torch.uint8, device=device)
+    stream = _raw_stream(device.index)
+    workspace = kept.get(stream)
+    if workspace is None:
+        workspace = kept[stream] = torch.empty(size, dtype=torch.uint8,
+                                               device=device)
+    return workspace
+
+
 def _launch_forward_from(plan, table, dtype, query, key_norm, output_norm):
     """The forward of `plan` reading the sources' rows through `table` (a
     device table of their addresses): (o, lse, o_pre, residual)."""
@@ -856,8 +883,8 @@ def _launch_forward_from(plan, table, dtype, query, key_norm, output_norm):
         if plan.writes_o_pre else None
     residual = torch.empty(plan.residual_shape, dtype=torch.int8,
                            device=device) if plan.residual_shape else None
-    workspace = torch.empty(plan.forward_workspace, dtype=torch.uint8,
-                            device=device) if plan.forward_workspace else None
+    workspace = _workspace(plan.forward_workspaces, plan.forward_workspace,
+                           device)
     args = _native.ForwardArgs(
         plan.num_tokens, table.data_ptr(), query.data_ptr(),
         _pointer(key_norm), _pointer(output_norm), o.data_ptr(),
@@ -886,14 +913,13 @@ def _launch_backward_into(plan, launch, table, grad_table, dtype, query,
         if key_norm is not None else None
     dh = torch.empty(output_norm.shape, dtype=output_norm.dtype,
                      device=device) if output_norm is not None else None
-    workspace = torch.empty(launch.workspace, dtype=torch.uint8,
-                            device=device)
+    workspace = _workspace(launch.workspaces, launch.workspace, device)
     args = _native.BackwardArgs(
         plan.num_tokens, table.data_ptr(), query.data_ptr(),
         _pointer(key_norm), _pointer(output_norm), grad.data_ptr(),
         lse.data_ptr(), _pointer(saved), grad_table.data_ptr(),
         dq.data_ptr(), _pointer(dg), _pointer(dh), launch.blocks,
-        launch.partitions, workspace.data_ptr(), launch.workspace,
+        launch.partitions, _pointer(workspace), launch.workspace,
         _pointer(residual))
     error = ctypes.c_void_p()
     _check(_native.runtime_lib().attnresBackward(
