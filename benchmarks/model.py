@@ -21,7 +21,8 @@ At a tiny shape, where the step times the host, the plain and the history
 step are also replayed from CUDA graphs (captured with their backward).
 With --unpaired the history's Full step is also timed with its reads'
 backwards unpaired (attnres.nn._PAIR_MIN_ROWS out of reach), the way it
-ran before reads were paired.
+ran before reads were paired, and with --pair-rows N,... with reads of N
+rows or more paired.
 With --kernels it instead profiles one Full history step per shape
 (torch.profiler) and prints each kernel's GPU time, the history's
 forward and backward kernels against their own floors (the reads'
@@ -54,6 +55,9 @@ SHAPES = [(16, 8192, 4096), (32, 4096, 4096), (16, 16384, 2048),
 HOST_SHAPE = (64, 16, 256)
 # Block AttnRes: the layers in this many blocks.
 BLOCKS = 8
+# The history's Full reads pair from attnres.nn._PAIR_MIN_ROWS rows; the
+# pair bundles are prebuilt from this many rows up, for --pair-rows.
+PAIR_ROWS_PREBUILT = 16
 # Gradients within bf16 rounding (through every layer) of the list op's.
 GRADIENT_TOLERANCE = 2e-2
 
@@ -75,17 +79,25 @@ def keys():
             # partner of a read of count + 1 rows passes the two queries'
             # products q * g (float32) over its count rows, with kernel
             # options of its own ((key, options) pairs).
-            if count < L and pairs_at(count + 1, N * D * 2):
+            if count < L and pairs_at(count + 1, N * D * 2,
+                                      rows_from=PAIR_ROWS_PREBUILT):
                 from attnres import nn
                 result.update(nn.pair_keys(call))
     # Block AttnRes reads at most BLOCKS + 1 sources a layer: keys above.
     return sorted(result, key=str)
 
 
-def pairs_at(rows, row_bytes):
-    """attnres.nn.pairs_at (imported here: attnres.nn needs PyTorch)."""
+def pairs_at(rows, row_bytes, rows_from):
+    """attnres.nn.pairs_at (imported here: attnres.nn needs PyTorch), with
+    reads of `rows_from` rows or more paired (or the history's own
+    threshold, where lower)."""
     from attnres import nn
-    return nn.pairs_at(rows, row_bytes)
+    saved = nn._PAIR_MIN_ROWS
+    nn._PAIR_MIN_ROWS = min(rows_from, saved)
+    try:
+        return nn.pairs_at(rows, row_bytes)
+    finally:
+        nn._PAIR_MIN_ROWS = saved
 
 
 def reads(L, block):
@@ -257,12 +269,13 @@ def graphed(m, step_of):
     return replay
 
 
-def unpaired(step):
-    """`step` with the history's reads left unpaired (every read's backward
-    adds into all its rows: attnres.nn._PAIR_MIN_ROWS out of reach)."""
+def paired_from(rows, step):
+    """`step` with reads of `rows` rows or more paired
+    (attnres.nn._PAIR_MIN_ROWS; sys.maxsize leaves every read unpaired:
+    its backward adds into all its rows)."""
     def run():
         from attnres import nn
-        saved, nn._PAIR_MIN_ROWS = nn._PAIR_MIN_ROWS, sys.maxsize
+        saved, nn._PAIR_MIN_ROWS = nn._PAIR_MIN_ROWS, rows
         try:
             step()
         finally:
@@ -271,7 +284,7 @@ def unpaired(step):
 
 
 def contenders(block=False, compiled=False, graphs=False,
-               unpaired_too=False):
+               unpaired_too=False, pair_rows=()):
     """(name, function(model) -> step function) of what is importable."""
     import attnres
     from attnres.nn import ResidualHistory
@@ -295,10 +308,14 @@ def contenders(block=False, compiled=False, graphs=False,
         ("list op", lambda m: lambda: on_list(m, attnres.attnres)),
         ("PyTorch ops", lambda m: lambda: on_list(m, torch_op)),
     ]
-    if unpaired_too and not block:
-        found.append(("history, unpaired", lambda m: (
-            lambda h: unpaired(lambda: on_history(m, h)))(
-                ResidualHistory(capacity(m)))))
+    for rows in ([sys.maxsize] if unpaired_too else []) + list(pair_rows):
+        if block:
+            break
+        found.append(("history, unpaired" if rows == sys.maxsize else
+                      f"history, pairs from {rows} rows",
+                      lambda m, rows=rows: (lambda h: paired_from(
+                          rows, lambda: on_history(m, h)))(
+                              ResidualHistory(capacity(m)))))
     if compiled:
         found.append(("history, compiled",
                       lambda m: compiled_history(m, block)))
@@ -385,12 +402,13 @@ def measure(m, step, repeats):
 
 
 def run_shape(L, N, D, bandwidth, reference, repeats, block=False,
-              compiled=False, graphs=False, unpaired_too=False):
+              compiled=False, graphs=False, unpaired_too=False,
+              pair_rows=()):
     import torch
     m = Model(L, N, D, torch.bfloat16)
     row = dict(L=L, N=N, D=D, block=block,
                floor_ms=floor_bytes(L, N, D, block) / bandwidth * 1e3)
-    found = contenders(block, compiled, graphs, unpaired_too)
+    found = contenders(block, compiled, graphs, unpaired_too, pair_rows)
     expected = gradients(m, found[2][1](m))   # the list op's
     errors = {}
     for name, make in found:
@@ -494,10 +512,18 @@ def main():
     parser.add_argument("--unpaired", action="store_true",
                         help="time the history's Full step with its reads "
                         "unpaired too (attnres.nn._PAIR_MIN_ROWS)")
+    parser.add_argument("--pair-rows", default="",
+                        help="N,M,...: time the history's Full step with "
+                        "reads of N rows or more paired too (each of at "
+                        f"least {PAIR_ROWS_PREBUILT} rows: bundles are "
+                        "prebuilt from there)")
     parser.add_argument("--kernels", action="store_true",
                         help="instead, each kernel's GPU time in one Full "
                         "history step per shape (torch.profiler)")
     args = parser.parse_args()
+    pair_rows = [int(n) for n in args.pair_rows.split(",") if n]
+    if any(n < PAIR_ROWS_PREBUILT for n in pair_rows):
+        parser.error(f"--pair-rows: {PAIR_ROWS_PREBUILT} rows at least")
     if args.prebuild:
         common.prebuild(args, keys())
         return 0
@@ -527,7 +553,8 @@ def main():
             rows.append(run_shape(L, N, D, bandwidth, reference=index == 0,
                                   repeats=args.repeats, block=block,
                                   compiled=args.compiled,
-                                  unpaired_too=args.unpaired))
+                                  unpaired_too=args.unpaired,
+                                  pair_rows=pair_rows))
             print(json.dumps(rows[-1]), flush=True)
     host = run_shape(*HOST_SHAPE, bandwidth, reference=False,
                      repeats=max(args.repeats, 20), graphs=True)
