@@ -14,9 +14,11 @@ residual step) and the sum of the layers' forward + backward byte floors
 (common.py: layer i moves (3i + 3) N D elt bytes at least), over the copy
 bandwidth of the same run. Gradients of every parameter and of the
 embedding are compared with the list op's (relative Frobenius), and at
-the first shape with a float32 PyTorch reference on the same bf16 values
-(the PyTorch ops' bf16 step beside them: AttnRes computed in float32 and
-rounded to bf16 once, what the stack's bf16 rounding costs any AttnRes).
+the first shape with a float32 PyTorch reference on the same bf16 values;
+beside them there the PyTorch ops' bf16 step (AttnRes computed in float32,
+its output rounded to bf16 once) and the plain stream against its own
+float32 step: what the stack's bf16 rounding costs any AttnRes
+(benchmarks/rounding.py measures the same two on the CPU).
 At a tiny shape, where the step times the host, the plain and the history
 step are also replayed from CUDA graphs (captured with their backward).
 With --unpaired the history's Full step is also timed with its reads'
