@@ -121,12 +121,12 @@ def floor_bytes(L, N, D, block=False, elt=2):
 class Model:
     """The stack's parameters and inputs (bf16 unless `dtype`)."""
 
-    def __init__(self, L, N, D, dtype, seed=0):
+    def __init__(self, L, N, D, dtype, seed=0, device="cuda"):
         import torch
-        gen = torch.Generator(device="cuda").manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)
 
         def randn(*shape, mean=0.0, std=1.0):
-            return (torch.randn(*shape, generator=gen, device="cuda") * std
+            return (torch.randn(*shape, generator=gen, device=device) * std
                     + mean).to(dtype)
 
         self.L, self.N, self.D, self.dtype = L, N, D, dtype
