@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The residual history's host cost a read, without a GPU: model.py's tiny
-Full stack (64 layers, N = 16; D = 16 by default, so that the CPU's
-matrix products cost next to nothing) stepped on CPU tensors through the
-history's eager launch path, with attnres.ops's launches replaced by what
+Full stack (its host shape's 64 layers and N = 16; D = 16 by default, so
+that the CPU's matrix products cost next to nothing) stepped on CPU
+tensors through the history's eager launch path, with attnres.ops's launches replaced by what
 they cost the host apart from the driver (their output allocations and one
 ctypes call with an argument structure of the runtime's size). Prints the
 plain residual stream's step, the history's, and a floor: the same stack
@@ -24,11 +24,13 @@ import types
 import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 import attnres  # noqa: E402
+import model  # noqa: E402
 from attnres import nn  # noqa: E402
 
-L, N = 64, 16
+L, N = model.HOST_SHAPE[:2]
 _noop = ctypes.CDLL(None).abs   # a C call that returns at once
 
 
@@ -130,40 +132,26 @@ def main():
     nn._launches_kernels = lambda row: True
     torch.set_num_threads(1)
 
-    gen = torch.Generator().manual_seed(0)
-
-    def randn(*shape, mean=0.0, std=1.0):
-        return (torch.randn(*shape, generator=gen) * std + mean).to(
-            torch.bfloat16).requires_grad_()
-    embedding = randn(N, D)
-    weights = [randn(D, D, std=D ** -0.5) for _ in range(L)]
-    queries = [randn(D, std=D ** -0.5) for _ in range(L)]
-    key_norms = [randn(D, mean=1.0, std=0.1) for _ in range(L)]
-    grad_out = torch.randn(N, D, generator=gen).to(torch.bfloat16)
+    m = model.Model(L, N, D, torch.bfloat16, device="cpu")
     history = nn.ResidualHistory(L)
 
-    def plain():
-        h = embedding
-        for W in weights:
-            h = h + h @ W
-        h.backward(grad_out)
-
-    def on_history():
-        history.start(embedding)
-        for i, W in enumerate(weights):
-            x = history.attend(queries[i], key_norm_weight=key_norms[i])
-            y = x @ W
-            if i + 1 < L:
-                history.append(y)
-        y.backward(grad_out)
+    def step(run):
+        def one():
+            for p in m.parameters():
+                p.grad = None
+            run()
+        return one
 
     def floor():
-        token, row = embedding.new_empty(0), embedding
-        for i, W in enumerate(weights):
-            x, token = _Floor.apply(token, queries[i], key_norms[i], row)
+        token, row = m.embedding.new_empty(0), m.embedding
+        for i, W in enumerate(m.weights):
+            x, token = _Floor.apply(token, m.queries[i], m.key_norms[i], row)
             row = x @ W
-        row.backward(grad_out)
+        row.backward(m.grad_out)
 
+    plain = step(lambda: model.plain_step(m))
+    on_history = step(lambda: model.history_step(m, history))
+    floor = step(floor)
     times = {name: min(milliseconds(step) for _ in range(5))
              for name, step in (("plain", plain), ("history", on_history),
                                 ("floor", floor))}
