@@ -284,15 +284,9 @@ def model_step():
     m = model.Model(*model.HOST_SHAPE, torch.bfloat16)
     history = ResidualHistory(m.L)
 
-    def step(run):
-        def one():
-            for p in m.parameters():
-                p.grad = None
-            run()
-        return one
-    plain = step(lambda: model.plain_step(m))
-    on_history = step(lambda: model.history_step(m, history))
-    on_list = step(lambda: model.list_step(m, attnres.attnres))
+    plain = m.stepping(lambda: model.plain_step(m))
+    on_history = m.stepping(lambda: model.history_step(m, history))
+    on_list = m.stepping(lambda: model.list_step(m, attnres.attnres))
     L = m.L
 
     def show(L, pieces):  # a step is milliseconds: fewer repeats

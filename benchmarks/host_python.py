@@ -135,13 +135,6 @@ def main():
     m = model.Model(L, N, D, torch.bfloat16, device="cpu")
     history = nn.ResidualHistory(L)
 
-    def step(run):
-        def one():
-            for p in m.parameters():
-                p.grad = None
-            run()
-        return one
-
     def floor():
         token, row = m.embedding.new_empty(0), m.embedding
         for i, W in enumerate(m.weights):
@@ -149,9 +142,9 @@ def main():
             row = x @ W
         row.backward(m.grad_out)
 
-    plain = step(lambda: model.plain_step(m))
-    on_history = step(lambda: model.history_step(m, history))
-    floor = step(floor)
+    plain = m.stepping(lambda: model.plain_step(m))
+    on_history = m.stepping(lambda: model.history_step(m, history))
+    floor = m.stepping(floor)
     times = {name: min(milliseconds(step) for _ in range(5))
              for name, step in (("plain", plain), ("history", on_history),
                                 ("floor", floor))}

@@ -143,6 +143,15 @@ class Model:
         return [self.embedding, *self.weights, *self.queries,
                 *self.key_norms]
 
+    def stepping(self, run):
+        """`run` as a training step: every parameter's gradient cleared
+        first."""
+        def one():
+            for p in self.parameters():
+                p.grad = None
+            run()
+        return one
+
     def converted(self, dtype):
         """The same values in `dtype` (a float32 reference of bf16 ones)."""
         other = Model.__new__(Model)
@@ -388,10 +397,7 @@ def compare(got, expected, L):
 def measure(m, step, repeats):
     import torch
 
-    def one():
-        for p in m.parameters():
-            p.grad = None
-        step()
+    one = m.stepping(step)
     one()
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
