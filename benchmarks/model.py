@@ -346,18 +346,27 @@ def contenders(block=False, compiled=False, graphs=False,
 
 def fla_op():
     """FLA's fused_attnres as (sources, query, key_norm_weight) -> o, or
-    None (and a line saying so) where FLA is not importable."""
+    None (and a line saying so) where FLA is not importable. FLA 0.6
+    takes the query first and the sources as a list (read in place
+    through a table of their addresses, as attnres's list op does);
+    earlier releases took the sources stacked first."""
     try:
-        from fla.ops.attnres import fused_attnres  # noqa: F401
+        import inspect
+        from fla.ops.attnres import fused_attnres
+        first = next(iter(inspect.signature(fused_attnres).parameters))
     except Exception as error:  # not installed, or another API
         print(f"FLA: not importable ({type(error).__name__}: {error}); "
               f"skipped")
         return None
 
-    def op(sources, query, key_norm_weight):
-        import torch
-        return fused_attnres(torch.stack(sources), query,
-                             key_norm_weight=key_norm_weight)
+    if first == "query":
+        def op(sources, query, key_norm_weight):
+            return fused_attnres(query, sources, key_norm_weight)
+    else:
+        def op(sources, query, key_norm_weight):
+            import torch
+            return fused_attnres(torch.stack(sources), query,
+                                 key_norm_weight=key_norm_weight)
     return op
 
 
@@ -443,7 +452,8 @@ def run_shape(L, N, D, bandwidth, reference, repeats, block=False,
         row["errors_vs_f32"] = {
             name: compare(gradients(m, make(m)), exact, L)
             for name, make in found if name in (
-                "history", "history, unpaired", "list op", "PyTorch ops")}
+                "history", "history, unpaired", "list op", "PyTorch ops",
+                "FLA")}
         # The plain stack's own bf16 rounding (its linear layers' and
         # residual adds'), against the plain stack in float32: the
         # embedding's and the weights' gradients (it has no queries).
@@ -595,6 +605,17 @@ def main():
         kind = "block " if row["block"] else "full "
         print(f"{kind + str((row['L'], row['N'], row['D'])):>24} "
               f"{row['floor_ms']:6.2f}" + "".join(f" {c:>22}" for c in cells))
+    for row in rows:
+        # The goals against FLA: the history's share of the step at most
+        # 0.65x FLA's, its peak memory at most 1.10x FLA's.
+        if "FLA" in row and "ms" in row["FLA"]:
+            plain = row["plain"]["ms"]
+            kind = "block " if row["block"] else "full "
+            ours, fla = row["history"], row["FLA"]
+            print(f"{kind}{(row['L'], row['N'], row['D'])}: history / FLA:"
+                  f" share {(ours['ms'] - plain) / (fla['ms'] - plain):.2f}x,"
+                  f" peak {ours['peak_gb'] / fla['peak_gb']:.2f}x")
+
     def kinds(errors):
         return "/".join(f"{errors[k]:.1e}" for k in KINDS)
     print("gradients, relative Frobenius (" + "/".join(KINDS) + "):")
