@@ -12,6 +12,10 @@ a GPU's host adds the driver's launches and CUDA allocations
 (benchmarks/host_parts.py --model times those there).
 
   python3 benchmarks/host_python.py [--dim D] [--profile]
+
+It imports the package of its own tree (../python), not PYTHONPATH's: to
+compare two versions of the package, run the script from a copy of each
+tree.
 """
 
 import argparse
@@ -104,16 +108,22 @@ class _Floor(torch.autograd.Function):
                 torch.empty_like(key_norm), torch.empty_like(grad_o))
 
 
-def milliseconds(step, calls=20, rounds=5):
-    for _ in range(3):
-        step()
-    samples = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
+def milliseconds(steps, calls=20, rounds=25):
+    """The fastest mean step of each of `steps` (name -> step) over
+    `rounds` rounds of `calls` calls, the steps taking turns round by round
+    so that a slow spell of the machine slows them alike."""
+    for step in steps.values():
+        for _ in range(3):
             step()
-        samples.append((time.perf_counter() - start) / calls * 1e3)
-    return min(samples)
+    times = dict.fromkeys(steps, float("inf"))
+    for _ in range(rounds):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                step()
+            times[name] = min(times[name], (time.perf_counter() - start)
+                              / calls * 1e3)
+    return times
 
 
 def main():
@@ -145,9 +155,7 @@ def main():
     plain = m.stepping(lambda: model.plain_step(m))
     on_history = m.stepping(lambda: model.history_step(m, history))
     floor = m.stepping(floor)
-    times = {name: min(milliseconds(step) for _ in range(5))
-             for name, step in (("plain", plain), ("history", on_history),
-                                ("floor", floor))}
+    times = milliseconds(dict(plain=plain, history=on_history, floor=floor))
     for name in ("history", "floor"):
         print(f"(L, N, D) = {(L, N, D)}: {name} {times[name]:.2f} ms, plain "
               f"{times['plain']:.2f} ms: "
