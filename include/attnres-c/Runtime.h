@@ -100,7 +100,10 @@ attnresForward(const AttnresRuntime *runtime, int op,
  * [N, D] source gradients; where the op's manifest entry says
  * "skips_null_gradients": true, a null entry asks for no gradient of that
  * source (its row is neither read nor written; dq, dg and dh still count
- * it). Older bundles store through every entry.
+ * it). Older bundles store through every entry. Where it says
+ * "writes_tagged_gradients": true, an entry with bit 0 set (a row's address
+ * plus one; rows are 16-byte aligned) is written over by an accumulating
+ * backward, not read and added to.
  * dq, dg and dh have the parameters' shapes;
  * `saved_residual` is the forward's o_pre_residual where the op reads one,
  * `grad_lse` the lse's gradient where the op takes one.

@@ -1305,11 +1305,12 @@ def _store_row_grads(grads, row_grads, accumulate):
     grads.copy_(row_grads)
 
 
-def _tables(state, count, plan, extra, extra_grad=None):
+def _tables(state, count, plan, extra, extra_grad=None, extra_tag=0):
     """The device tables of the sources' rows (the history's table of row
     addresses, whose first `count` entries the read's kernels read) and of
     their gradients' rows, with the extra source and its gradient last
-    where there is one."""
+    where there is one (its entry or'ed with `extra_tag`: 1 asks an
+    accumulating launch to write that row over)."""
     ops = _ops()
     if not plan.extra:
         return state._row_table, plan.grads_table
@@ -1319,7 +1320,7 @@ def _tables(state, count, plan, extra, extra_grad=None):
     if extra_grad is None:
         return sources, None
     return sources, ops._pointer_table(
-        plan.grad_pointers + (extra_grad.data_ptr(),), device)
+        plan.grad_pointers + (extra_grad.data_ptr() | extra_tag,), device)
 
 
 def _launch_forward(state, count, plan, extra, query, key_norm,
@@ -1340,14 +1341,19 @@ def _launch_backward(state, count, plan, extra, accumulate, query,
     the read's own (a paired read's, with null entries)."""
     ops = _ops()
     lse, kept, residual = saved
-    # The extra source's gradient: written by a writing backward, added into
-    # (from zero) by an accumulating one.
-    d_extra = None
+    # The extra source's gradient starts in this launch: a writing backward
+    # writes it, an accumulating one writes it over where its entry is
+    # tagged (no zeros to fill and read back), and adds into zeros with a
+    # bundle from before the tag.
+    d_extra, tag = None, 0
     if extra is not None:
         extra = ops.dense(extra)
-        d_extra = torch.zeros_like(extra) if accumulate else \
-            torch.empty_like(extra)
-    sources, grads = _tables(state, count, plan, extra, d_extra)
+        if accumulate and not plan.accumulating.writes_tagged_gradients:
+            d_extra = torch.zeros_like(extra)
+        else:
+            d_extra = torch.empty_like(extra)
+            tag = 1 if accumulate else 0
+    sources, grads = _tables(state, count, plan, extra, d_extra, tag)
     if grads_table is not None:
         grads = grads_table
     launch = plan.accumulating if accumulate else plan.eager.backward

@@ -743,6 +743,10 @@ class _BackwardLaunch:
         # Whether the kernel leaves the rows of null gradient entries alone
         # (bundles from before that fact store through every entry).
         self.skips_null_gradients = bool(op.get("skips_null_gradients"))
+        # Whether an entry tagged in bit 0 (its row's address plus one) is
+        # written over by an accumulating launch instead of added to (older
+        # bundles would store at the odd address).
+        self.writes_tagged_gradients = bool(op.get("writes_tagged_gradients"))
         self.blocks = runtime.backward_blocks(op, N)
         self.partitions = runtime.backward_partitions(op, self.blocks)
         self.workspace = runtime.backward_workspace_size(

@@ -10,18 +10,21 @@ later read's own flush does where its partner cannot take them) is
 checked here, and the kernels on the GPU by
 test/Integration/GPU/history.py."""
 
+import ctypes
 import sys
 import types
 
 import pytest
 
 torch = pytest.importorskip("torch")
+numpy = pytest.importorskip("numpy")
 
 from attnres import nn  # noqa: E402
 from attnres.reference import (attnres_backward_reference,  # noqa: E402
                                attnres_reference)
 
-from test_history import Stack, _matches_the_list_op  # noqa: E402
+from test_history import (BlockStack, Stack,  # noqa: E402
+                          _matches_the_list_op, block_with_extra_source)
 
 
 class FakeLaunches:
@@ -36,6 +39,22 @@ class FakeLaunches:
         self.tensors = {}
         self.log = []
         self.bundles = set()   # (key, kernel options) of the plans made
+        self.writes_tagged_gradients = True   # (the bundles' manifest fact)
+        self.overwritten = []   # (sources, row) of each tagged entry written
+
+    def _row_at(self, address, dtype, N, D):
+        """The [N, D] row at `address`: one the history handed over, else
+        memory the history allocated itself (an extra source's gradient),
+        seen through its address as a kernel sees it."""
+        row = self.tensors.get(address)
+        if row is not None:
+            return row
+        element = {torch.float32: ctypes.c_float,
+                   torch.float64: ctypes.c_double}[dtype]
+        memory = ctypes.cast(address, ctypes.POINTER(element * (N * D)))
+        return torch.from_numpy(
+            numpy.frombuffer(memory.contents, dtype=numpy.dtype(element)))\
+            .view(N, D)
 
     # --- tables -----------------------------------------------------------
 
@@ -68,8 +87,9 @@ class FakeLaunches:
         return key
 
     def _BackwardLaunch(self, key, N):
-        return types.SimpleNamespace(accumulates="accumulate" in key,
-                                     skips_null_gradients=True)
+        return types.SimpleNamespace(
+            accumulates="accumulate" in key, skips_null_gradients=True,
+            writes_tagged_gradients=self.writes_tagged_gradients)
 
     def _Plan(self, call, device, kernel_options=""):
         self._runtime(call.spec(), device, kernel_options)
@@ -108,11 +128,18 @@ class FakeLaunches:
             lse=lse, o_pre=saved)
         written = []
         for s in range(plan.call.L):
-            pointer = int(grad_table[s])
+            entry = int(grad_table[s])
+            # Bit 0 tags a row to be written over; rows are 16-byte aligned.
+            pointer, overwrite = entry & ~1, bool(entry & 1)
             if pointer == 0:   # a null entry: neither read nor written
                 continue
-            row = self.tensors[pointer]
-            row.copy_(dv[s] + row.double() if launch.accumulates else dv[s])
+            assert pointer % 16 == 0, "a gradient row's address is aligned"
+            assert launch.writes_tagged_gradients or not overwrite
+            row = self._row_at(pointer, dtype, plan.call.N, plan.call.D)
+            if overwrite:
+                self.overwritten.append((plan.call.L, s))
+            adds = launch.accumulates and not overwrite
+            row.copy_(dv[s] + row.double() if adds else dv[s])
             written.append(s)
         self.log.append(("backward", plan.call.M, launch.accumulates,
                          plan.call.L, tuple(written)))
@@ -190,6 +217,33 @@ def test_pairs_match_the_list_op(launches):
     assert {b for b in launches.bundles if "M=2" in b[0]} == paired
     assert all(options == "" for key, options in launches.bundles
                if "M=1" in key)
+
+
+@pytest.mark.parametrize("tagged", [True, False])
+def test_an_extra_sources_gradient_is_written_over_not_zeroed(launches,
+                                                             tagged):
+    """A Block read's extra source (its block's partial sum) gets its
+    gradient from the accumulating backward that adds into the rows. Where
+    the bundle takes tagged entries, that entry (the last) is tagged and
+    the row written over: no zeros filled and read back. An older bundle's
+    launch adds into zeros. Both give the list op's gradients."""
+    launches.writes_tagged_gradients = tagged
+    blocks, S, N, D = 3, 3, 6, 16
+    model = BlockStack(blocks, S, D)
+    embedding = torch.randn(N, D, generator=torch.Generator().manual_seed(5))
+    history = nn.ResidualHistory(capacity=blocks)
+    _matches_the_list_op(
+        model, embedding,
+        lambda e: block_with_extra_source(model, e, history))
+    # Reads 2 and 3 of each block have a partial sum: six reads, of which
+    # the step's last (its first backward) writes every row anyway. The
+    # other five, last first, read 3, 3, 2, 2 and 1 rows, and their partial
+    # sum is the last entry of each table.
+    if tagged:
+        assert launches.overwritten == [(4, 3), (3, 2), (3, 2), (2, 1),
+                                        (2, 1)]
+    else:
+        assert launches.overwritten == []
 
 
 def test_a_refused_partner_gets_the_reads_flushed(launches, monkeypatch):

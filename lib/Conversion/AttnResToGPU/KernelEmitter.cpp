@@ -197,6 +197,20 @@ Value KernelEmitter::notNull(Value pointer) {
   return LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne, pointer, null);
 }
 
+std::pair<Value, Value> KernelEmitter::splitWriteTag(Value entry) {
+  Value bits = LLVM::PtrToIntOp::create(b, loc, i64, entry);
+  Value tag = arith::AndIOp::create(b, loc, bits, constI64(1));
+  Value zero = constI64(0);
+  // A byte offset back by the tag keeps the pointer a pointer (no integer
+  // round trip that would hide its address space's provenance).
+  Value back = arith::SubIOp::create(b, loc, zero, tag);
+  Value row = LLVM::GEPOp::create(b, loc, entry.getType(), b.getI8Type(), entry,
+                                  ValueRange{back});
+  Value tagged =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, tag, zero);
+  return {row, tagged};
+}
+
 void KernelEmitter::ifThen(Value condition, function_ref<void()> body) {
   auto ifOp = scf::IfOp::create(b, loc, condition, /*withElseRegion=*/false);
   OpBuilder::InsertionGuard guard(b);

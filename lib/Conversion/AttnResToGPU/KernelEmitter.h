@@ -134,6 +134,11 @@ public:
   Value loadPointer(Value table, Value index);
   /// Whether a global pointer is not null (i1).
   Value notNull(Value pointer);
+  /// An entry of a table of gradient rows, split into the row's address and
+  /// whether bit 0 of the entry is set (i1): rows are 16-byte aligned, so
+  /// the bit is free to ask an accumulating backward to write that row over
+  /// instead of adding to it.
+  std::pair<Value, Value> splitWriteTag(Value entry);
 
   /// Runs `body` only where `condition` holds.
   void ifThen(Value condition, function_ref<void()> body);

@@ -360,10 +360,16 @@ void storeWithResidual(KernelEmitter &e, Value chunk, Value base, Value index,
 /// `residualBase`, also the residuals of the chunks' rounding to the 16-bit
 /// `element`, chunk by chunk (so that a chunk's registers are free once it
 /// is stored). With `accumulate`, adds each chunk to what the row holds
-/// (loaded, widened, added in FP32, rounded once), one chunk at a time.
+/// (loaded, widened, added in FP32, rounded once), one chunk at a time,
+/// except where `overwrite` (i1, optional) holds: there the row is written
+/// without being read.
 void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
               Type element, Value valid, Value residualBase = {},
-              bool accumulate = false) {
+              bool accumulate = false, Value overwrite = {}) {
+  Value adds;
+  if (accumulate && overwrite)
+    adds = arith::XOrIOp::create(
+        e.b, e.loc, overwrite, arith::ConstantIntOp::create(e.b, e.loc, 1, 1));
   int64_t width = e.layout.vectorWidth;
   Value rowStart = e.mulI(row, e.constI64(e.layout.width));
   for (int64_t c = 0; c < e.layout.chunks; ++c) {
@@ -374,8 +380,16 @@ void storeRow(KernelEmitter &e, ArrayRef<Value> chunks, Value base, Value row,
       if (accumulate) {
         // One chunk at a time: the row's old values are not all held in
         // registers at once.
-        e.storeVector(e.add(chunks[c], e.loadVector(base, index, element)),
-                      base, index, element);
+        auto add = [&] {
+          e.storeVector(e.add(chunks[c], e.loadVector(base, index, element)),
+                        base, index, element);
+        };
+        if (!overwrite)
+          return add();
+        // The same in every lane of the row: no divergence.
+        e.ifThen(overwrite,
+                 [&] { e.storeVector(chunks[c], base, index, element); });
+        e.ifThen(adds, add);
         return;
       }
       if (!residualBase) {
@@ -1275,8 +1289,8 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
         // logit's last product fuses into the subtraction (an FMA leaves
         // the product's rounding error, 1e-3 at |z| = 1e4), and o must be
         // the source bit for bit.
-        Value beta = L == 1 ? e.constF32(1.0)
-                            : e.exp(e.sub(logits[m][i], newMax));
+        Value beta =
+            L == 1 ? e.constF32(1.0) : e.exp(e.sub(logits[m][i], newMax));
         weightSum = e.add(weightSum, beta);
         Value betaV = e.splat(beta, width);
         SmallVector<Value> row = rowAgain(e, slot);
@@ -2056,13 +2070,16 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                                    : e.select(keyMasks[c], keyTerm[c], zero));
             // An accumulating backward adds the gradient the row already
             // has (each row of each source is this thread's alone), in
-            // FP32, and rounds once. A null entry of the gradient table
+            // FP32, and rounds once, except into an entry tagged in bit 0,
+            // which it writes over (a source whose gradient starts here,
+            // with no zeros to read). A null entry of the gradient table
             // asks for no gradient of that source: its row is neither read
             // nor written (the source still counts in dq, dg and dh).
-            Value wanted = arith::AndIOp::create(b, loc, writes,
-                                                 e.notNull(targets[i]));
-            storeRow(e, dv, targets[i], rowc, spec.value, wanted, {},
-                     spec.accumulate);
+            auto [target, overwrite] = e.splitWriteTag(targets[i]);
+            Value wanted =
+                arith::AndIOp::create(b, loc, writes, e.notNull(target));
+            storeRow(e, dv, target, rowc, spec.value, wanted, {},
+                     spec.accumulate, overwrite);
           }
           return next;
         };

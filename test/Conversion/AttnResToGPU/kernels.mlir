@@ -147,11 +147,17 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // STAGED-LABEL: gpu.func @grad_0_finalize
 // A null entry of the table of gradient rows (grad_sources, %arg6) asks for
 // no gradient of that source: its row is written (and, accumulating, read)
-// only where the entry is not null.
+// only where the entry is not null. Bit 0 of an entry (the write tag, which
+// only an accumulating backward acts on) is taken off the row's address
+// first, in a writing backward too.
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu | FileCheck %s --check-prefix=NULL-GRAD
 // NULL-GRAD-LABEL: gpu.func @grad_0_backward
 // NULL-GRAD: %[[SLOT:.*]] = llvm.getelementptr %arg6[%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, !llvm.ptr<1>
-// NULL-GRAD-NEXT: %[[ROW:.*]] = llvm.load %[[SLOT]] {alignment = 8 : i64} : !llvm.ptr<1> -> !llvm.ptr<1>
+// NULL-GRAD-NEXT: %[[ENTRY:.*]] = llvm.load %[[SLOT]] {alignment = 8 : i64} : !llvm.ptr<1> -> !llvm.ptr<1>
+// NULL-GRAD: %[[BITS:.*]] = llvm.ptrtoint %[[ENTRY]] : !llvm.ptr<1> to i64
+// NULL-GRAD: %[[TAG:.*]] = arith.andi %[[BITS]], %{{.*}} : i64
+// NULL-GRAD: %[[BACK:.*]] = arith.subi %{{.*}}, %[[TAG]] : i64
+// NULL-GRAD-NEXT: %[[ROW:.*]] = llvm.getelementptr %[[ENTRY]][%[[BACK]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
 // NULL-GRAD: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
 // NULL-GRAD-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW]], %[[NULL]] : !llvm.ptr<1>
 // NULL-GRAD-NEXT: %[[WRITES:.*]] = arith.andi %{{.*}}, %[[WANTED]] : i1
@@ -341,16 +347,29 @@ func.func @partial(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16
 // widened, added to in FP32, rounded once and stored back to the same
 // address (a 128-bit load and store of 8 bf16), all of it only where the
 // table's entry for the source is not null: a null entry's row is not read
-// either.
+// either. An entry tagged in bit 0 (its row's address plus one) is written
+// over: the chunk is stored without the row being read.
 // CHECK-LABEL: accumulates = true, backward = "accumulating_0_backward"
 // CHECK-SAME: skips_null_gradients = true
+// CHECK-SAME: writes_tagged_gradients = true
 // CHECK: gpu.func @accumulating_0_backward(
-// CHECK: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
-// CHECK-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW:.*]], %[[NULL]] : !llvm.ptr<1>
+// CHECK: %[[BITS:.*]] = llvm.ptrtoint %[[ENTRY:.*]] : !llvm.ptr<1> to i64
+// CHECK: %[[TAG:.*]] = arith.andi %[[BITS]], %{{.*}} : i64
+// CHECK: %[[ROW:.*]] = llvm.getelementptr %[[ENTRY]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// CHECK: %[[OVER:.*]] = arith.cmpi ne, %[[TAG]], %{{.*}} : i64
+// CHECK-NEXT: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
+// CHECK-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW]], %[[NULL]] : !llvm.ptr<1>
 // CHECK-NEXT: %[[WRITES:.*]] = arith.andi %{{.*}}, %[[WANTED]] : i1
+// CHECK: %[[ADDS:.*]] = arith.xori %[[OVER]], %{{.*}} : i1
 // CHECK: %[[CHUNK:.*]] = arith.andi %[[WRITES]], %{{.*}} : i1
 // CHECK-NEXT: scf.if %[[CHUNK]] {
-// CHECK: %[[AT:.*]] = llvm.getelementptr %[[ROW]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// CHECK: scf.if %[[OVER]] {
+// CHECK-NEXT: %[[NEW:.*]] = llvm.fptrunc %{{.*}} : vector<8xf32> to vector<8xbf16>
+// CHECK-NEXT: %[[TO:.*]] = llvm.getelementptr %[[ROW]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// CHECK-NEXT: llvm.store %[[NEW]], %[[TO]] {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// CHECK-NEXT: }
+// CHECK-NEXT: scf.if %[[ADDS]] {
+// CHECK-NEXT: %[[AT:.*]] = llvm.getelementptr %[[ROW]][%[[I]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
 // CHECK-NEXT: %[[HAD:.*]] = llvm.load %[[AT]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-NEXT: %[[WIDE:.*]] = llvm.fpext %[[HAD]] : vector<8xbf16> to vector<8xf32>
 // CHECK-NEXT: %[[SUM:.*]] = arith.addf %{{.*}}, %[[WIDE]] fastmath<contract> : vector<8xf32>

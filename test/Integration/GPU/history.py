@@ -12,8 +12,10 @@ the gradients were zeroed in place, and with consecutive reads' backwards
 paired (one two-query pass over the rows for two reads: eagerly,
 replayed, checkpointed, and with every partner refused, so that each
 deferred read adds into its rows on its own); Block AttnRes (read_block
-and layer by layer with an extra source) eagerly, replayed and compiled;
-then the misuse the history refuses.
+and layer by layer with an extra source) eagerly, replayed and compiled,
+and eagerly with every torch.empty_like filled with NaN (the extra source's
+gradient is written over by the accumulating backward, never read); then
+the misuse the history refuses.
 
   here:  PYTHONPATH=python python3 test/Integration/GPU/history.py --prebuild DIR
   there: ATTNRES_BUNDLE_DIR=DIR PYTHONPATH=python python3 test/Integration/GPU/history.py
@@ -477,6 +479,22 @@ def check_block_case(case, mode):
     history = ResidualHistory(case[0])
     if mode == "eager":
         got = run(p, lambda: block_on_history(p, history, S), block_flat)
+    elif mode == "poisoned":
+        # Every tensor torch.empty_like makes during the step starts as NaN:
+        # an extra source's gradient (its entry tagged to be written over
+        # by the accumulating backward) that were added to instead, or any
+        # other row read before it is written, turns the gradients NaN.
+        real = torch.empty_like
+
+        def empty_like_nan(tensor, *args, **kwargs):
+            made = real(tensor, *args, **kwargs)
+            return made.fill_(float("nan")) if made.is_floating_point() \
+                else made
+        torch.empty_like = empty_like_nan
+        try:
+            got = run(p, lambda: block_on_history(p, history, S), block_flat)
+        finally:
+            torch.empty_like = real
     elif mode == "per-layer":
         got = run(p, lambda: block_on_history_per_layer(p, history, S),
                   block_flat)
@@ -582,6 +600,7 @@ def main():
         modes = args.modes.split(",")
         for mode in [m for m in modes if m in ("eager", "graph", "compile")] \
                 + ["per-layer"] + \
+                (["poisoned"] if "eager" in modes else []) + \
                 (["compile per-layer"] if "compile" in modes else []):
             total += 1
             try:
