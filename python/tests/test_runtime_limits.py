@@ -121,3 +121,11 @@ def test_the_backward_says_it_skips_null_gradient_entries(runtime):
     # from an older compiler stores through every entry.
     assert runtime.op("backward").get("skips_null_gradients") is True
     assert runtime.op("forward").get("skips_null_gradients") is None
+
+
+def test_the_backward_says_it_writes_tagged_gradient_entries(runtime):
+    # The history tags an entry (bit 0) to have an accumulating backward
+    # write that row over only where the op entry says so; an older
+    # compiler's kernel would store at the odd address.
+    assert runtime.op("backward").get("writes_tagged_gradients") is True
+    assert runtime.op("forward").get("writes_tagged_gradients") is None
