@@ -1345,15 +1345,13 @@ def _launch_backward(state, count, plan, extra, accumulate, query,
     # writes it, an accumulating one writes it over where its entry is
     # tagged (no zeros to fill and read back), and adds into zeros with a
     # bundle from before the tag.
-    d_extra, tag = None, 0
+    d_extra = None
+    tagged = accumulate and plan.accumulating.writes_tagged_gradients
     if extra is not None:
         extra = ops.dense(extra)
-        if accumulate and not plan.accumulating.writes_tagged_gradients:
-            d_extra = torch.zeros_like(extra)
-        else:
-            d_extra = torch.empty_like(extra)
-            tag = 1 if accumulate else 0
-    sources, grads = _tables(state, count, plan, extra, d_extra, tag)
+        d_extra = torch.zeros_like(extra) if accumulate and not tagged \
+            else torch.empty_like(extra)
+    sources, grads = _tables(state, count, plan, extra, d_extra, int(tagged))
     if grads_table is not None:
         grads = grads_table
     launch = plan.accumulating if accumulate else plan.eager.backward

@@ -24,6 +24,7 @@ Prints a line per case and "history: N of N passed" last.
 """
 
 import argparse
+import contextlib
 import pathlib
 import sys
 import zlib
@@ -454,6 +455,24 @@ def block_on_history_per_layer(p, history, S):
     return partial
 
 
+@contextlib.contextmanager
+def empty_like_nan(torch):
+    """Every tensor torch.empty_like makes inside starts as NaN: an extra
+    source's gradient (its entry tagged to be written over by the
+    accumulating backward) that were added to instead, or any other row
+    read before it is written, turns the gradients NaN."""
+    real = torch.empty_like
+
+    def poisoned(tensor, *args, **kwargs):
+        made = real(tensor, *args, **kwargs)
+        return made.fill_(float("nan")) if made.is_floating_point() else made
+    torch.empty_like = poisoned
+    try:
+        yield
+    finally:
+        torch.empty_like = real
+
+
 def check_block_case(case, mode):
     import torch
     import attnres
@@ -477,24 +496,10 @@ def check_block_case(case, mode):
     p = leaves(params, T)
     listed = run(p, lambda: block_on_list(p, list_op, S), block_flat)
     history = ResidualHistory(case[0])
-    if mode == "eager":
-        got = run(p, lambda: block_on_history(p, history, S), block_flat)
-    elif mode == "poisoned":
-        # Every tensor torch.empty_like makes during the step starts as NaN:
-        # an extra source's gradient (its entry tagged to be written over
-        # by the accumulating backward) that were added to instead, or any
-        # other row read before it is written, turns the gradients NaN.
-        real = torch.empty_like
-
-        def empty_like_nan(tensor, *args, **kwargs):
-            made = real(tensor, *args, **kwargs)
-            return made.fill_(float("nan")) if made.is_floating_point() \
-                else made
-        torch.empty_like = empty_like_nan
-        try:
+    if mode in ("eager", "poisoned"):
+        with empty_like_nan(torch) if mode == "poisoned" else \
+                contextlib.nullcontext():
             got = run(p, lambda: block_on_history(p, history, S), block_flat)
-        finally:
-            torch.empty_like = real
     elif mode == "per-layer":
         got = run(p, lambda: block_on_history_per_layer(p, history, S),
                   block_flat)
