@@ -101,9 +101,10 @@ attnresForward(const AttnresRuntime *runtime, int op,
  * "skips_null_gradients": true, a null entry asks for no gradient of that
  * source (its row is neither read nor written; dq, dg and dh still count
  * it). Older bundles store through every entry. Where it says
- * "writes_tagged_gradients": true, an entry with bit 0 set (a row's address
- * plus one; rows are 16-byte aligned) is written over by an accumulating
- * backward, not read and added to.
+ * "writes_tagged_gradients": true (compiled with the kernel option
+ * write-tags=1), an entry with bit 0 set (a row's address plus one; rows
+ * are 16-byte aligned) is written over by an accumulating backward, not
+ * read and added to; without the fact a tagged entry is an odd address.
  * dq, dg and dh have the parameters' shapes;
  * `saved_residual` is the forward's o_pre_residual where the op reads one,
  * `grad_lse` the lse's gradient where the op takes one.

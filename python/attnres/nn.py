@@ -805,6 +805,16 @@ _PAIR_MIN_ROW_BYTES = 4 << 20
 # choices (48.1 ms unpaired); docs/Performance.md.
 _PAIR_KERNEL_OPTIONS = "backward-staged-batches=2"
 
+# A Block read's partial sum (its extra source) gets its gradient from the
+# accumulating backward that adds into the rows' gradients. Compiled with
+# write-tags, that backward writes the partial sum's gradient over (its
+# table entry tagged in bit 0) instead of adding into zeros filled for it:
+# on an H100 the Block shares fell by 0.2-1.3 ms (docs/Performance.md).
+# Only these reads' bundles are compiled so: the test of the tag costs an
+# accumulating backward a register and a branch a source, which every
+# other read's kernels (the Full reads', the op's) are spared.
+_TAG_KERNEL_OPTIONS = "write-tags=1"
+
 
 def _may_defer(ctx):
     """Whether a read's backward may leave rows 0..count-2 to the next
@@ -899,6 +909,16 @@ class _PairPlan:
         self.accumulating = ops._BackwardLaunch(
             ops._runtime(call.spec(accumulate=True), device,
                          _PAIR_KERNEL_OPTIONS), call.N)
+
+
+def extra_source_keys(call):
+    """The bundles (key, kernel options) a read of `call` with an extra
+    source (a Block read's partial sum, the last of `call`'s sources) needs
+    beyond the forward's and the writing backward's (call.spec()): its
+    accumulating backward, compiled with write-tags. For prebuilding them
+    (attnres.prebuild); `call` may be the checks' result on
+    attnres._checks.TensorShape stand-ins."""
+    return [(call.spec(accumulate=True), _TAG_KERNEL_OPTIONS)]
 
 
 def pair_keys(call):
@@ -1138,7 +1158,8 @@ class _Plan:
         self.eager = ops._Plan(call, device)   # forward, writing backward
         self.dtype = grads.dtype
         self.accumulating = ops._BackwardLaunch(
-            ops._runtime(call.spec(accumulate=True), device), call.N)
+            ops._runtime(call.spec(accumulate=True), device,
+                         _TAG_KERNEL_OPTIONS if extra else ""), call.N)
         # With an extra source the tables are made per call (its address
         # and its gradient's change); the gradient rows' addresses are kept.
         self.extra = extra
@@ -1343,8 +1364,8 @@ def _launch_backward(state, count, plan, extra, accumulate, query,
     lse, kept, residual = saved
     # The extra source's gradient starts in this launch: a writing backward
     # writes it, an accumulating one writes it over where its entry is
-    # tagged (no zeros to fill and read back), and adds into zeros with a
-    # bundle from before the tag.
+    # tagged (no zeros to fill and read back; _TAG_KERNEL_OPTIONS), and adds
+    # into zeros with a bundle whose manifest does not say it takes tags.
     d_extra = None
     tagged = accumulate and plan.accumulating.writes_tagged_gradients
     if extra is not None:

@@ -11,6 +11,7 @@ checked here, and the kernels on the GPU by
 test/Integration/GPU/history.py."""
 
 import ctypes
+import re
 import sys
 import types
 
@@ -19,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 numpy = pytest.importorskip("numpy")
 
-from attnres import nn  # noqa: E402
+from attnres import kernels, nn  # noqa: E402
 from attnres.reference import (attnres_backward_reference,  # noqa: E402
                                attnres_reference)
 
@@ -39,7 +40,9 @@ class FakeLaunches:
         self.tensors = {}
         self.log = []
         self.bundles = set()   # (key, kernel options) of the plans made
-        self.writes_tagged_gradients = True   # (the bundles' manifest fact)
+        # Whether the compiler knows write-tags: the manifest fact of the
+        # bundles compiled with it.
+        self.writes_tagged_gradients = True
         self.overwritten = []   # (sources, row) of each tagged entry written
 
     def _row_at(self, address, dtype, N, D):
@@ -84,12 +87,13 @@ class FakeLaunches:
 
     def _runtime(self, key, device, kernel_options=""):
         self.bundles.add((key, kernel_options))
-        return key
+        return kernels.bundle_name(key, kernel_options)
 
-    def _BackwardLaunch(self, key, N):
+    def _BackwardLaunch(self, name, N):
         return types.SimpleNamespace(
-            accumulates="accumulate" in key, skips_null_gradients=True,
-            writes_tagged_gradients=self.writes_tagged_gradients)
+            accumulates="accumulate" in name, skips_null_gradients=True,
+            writes_tagged_gradients=self.writes_tagged_gradients and
+            "+write-tags=1" in name)
 
     def _Plan(self, call, device, kernel_options=""):
         self._runtime(call.spec(), device, kernel_options)
@@ -224,9 +228,11 @@ def test_an_extra_sources_gradient_is_written_over_not_zeroed(launches,
                                                              tagged):
     """A Block read's extra source (its block's partial sum) gets its
     gradient from the accumulating backward that adds into the rows. Where
-    the bundle takes tagged entries, that entry (the last) is tagged and
-    the row written over: no zeros filled and read back. An older bundle's
-    launch adds into zeros. Both give the list op's gradients."""
+    the bundle takes tagged entries (compiled with write-tags, which only
+    these reads' accumulating backwards are), that entry (the last) is
+    tagged and the row written over: no zeros filled and read back. A
+    bundle without the manifest fact adds into zeros. Both give the list
+    op's gradients."""
     launches.writes_tagged_gradients = tagged
     blocks, S, N, D = 3, 3, 6, 16
     model = BlockStack(blocks, S, D)
@@ -244,6 +250,16 @@ def test_an_extra_sources_gradient_is_written_over_not_zeroed(launches,
                                         (2, 1)]
     else:
         assert launches.overwritten == []
+    # The reads with a partial sum accumulate through bundles compiled with
+    # write-tags (nn.extra_source_keys); every other bundle without it.
+    # (nn.extra_source_keys lists them for prebuilding.)
+    tagging = {key for key, options in launches.bundles
+               if options == nn._TAG_KERNEL_OPTIONS}
+    assert all(",accumulate," in key for key in tagging)
+    assert {int(re.search(r"L=(\d+),", key).group(1))
+            for key in tagging} == {2, 3, 4}
+    assert all(options in ("", nn._TAG_KERNEL_OPTIONS)
+               for _, options in launches.bundles)
 
 
 def test_a_refused_partner_gets_the_reads_flushed(launches, monkeypatch):

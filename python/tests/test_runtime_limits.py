@@ -123,9 +123,17 @@ def test_the_backward_says_it_skips_null_gradient_entries(runtime):
     assert runtime.op("forward").get("skips_null_gradients") is None
 
 
-def test_the_backward_says_it_writes_tagged_gradient_entries(runtime):
+def test_only_write_tags_backwards_say_they_take_tagged_entries(
+        runtime, tmp_path):
     # The history tags an entry (bit 0) to have an accumulating backward
-    # write that row over only where the op entry says so; an older
-    # compiler's kernel would store at the odd address.
-    assert runtime.op("backward").get("writes_tagged_gradients") is True
+    # write that row over only where the op entry says so: a backward
+    # compiled without write-tags (the default) would store at the odd
+    # address.
+    assert runtime.op("backward").get("writes_tagged_gradients") is None
     assert runtime.op("forward").get("writes_tagged_gradients") is None
+    attnres.compile("train:L=2,D=64,dtype=bf16,accumulate", target="sm_90",
+                    format="isa", output=tmp_path / "tags",
+                    kernel_options="write-tags=1")
+    tags = attnres.inspect(tmp_path / "tags")
+    assert tags.op("backward").get("writes_tagged_gradients") is True
+    assert tags.op("forward").get("writes_tagged_gradients") is None

@@ -146,6 +146,15 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            "The target has NVIDIA's asynchronous copies from global to "
            "workgroup memory (cp.async: sm_80 and later), which the staged "
            "source walks use">,
+    Option<"writeTags", "write-tags", "bool", /*default=*/"false",
+           "The backward kernels take an entry of the table of source "
+           "gradients with bit 0 set (a row's address plus one; rows are "
+           "16-byte aligned) as that row, which an accumulating backward "
+           "writes over instead of reading and adding to (a source whose "
+           "gradient starts there: no zeros filled and read back). Off by "
+           "default: the test of the bit costs the accumulating backward "
+           "a register and a branch a source, and every other caller's "
+           "kernels stay as they are without it">,
     Option<"clusters", "clusters", "bool", /*default=*/"false",
            "The target has NVIDIA's thread-block clusters with distributed "
            "shared memory (sm_90 and later): the forward then also gets a "

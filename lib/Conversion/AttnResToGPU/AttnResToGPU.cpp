@@ -889,6 +889,7 @@ struct ConvertAttnResToGPUPass
   DictionaryAttr convertBackward(OpBuilder &b, BackwardOp op,
                                  const std::string &prefix) {
     AttnResSpec spec = backwardSpec(op);
+    spec.writeTags = writeTags;
     FailureOr<RowLayout> layoutOr =
         choices().backwardLayout(op, getArgument(), spec);
     if (failed(layoutOr))
@@ -911,10 +912,11 @@ struct ConvertAttnResToGPUPass
     // this fact store through every entry, so a caller passes nulls only
     // where it is there.
     facts.append("skips_null_gradients", b.getBoolAttr(true));
-    // An entry with bit 0 set is that row's address plus one: the backward
-    // writes the row (an accumulating one without reading it). Bundles
-    // without this fact would store at the odd address.
-    facts.append("writes_tagged_gradients", b.getBoolAttr(true));
+    // With write-tags, an entry with bit 0 set is that row's address plus
+    // one: the backward writes the row (an accumulating one without reading
+    // it). Bundles without this fact would store at the odd address.
+    if (spec.writeTags)
+      facts.append("writes_tagged_gradients", b.getBoolAttr(true));
     facts.append("rows_per_block", b.getI64IntegerAttr(layout.rowsPerBlock));
     // Whether the backward adds its row groups' partial rows before writing
     // them (bundles without this fact wrote one per row group).

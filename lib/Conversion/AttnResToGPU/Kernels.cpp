@@ -2070,12 +2070,15 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
                                    : e.select(keyMasks[c], keyTerm[c], zero));
             // An accumulating backward adds the gradient the row already
             // has (each row of each source is this thread's alone), in
-            // FP32, and rounds once, except into an entry tagged in bit 0,
-            // which it writes over (a source whose gradient starts here,
-            // with no zeros to read). A null entry of the gradient table
-            // asks for no gradient of that source: its row is neither read
-            // nor written (the source still counts in dq, dg and dh).
-            auto [target, overwrite] = e.splitWriteTag(targets[i]);
+            // FP32, and rounds once, except (with write-tags) into an entry
+            // tagged in bit 0, which it writes over (a source whose
+            // gradient starts here, with no zeros to read). A null entry of the
+            // gradient table asks for no gradient of that source: its row is
+            // neither read nor written (the source still counts in dq, dg and
+            // dh).
+            auto [target, overwrite] =
+                spec.writeTags ? e.splitWriteTag(targets[i])
+                               : std::pair<Value, Value>(targets[i], {});
             Value wanted =
                 arith::AndIOp::create(b, loc, writes, e.notNull(target));
             storeRow(e, dv, target, rowc, spec.value, wanted, {},

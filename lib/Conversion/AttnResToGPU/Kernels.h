@@ -59,6 +59,11 @@ struct AttnResSpec {
   // accumulate: each source gradient row is read, added to in FP32 and
   // written back (the gradients the sources already have).
   bool accumulate = false;
+  // Not the op's: convert-attnres-to-gpu's write-tags option. An entry of
+  // the table of source gradients may be tagged in bit 0 (its row's address
+  // plus one), which the backward takes off the address and an accumulating
+  // backward takes as "write this row over, do not read it".
+  bool writeTags = false;
   Type gradQuery, gradKeyNorm, gradOutputNorm;
 };
 

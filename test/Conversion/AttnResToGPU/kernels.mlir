@@ -147,17 +147,13 @@ func.func @layer(%v0: tensor<?x1024xbf16>, %v1: tensor<?x1024xbf16>,
 // STAGED-LABEL: gpu.func @grad_0_finalize
 // A null entry of the table of gradient rows (grad_sources, %arg6) asks for
 // no gradient of that source: its row is written (and, accumulating, read)
-// only where the entry is not null. Bit 0 of an entry (the write tag, which
-// only an accumulating backward acts on) is taken off the row's address
-// first, in a writing backward too.
+// only where the entry is not null. Without write-tags an entry is the
+// row's address as it is (no bit of it taken off).
 // RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu | FileCheck %s --check-prefix=NULL-GRAD
 // NULL-GRAD-LABEL: gpu.func @grad_0_backward
 // NULL-GRAD: %[[SLOT:.*]] = llvm.getelementptr %arg6[%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, !llvm.ptr<1>
-// NULL-GRAD-NEXT: %[[ENTRY:.*]] = llvm.load %[[SLOT]] {alignment = 8 : i64} : !llvm.ptr<1> -> !llvm.ptr<1>
-// NULL-GRAD: %[[BITS:.*]] = llvm.ptrtoint %[[ENTRY]] : !llvm.ptr<1> to i64
-// NULL-GRAD: %[[TAG:.*]] = arith.andi %[[BITS]], %{{.*}} : i64
-// NULL-GRAD: %[[BACK:.*]] = arith.subi %{{.*}}, %[[TAG]] : i64
-// NULL-GRAD-NEXT: %[[ROW:.*]] = llvm.getelementptr %[[ENTRY]][%[[BACK]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// NULL-GRAD-NEXT: %[[ROW:.*]] = llvm.load %[[SLOT]] {alignment = 8 : i64} : !llvm.ptr<1> -> !llvm.ptr<1>
+// NULL-GRAD-NOT: llvm.ptrtoint %[[ROW]]
 // NULL-GRAD: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
 // NULL-GRAD-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW]], %[[NULL]] : !llvm.ptr<1>
 // NULL-GRAD-NEXT: %[[WRITES:.*]] = arith.andi %{{.*}}, %[[WANTED]] : i1
@@ -347,35 +343,58 @@ func.func @partial(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16
 // widened, added to in FP32, rounded once and stored back to the same
 // address (a 128-bit load and store of 8 bf16), all of it only where the
 // table's entry for the source is not null: a null entry's row is not read
-// either. An entry tagged in bit 0 (its row's address plus one) is written
-// over: the chunk is stored without the row being read.
+// either. Without write-tags nothing else: no test of an entry's bit 0, and
+// no manifest fact that says it takes tagged entries.
 // CHECK-LABEL: accumulates = true, backward = "accumulating_0_backward"
 // CHECK-SAME: skips_null_gradients = true
-// CHECK-SAME: writes_tagged_gradients = true
+// CHECK-NOT: writes_tagged_gradients
 // CHECK: gpu.func @accumulating_0_backward(
-// CHECK: %[[BITS:.*]] = llvm.ptrtoint %[[ENTRY:.*]] : !llvm.ptr<1> to i64
-// CHECK: %[[TAG:.*]] = arith.andi %[[BITS]], %{{.*}} : i64
-// CHECK: %[[ROW:.*]] = llvm.getelementptr %[[ENTRY]][%{{.*}}] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
-// CHECK: %[[OVER:.*]] = arith.cmpi ne, %[[TAG]], %{{.*}} : i64
-// CHECK-NEXT: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
-// CHECK-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW]], %[[NULL]] : !llvm.ptr<1>
+// CHECK-NOT: llvm.ptrtoint
+// CHECK: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
+// CHECK-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW:.*]], %[[NULL]] : !llvm.ptr<1>
 // CHECK-NEXT: %[[WRITES:.*]] = arith.andi %{{.*}}, %[[WANTED]] : i1
-// CHECK: %[[ADDS:.*]] = arith.xori %[[OVER]], %{{.*}} : i1
 // CHECK: %[[CHUNK:.*]] = arith.andi %[[WRITES]], %{{.*}} : i1
 // CHECK-NEXT: scf.if %[[CHUNK]] {
-// CHECK: scf.if %[[OVER]] {
-// CHECK-NEXT: %[[NEW:.*]] = llvm.fptrunc %{{.*}} : vector<8xf32> to vector<8xbf16>
-// CHECK-NEXT: %[[TO:.*]] = llvm.getelementptr %[[ROW]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
-// CHECK-NEXT: llvm.store %[[NEW]], %[[TO]] {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
-// CHECK-NEXT: }
-// CHECK-NEXT: scf.if %[[ADDS]] {
-// CHECK-NEXT: %[[AT:.*]] = llvm.getelementptr %[[ROW]][%[[I]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// CHECK: %[[AT:.*]] = llvm.getelementptr %[[ROW]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
 // CHECK-NEXT: %[[HAD:.*]] = llvm.load %[[AT]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
 // CHECK-NEXT: %[[WIDE:.*]] = llvm.fpext %[[HAD]] : vector<8xbf16> to vector<8xf32>
 // CHECK-NEXT: %[[SUM:.*]] = arith.addf %{{.*}}, %[[WIDE]] fastmath<contract> : vector<8xf32>
 // CHECK-NEXT: %[[ROUNDED:.*]] = llvm.fptrunc %[[SUM]] : vector<8xf32> to vector<8xbf16>
 // CHECK-NEXT: %[[BACK:.*]] = llvm.getelementptr %[[ROW]][%[[I]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
 // CHECK-NEXT: llvm.store %[[ROUNDED]], %[[BACK]] {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// With write-tags (TAGS), the manifest says so, and an entry tagged in bit 0
+// (its row's address plus one; rows are 16-byte aligned) is that row, which
+// the accumulating backward writes over: the chunk is stored without the
+// row being read. The tag is the same in every lane of the row.
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu=write-tags=1 | FileCheck %s --check-prefix=TAGS
+// TAGS-LABEL: accumulates = true, backward = "accumulating_0_backward"
+// TAGS-SAME: skips_null_gradients = true
+// TAGS-SAME: writes_tagged_gradients = true
+// TAGS: gpu.func @accumulating_0_backward(
+// TAGS: %[[BITS:.*]] = llvm.ptrtoint %[[ENTRY:.*]] : !llvm.ptr<1> to i64
+// TAGS: %[[TAG:.*]] = arith.andi %[[BITS]], %{{.*}} : i64
+// TAGS: %[[BACK:.*]] = arith.subi %{{.*}}, %[[TAG]] : i64
+// TAGS-NEXT: %[[ROW:.*]] = llvm.getelementptr %[[ENTRY]][%[[BACK]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, i8
+// TAGS: %[[OVER:.*]] = arith.cmpi ne, %[[TAG]], %{{.*}} : i64
+// TAGS-NEXT: %[[NULL:.*]] = llvm.mlir.zero : !llvm.ptr<1>
+// TAGS-NEXT: %[[WANTED:.*]] = llvm.icmp "ne" %[[ROW]], %[[NULL]] : !llvm.ptr<1>
+// TAGS-NEXT: %[[WRITES:.*]] = arith.andi %{{.*}}, %[[WANTED]] : i1
+// TAGS: %[[ADDS:.*]] = arith.xori %[[OVER]], %{{.*}} : i1
+// TAGS: %[[CHUNK:.*]] = arith.andi %[[WRITES]], %{{.*}} : i1
+// TAGS-NEXT: scf.if %[[CHUNK]] {
+// TAGS: scf.if %[[OVER]] {
+// TAGS-NEXT: %[[NEW:.*]] = llvm.fptrunc %{{.*}} : vector<8xf32> to vector<8xbf16>
+// TAGS-NEXT: %[[TO:.*]] = llvm.getelementptr %[[ROW]][%[[I:.*]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// TAGS-NEXT: llvm.store %[[NEW]], %[[TO]] {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
+// TAGS-NEXT: }
+// TAGS-NEXT: scf.if %[[ADDS]] {
+// TAGS-NEXT: %[[AT:.*]] = llvm.getelementptr %[[ROW]][%[[I]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// TAGS-NEXT: %[[HAD:.*]] = llvm.load %[[AT]] {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// TAGS-NEXT: %[[WIDE:.*]] = llvm.fpext %[[HAD]] : vector<8xbf16> to vector<8xf32>
+// TAGS-NEXT: %[[SUM:.*]] = arith.addf %{{.*}}, %[[WIDE]] fastmath<contract> : vector<8xf32>
+// TAGS-NEXT: %[[ROUNDED:.*]] = llvm.fptrunc %[[SUM]] : vector<8xf32> to vector<8xbf16>
+// TAGS-NEXT: %[[AGAIN:.*]] = llvm.getelementptr %[[ROW]][%[[I]]] : (!llvm.ptr<1>, i64) -> !llvm.ptr<1>, bf16
+// TAGS-NEXT: llvm.store %[[ROUNDED]], %[[AGAIN]] {alignment = 16 : i64} : vector<8xbf16>, !llvm.ptr<1>
 func.func @accumulating(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tensor<16xf32>,
                         %do: tensor<?x64xbf16>, %lse: tensor<?xf32>, %o: tensor<?x64xbf16>,
                         %g0: tensor<?x64xbf16>, %g1: tensor<?x64xbf16>) {

@@ -103,6 +103,11 @@ def keys():
                     _Shape((R,), T), _Shape((D,), T), EPS, 1.0, "o_pre")
                 result.add(call.spec())
                 result.add(call.spec(accumulate=True))
+                if extra:
+                    # The history's accumulating backward of such a read,
+                    # compiled with write-tags ((key, kernel options)).
+                    from attnres import nn
+                    result.update(nn.extra_source_keys(call))
         one = _checks.check_attnres(_Shape((1, N, D), T), _Shape((R,), T),
                                     _Shape((R,), T), None, EPS, 1.0, "o_pre")
         result.add(one.spec(partial=True))
