@@ -2072,10 +2072,10 @@ KernelInfo mlir::attnres::gpu_kernels::emitBackwardKernel(
             // has (each row of each source is this thread's alone), in
             // FP32, and rounds once, except (with write-tags) into an entry
             // tagged in bit 0, which it writes over (a source whose
-            // gradient starts here, with no zeros to read). A null entry of the
-            // gradient table asks for no gradient of that source: its row is
-            // neither read nor written (the source still counts in dq, dg and
-            // dh).
+            // gradient starts here, with no zeros to read). A null entry
+            // of the gradient table asks for no gradient of that source:
+            // its row is neither read nor written (the source still counts
+            // in dq, dg and dh).
             auto [target, overwrite] =
                 spec.writeTags ? e.splitWriteTag(targets[i])
                                : std::pair<Value, Value>(targets[i], {});
