@@ -85,11 +85,12 @@ def keys():
                                       rows_from=PAIR_ROWS_PREBUILT):
                 from attnres import nn
                 result.update(nn.pair_keys(call))
-            # Block AttnRes reads at most BLOCKS + 1 sources a layer (keys
-            # above); on the history, a read with its block's partial sum
-            # (an extra source, 2 sources or more) accumulates through a
-            # bundle compiled with write-tags.
-            if 2 <= count <= BLOCKS + 1:
+            # Block AttnRes (the shapes of SHAPES; the host shape is Full
+            # only) reads at most BLOCKS + 1 sources a layer (keys above);
+            # on the history, a read with its block's partial sum (an extra
+            # source, 2 sources or more) accumulates through a bundle
+            # compiled with write-tags.
+            if (L, N, D) in SHAPES and 2 <= count <= BLOCKS + 1:
                 from attnres import nn
                 result.update(nn.extra_source_keys(call))
     return sorted(result, key=str)

@@ -911,14 +911,21 @@ class _PairPlan:
                          _PAIR_KERNEL_OPTIONS), call.N)
 
 
+def _accumulating_bundle(call, extra):
+    """The bundle (key, kernel options) of the accumulating backward of a
+    read of `call`: compiled with write-tags where the read has an extra
+    source (the last of `call`'s sources)."""
+    return call.spec(accumulate=True), _TAG_KERNEL_OPTIONS if extra else ""
+
+
 def extra_source_keys(call):
     """The bundles (key, kernel options) a read of `call` with an extra
     source (a Block read's partial sum, the last of `call`'s sources) needs
     beyond the forward's and the writing backward's (call.spec()): its
-    accumulating backward, compiled with write-tags. For prebuilding them
+    accumulating backward (_accumulating_bundle). For prebuilding them
     (attnres.prebuild); `call` may be the checks' result on
     attnres._checks.TensorShape stand-ins."""
-    return [(call.spec(accumulate=True), _TAG_KERNEL_OPTIONS)]
+    return [_accumulating_bundle(call, extra=True)]
 
 
 def pair_keys(call):
@@ -1157,9 +1164,9 @@ class _Plan:
         device = grads.device
         self.eager = ops._Plan(call, device)   # forward, writing backward
         self.dtype = grads.dtype
+        key, options = _accumulating_bundle(call, extra)
         self.accumulating = ops._BackwardLaunch(
-            ops._runtime(call.spec(accumulate=True), device,
-                         _TAG_KERNEL_OPTIONS if extra else ""), call.N)
+            ops._runtime(key, device, options), call.N)
         # With an extra source the tables are made per call (its address
         # and its gradient's change); the gradient rows' addresses are kept.
         self.extra = extra
