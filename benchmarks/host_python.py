@@ -66,15 +66,19 @@ class NullLaunches:
         return None if tensor is None else (tensor.shape, tensor.dtype, -1)
 
     def _runtime(self, key, device, kernel_options=""):
-        return key
+        return kernel_options
 
-    def _BackwardLaunch(self, key, N):
-        return types.SimpleNamespace(skips_null_gradients=True)
+    def _BackwardLaunch(self, kernel_options, N):
+        # What the bundle's manifest says of its backward: compiled with
+        # write-tags (nn._TAG_KERNEL_OPTIONS), it writes over tagged entries.
+        return types.SimpleNamespace(
+            skips_null_gradients=True,
+            writes_tagged_gradients="write-tags=1" in kernel_options)
 
     def _Plan(self, call, device, kernel_options=""):
         return types.SimpleNamespace(
             call=call, device=device, keeps_o=True,
-            backward=self._BackwardLaunch(None, call.N),
+            backward=self._BackwardLaunch(kernel_options, call.N),
             out_shape=call.lead + (call.D,), lse_shape=(call.M, call.N))
 
     def _launch_forward_from(self, plan, table, dtype, query, key_norm,
@@ -129,6 +133,8 @@ def milliseconds(steps, calls=20, rounds=25):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=25,
+                        help="rounds in which the steps take turns")
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile 20 history steps")
     args = parser.parse_args()
@@ -155,7 +161,8 @@ def main():
     plain = m.stepping(lambda: model.plain_step(m))
     on_history = m.stepping(lambda: model.history_step(m, history))
     floor = m.stepping(floor)
-    times = milliseconds(dict(plain=plain, history=on_history, floor=floor))
+    times = milliseconds(dict(plain=plain, history=on_history, floor=floor),
+                         rounds=args.rounds)
     for name in ("history", "floor"):
         print(f"(L, N, D) = {(L, N, D)}: {name} {times[name]:.2f} ms, plain "
               f"{times['plain']:.2f} ms: "
