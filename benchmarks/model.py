@@ -433,9 +433,9 @@ def timed_in_rounds(m, steps, rounds, repeats, out_of_memory):
     `rounds` rounds in which the steps take turns, so that a drift of the
     machine's speed over the seconds a shape takes (a few percent, which is
     0.5 ms of a 30 ms step and decides a share's ratio to another) falls on
-    every step alike. Returns, per name, the median of its turns and the
+    every step alike. Returns, per name, the median of its turns, the
     median of its turns less the plain step's turn of the same round (the
-    share of the step the plain stream does not pay). A step that runs out
+    share of the step the plain stream does not pay) and its turns. A step that runs out
     of memory beside what the others keep (the PyTorch ops' step peaks at
     65 GB) leaves the rounds, and its name is appended to `out_of_memory`."""
     import statistics
@@ -453,7 +453,8 @@ def timed_in_rounds(m, steps, rounds, repeats, out_of_memory):
                 release(m)
     plain = turns["plain"]
     return {name: (statistics.median(times), statistics.median(
-        t - p for t, p in zip(times, plain))) for name, times in turns.items()}
+        t - p for t, p in zip(times, plain)), times)
+        for name, times in turns.items()}
 
 
 def out_of_memory_error():
@@ -494,9 +495,9 @@ def run_shape(L, N, D, bandwidth, reference, repeats, rounds, block=False,
     # shapes, four histories at most) is small beside an H100's memory.
     # One that runs out of it there is timed alone after the rounds.
     alone = []
-    for name, (ms, share) in timed_in_rounds(m, steps, rounds, repeats,
-                                             alone).items():
-        row[name].update(ms=ms, share_ms=share)
+    for name, (ms, share, turns) in timed_in_rounds(
+            m, steps, rounds, repeats, alone).items():
+        row[name].update(ms=ms, share_ms=share, turns_ms=turns)
     kept = {name: steps[name] for name in alone}
     steps.clear()
     for name in alone:

@@ -46,5 +46,5 @@ found = model.timed_in_rounds(
     rounds=3, repeats=5, out_of_memory=alone)
 print("turns: " + " ".join(order))
 print(f"out of memory: {alone}")
-for name, (ms, share) in found.items():
-    print(f"{name}: {ms:.1f} ms, share {share:.1f} ms")
+for name, (ms, share, turns) in found.items():
+    print(f"{name}: {ms:.1f} ms, share {share:.1f} ms, turns {turns}")
