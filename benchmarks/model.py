@@ -435,9 +435,10 @@ def timed_in_rounds(m, steps, rounds, repeats, out_of_memory):
     0.5 ms of a 30 ms step and decides a share's ratio to another) falls on
     every step alike. Returns, per name, the median of its turns, the
     median of its turns less the plain step's turn of the same round (the
-    share of the step the plain stream does not pay) and its turns. A step that runs out
-    of memory beside what the others keep (the PyTorch ops' step peaks at
-    65 GB) leaves the rounds, and its name is appended to `out_of_memory`."""
+    share of the step the plain stream does not pay) and its turns. A step
+    that runs out of memory beside what the others keep (the PyTorch ops'
+    step peaks at 65 GB) leaves the rounds, and its name is appended to
+    `out_of_memory`."""
     import statistics
     turns = {name: [] for name in steps}
     for _ in range(rounds):
@@ -468,6 +469,7 @@ def release(m):
     for p in m.parameters():
         p.grad = None
     torch.cuda.empty_cache()
+
 
 def run_shape(L, N, D, bandwidth, reference, repeats, rounds, block=False,
               compiled=False, graphs=False, unpaired_too=False,
