@@ -12,7 +12,9 @@ import model  # noqa: E402
 order = []
 made_up = {"plain": iter([10.0, 14.0, 18.0]),
            "history": iter([15.0, 16.0, 24.0]),
-           "ops": iter([400.0])}
+           "ops": iter([400.0]),
+           "plain, CUDA graph": iter([1.0, 1.5, 1.0]),
+           "history, CUDA graph": iter([3.0, 3.0, 3.5])}
 
 
 class OutOfMemory(Exception):
@@ -42,8 +44,9 @@ model.out_of_memory_error = lambda: OutOfMemory
 model.release = lambda stack: order.append("(released)")
 alone = []
 found = model.timed_in_rounds(
-    Stack(), {name: step_of(name) for name in ("plain", "history", "ops")},
-    rounds=3, repeats=5, out_of_memory=alone)
+    Stack(), {name: step_of(name) for name in (
+        "plain", "history", "ops", "plain, CUDA graph",
+        "history, CUDA graph")}, rounds=3, repeats=5, out_of_memory=alone)
 print("turns: " + " ".join(order))
 print(f"out of memory: {alone}")
 for name, (ms, share, turns) in found.items():
