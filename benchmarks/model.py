@@ -26,7 +26,8 @@ step are also replayed from CUDA graphs (captured with their backward).
 With --unpaired the history's Full step is also timed with its reads'
 backwards unpaired (attnres.nn._PAIR_MIN_ROWS out of reach), the way it
 ran before reads were paired, and with --pair-rows N,... with reads of N
-rows or more paired.
+rows or more paired. --without-torch-ops leaves out the PyTorch ops' step
+(260-455 ms a step at these shapes: about a minute of a run).
 With --kernels it instead profiles one Full history step per shape
 (torch.profiler) and prints each kernel's GPU time, the history's
 forward and backward kernels against their own floors (the reads'
@@ -304,8 +305,10 @@ def paired_from(rows, step):
 
 
 def contenders(block=False, compiled=False, graphs=False,
-               unpaired_too=False, pair_rows=()):
-    """(name, function(model) -> step function) of what is importable."""
+               unpaired_too=False, pair_rows=(), torch_ops=True):
+    """(name, function(model) -> step function) of what is importable:
+    the plain step first, then the history's and the list op's (whose
+    gradients the others are compared with), then the rest."""
     import attnres
     from attnres.nn import ResidualHistory
     from attnres.reference import attnres_reference
@@ -326,8 +329,9 @@ def contenders(block=False, compiled=False, graphs=False,
         ("history", lambda m: (lambda h: lambda: on_history(m, h))(
             ResidualHistory(capacity(m)))),
         ("list op", lambda m: lambda: on_list(m, attnres.attnres)),
-        ("PyTorch ops", lambda m: lambda: on_list(m, torch_op)),
     ]
+    if torch_ops:
+        found.append(("PyTorch ops", lambda m: lambda: on_list(m, torch_op)))
     for rows in ([sys.maxsize] if unpaired_too else []) + list(pair_rows):
         if block:
             break
@@ -479,12 +483,13 @@ def release(m):
 
 def run_shape(L, N, D, bandwidth, reference, repeats, rounds, block=False,
               compiled=False, graphs=False, unpaired_too=False,
-              pair_rows=()):
+              pair_rows=(), torch_ops=True):
     import torch
     m = Model(L, N, D, torch.bfloat16)
     row = dict(L=L, N=N, D=D, block=block,
                floor_ms=floor_bytes(L, N, D, block) / bandwidth * 1e3)
-    found = contenders(block, compiled, graphs, unpaired_too, pair_rows)
+    found = contenders(block, compiled, graphs, unpaired_too, pair_rows,
+                       torch_ops)
     expected = gradients(m, found[2][1](m))   # the list op's
     errors, steps = {}, {}
     for name, make in found:
@@ -618,6 +623,9 @@ def main():
                         "reads of N rows or more paired too (each of at "
                         f"least {PAIR_ROWS_PREBUILT} rows: bundles are "
                         "prebuilt from there)")
+    parser.add_argument("--without-torch-ops", action="store_true",
+                        help="leave out the PyTorch ops' step (260-455 ms "
+                        "a step, the longest part of a run)")
     parser.add_argument("--kernels", action="store_true",
                         help="instead, each kernel's GPU time in one Full "
                         "history step per shape (torch.profiler)")
@@ -656,11 +664,12 @@ def main():
                                   block=block,
                                   compiled=args.compiled,
                                   unpaired_too=args.unpaired,
-                                  pair_rows=pair_rows))
+                                  pair_rows=pair_rows,
+                                  torch_ops=not args.without_torch_ops))
             print(json.dumps(rows[-1]), flush=True)
     host = run_shape(*HOST_SHAPE, bandwidth, reference=False,
                      repeats=max(args.repeats, 10), rounds=args.rounds,
-                     graphs=True)
+                     graphs=True, torch_ops=not args.without_torch_ops)
     print(json.dumps(host), flush=True)
 
     failed = False
