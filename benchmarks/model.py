@@ -445,13 +445,14 @@ def timed_in_rounds(m, steps, rounds, repeats, out_of_memory):
     PyTorch ops' step peaks at 65 GB) leaves the rounds, and its name is
     appended to `out_of_memory`."""
     import statistics
+    import torch
     turns = {name: [] for name in steps}
     for _ in range(rounds):
         for name in list(turns):
             try:
                 turns[name].append(common.time_steady(
                     m.stepping(steps[name]), repeats=repeats, warmup=1))
-            except out_of_memory_error():
+            except torch.OutOfMemoryError:
                 if name == "plain":
                     raise
                 del turns[name]
@@ -466,11 +467,6 @@ def timed_in_rounds(m, steps, rounds, repeats, out_of_memory):
     return {name: (statistics.median(times), statistics.median(
         t - p for t, p in zip(times, plain(name))), times)
         for name, times in turns.items()}
-
-
-def out_of_memory_error():
-    import torch
-    return torch.OutOfMemoryError
 
 
 def release(m):
@@ -511,10 +507,9 @@ def run_shape(L, N, D, bandwidth, reference, repeats, rounds, block=False,
     for name, (ms, share, turns) in timed_in_rounds(
             m, steps, rounds, repeats, alone).items():
         row[name].update(ms=ms, share_ms=share, turns_ms=turns)
-    kept = {name: steps[name] for name in alone}
-    steps.clear()
+    steps = {name: steps[name] for name in alone}   # (the others released)
     for name in alone:
-        step = kept.pop(name)
+        step = steps.pop(name)
         release(m)
         try:
             ms = common.time_steady(m.stepping(step), repeats=repeats * rounds,
