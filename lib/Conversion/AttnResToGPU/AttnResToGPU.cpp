@@ -810,7 +810,8 @@ struct ConvertAttnResToGPUPass
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
     SourceSchedule partialSchedule =
-        scheduleFor(forwardSourceBatch, forwardPrefetch != 0, spec.numSources,
+        scheduleFor(choices().forwardBatch(layout), forwardPrefetch != 0,
+                    spec.numSources,
                     choices().forwardStaging(layout, spec.value));
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "forward", spec);

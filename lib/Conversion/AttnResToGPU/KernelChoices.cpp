@@ -95,11 +95,30 @@ KernelChoices::forwardLayout(Operation *op, StringRef pass,
                    forwardThreadsPerRow, spec.numQueries, /*forward=*/true);
 }
 
-/// The unsplit forward does not prefetch unless asked: its many rows keep
-/// the device busy (the split over sources, for few rows, does).
+/// Where a lane holds one vector of a row (rows of up to 64 vectors: D =
+/// 512 of bf16), eight sources a batch, so that a lane still keeps eight
+/// loads in flight; two elsewhere (scheduleFor's default). At a decode-sized
+/// N the forward's few blocks walk the sources one batch after another, and
+/// each batch costs a round trip to memory and a row sum: at (N, D) =
+/// (16, 256) on an H100 a read of 64 sources took 16.7 us with two a batch
+/// and 8.6 us with eight, prefetched (32 sources: 8.9 and 5.0 us;
+/// docs/Performance.md).
+int64_t KernelChoices::forwardBatch(const RowLayout &layout) const {
+  if (forwardSourceBatch > 0)
+    return forwardSourceBatch;
+  return layout.chunks == 1 ? 8 : 0;
+}
+
+/// The unsplit forward does not prefetch unless asked where a lane holds
+/// several vectors of a row: its many rows keep the device busy (the split
+/// over sources, for few rows, does). With one vector a lane the next batch
+/// costs few registers (80 at D = 256 with eight a batch), and a small row's
+/// forward is the one that runs with few rows.
 SourceSchedule KernelChoices::forwardSchedule(const AttnResSpec &spec,
                                               const RowLayout &layout) const {
-  return scheduleFor(forwardSourceBatch, forwardPrefetch > 0, spec.numSources,
+  bool prefetch =
+      forwardPrefetch >= 0 ? forwardPrefetch > 0 : layout.chunks == 1;
+  return scheduleFor(forwardBatch(layout), prefetch, spec.numSources,
                      forwardStaging(layout, spec.value));
 }
 

@@ -104,6 +104,9 @@ struct KernelChoices {
   /// The forward's staged batches: as asked, where rows are read in
   /// vectors a copy can move (4 bytes or more).
   int64_t forwardStaging(const RowLayout &layout, Type value) const;
+  /// The sources a batch of the forward's walks take (0: scheduleFor's
+  /// default).
+  int64_t forwardBatch(const RowLayout &layout) const;
   /// The layout of a forward's kernels, and the walk of the unsplit one.
   FailureOr<RowLayout> forwardLayout(Operation *op, StringRef pass,
                                      const AttnResSpec &spec) const;

@@ -31,6 +31,7 @@
 // NO-CLUSTER-NOT: nvvm.cluster
 // RUN: not attnres-opt %s --split-input-file --convert-attnres-to-gpu="clusters=1 subgroup-size=64" 2>&1 | FileCheck %s --check-prefix=CLUSTER-AMD
 // CLUSTER-AMD: convert-attnres-to-gpu: clusters=1 is NVIDIA's (sm_90 and later; subgroup-size 32)
+// RUN: attnres-opt %s --split-input-file --convert-attnres-to-gpu="forward-source-batch=2 forward-prefetch=0" | FileCheck %s --check-prefix=ASKED
 
 // A forward becomes three kernels (unsplit, partial, merge). D = 1024 bf16
 // is 128 vectors of 8: by default two vectors a lane, a block of 64 threads
@@ -402,5 +403,32 @@ func.func @accumulating(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tens
       query(%q : tensor<16xf32>) grad(%do : tensor<?x64xbf16>) lse(%lse : tensor<?xf32>)
       saved(%o : tensor<?x64xbf16>) accumulate(%g0, %g1 : tensor<?x64xbf16>, tensor<?x64xbf16>)
       -> tensor<?x64xbf16>, tensor<?x64xbf16>, tensor<16xf32>
+  return
+}
+
+// -----
+
+// A row of 256 bf16 is 32 vectors, one a lane: the walk takes eight sources
+// a batch, so that a lane keeps eight loads in flight as four vectors in
+// batches of two do (the first case), and prefetches the next batch (eight
+// more vectors, carried through the loop), where a row of several vectors
+// a lane does not. At a decode-sized N the forward's few blocks walk the
+// batches one after another. The options still decide where given.
+// CHECK-LABEL: gpu.module @attnres_kernels
+// CHECK-SAME: op = "forward"
+// CHECK-SAME: source_batch = 8
+// CHECK-SAME: threads_per_row = 32
+// CHECK: gpu.func @small_0_forward(
+// CHECK-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: scf.for {{.*}} -> (f32, f32, vector<8xf32>, {{.*}}, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>, vector<8xbf16>)
+// CHECK-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<1> -> vector<8xbf16>
+// CHECK: gpu.func @small_0_forward_partial(
+// ASKED: forward = "small_0_forward"
+// ASKED-SAME: source_batch = 2
+// ASKED: gpu.func @small_0_forward(
+// ASKED: scf.for {{.*}} -> (f32, f32, vector<8xf32>, !llvm.ptr<1>, !llvm.ptr<1>)
+func.func @small(%v: tensor<16x?x256xbf16>, %q: tensor<256xbf16>) {
+  %o, %lse = attnres.forward packed(%v : tensor<16x?x256xbf16>)
+      query(%q : tensor<256xbf16>) -> tensor<?x256xbf16>, tensor<?xf32>
   return
 }
