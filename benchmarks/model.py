@@ -621,6 +621,9 @@ def main():
     parser.add_argument("--without-torch-ops", action="store_true",
                         help="leave out the PyTorch ops' step (260-455 ms "
                         "a step, the longest part of a run)")
+    parser.add_argument("--host-only", action="store_true",
+                        help=f"only the host shape {HOST_SHAPE} (the step "
+                        f"eagerly and from CUDA graphs)")
     parser.add_argument("--kernels", action="store_true",
                         help="instead, each kernel's GPU time in one Full "
                         "history step per shape (torch.profiler)")
@@ -652,7 +655,7 @@ def main():
                 gpu=torch.cuda.get_device_name(), kernels=found), indent=1))
         return 0
     rows = []
-    for block in (False, True):
+    for block in () if args.host_only else (False, True):
         for index, (L, N, D) in enumerate(shapes):
             rows.append(run_shape(L, N, D, bandwidth, reference=index == 0,
                                   repeats=args.repeats, rounds=args.rounds,
@@ -671,7 +674,7 @@ def main():
     print(f"\ncopy {bandwidth / 1e12:.3f} TB/s; {torch.cuda.get_device_name()}"
           f"; torch {torch.__version__}; {time.time() - start:.0f} s")
     names = [n for n in rows[0] if isinstance(rows[0][n], dict) and
-             "ms" in rows[0][n]]
+             "ms" in rows[0][n]] if rows else []
     print("Full, then Block AttnRes (8 blocks): step (ms) / AttnRes share "
           "(ms, x floor) / peak GB")
     header = f"{'L, N, D':>24} {'floor':>6}" + "".join(
