@@ -130,16 +130,16 @@ def ConvertAttnResToGPU : Pass<"convert-attnres-to-gpu", "::mlir::ModuleOp"> {
            /*default=*/"0",
            "Sources whose rows the forward loads before one row sum reduces "
            "them together (loads in flight, one barrier per batch); 0 "
-           "chooses (8 where a lane holds one 16-byte vector of a row, else "
-           "2)">,
+           "chooses (8 where a lane holds one 16-byte vector of a row and one "
+           "subgroup covers the row, else 2)">,
     Option<"backwardSourceBatch", "backward-source-batch", "int64_t",
            /*default=*/"0", "The same for the backward kernel">,
     Option<"forwardPrefetch", "forward-prefetch", "int64_t",
            /*default=*/"-1",
            "Load the forward's next batch of source rows while the current "
            "one is reduced: 1 or 0; -1 chooses (off for the unsplit forward "
-           "unless a lane holds one vector of a row, on for the partial "
-           "forward of the split over sources)">,
+           "unless a lane holds one vector of a row in one subgroup, on for "
+           "the partial forward of the split over sources)">,
     Option<"backwardPrefetch", "backward-prefetch", "int64_t",
            /*default=*/"-1",
            "The same for the backward kernel: 1 or 0; -1 chooses (on for one "
@@ -362,13 +362,13 @@ def AttnResLowerTilesToGPU
            "multiple of the subgroup; 0 chooses (as convert-attnres-to-gpu)">,
     Option<"forwardSourceBatch", "forward-source-batch", "int64_t",
            /*default=*/"0",
-           "Sources whose rows are loaded before one row sum; 0 chooses (8 "
-           "where a lane holds one 16-byte vector of a row, else 2)">,
+           "Sources whose rows are loaded before one row sum; 0 chooses (as "
+           "convert-attnres-to-gpu)">,
     Option<"forwardPrefetch", "forward-prefetch", "int64_t",
            /*default=*/"-1",
            "Load the next batch of source rows while the current one is "
-           "reduced: 1 or 0; -1 chooses (off unless a lane holds one vector "
-           "of a row)">,
+           "reduced: 1 or 0; -1 chooses (as convert-attnres-to-gpu for the "
+           "unsplit forward)">,
     Option<"asyncCopies", "async-copies", "bool", /*default=*/"false",
            "The target has NVIDIA's asynchronous copies from global to "
            "workgroup memory (cp.async: sm_80 and later)">,

@@ -95,9 +95,17 @@ KernelChoices::forwardLayout(Operation *op, StringRef pass,
                    forwardThreadsPerRow, spec.numQueries, /*forward=*/true);
 }
 
-/// Where a lane holds one vector of a row (rows of up to 64 vectors: D =
-/// 512 of bf16), eight sources a batch, so that a lane still keeps eight
-/// loads in flight; two elsewhere (scheduleFor's default). At a decode-sized
+/// A lane holds one vector of a row, and one subgroup covers the row.
+static bool oneVectorALane(const RowLayout &layout) {
+  return layout.chunks == 1 && !layout.blockReduce();
+}
+
+/// Where a lane holds one vector of a row that one subgroup covers (rows of
+/// up to 32 vectors on NVIDIA: D = 256 of bf16), eight sources a batch, so
+/// that a lane still keeps eight loads in flight; two elsewhere
+/// (scheduleFor's default). Rows reduced across subgroups are left out: at
+/// D = 512 of bf16 (64 lanes) the same walk took 150 registers, and the
+/// forward with an output norm, held to 128, spilled. At a decode-sized
 /// N the forward's few blocks walk the sources one batch after another, and
 /// each batch costs a round trip to memory and a row sum: at (N, D) =
 /// (16, 256) on an H100 a read of 64 sources took 16.7 us with two a batch
@@ -106,18 +114,18 @@ KernelChoices::forwardLayout(Operation *op, StringRef pass,
 int64_t KernelChoices::forwardBatch(const RowLayout &layout) const {
   if (forwardSourceBatch > 0)
     return forwardSourceBatch;
-  return layout.chunks == 1 ? 8 : 0;
+  return oneVectorALane(layout) ? 8 : 0;
 }
 
 /// The unsplit forward does not prefetch unless asked where a lane holds
-/// several vectors of a row: its many rows keep the device busy (the split
-/// over sources, for few rows, does). With one vector a lane the next batch
-/// costs few registers (80 at D = 256 with eight a batch), and a small row's
-/// forward is the one that runs with few rows.
+/// several vectors of a row (or the row spans subgroups): its many rows keep
+/// the device busy (the split over sources, for few rows, does). With one
+/// vector a lane the next batch costs few registers (80 at D = 256 with eight a
+/// batch), and a small row's forward is the one that runs with few rows.
 SourceSchedule KernelChoices::forwardSchedule(const AttnResSpec &spec,
                                               const RowLayout &layout) const {
   bool prefetch =
-      forwardPrefetch >= 0 ? forwardPrefetch > 0 : layout.chunks == 1;
+      forwardPrefetch >= 0 ? forwardPrefetch > 0 : oneVectorALane(layout);
   return scheduleFor(forwardBatch(layout), prefetch, spec.numSources,
                      forwardStaging(layout, spec.value));
 }

@@ -432,3 +432,20 @@ func.func @small(%v: tensor<16x?x256xbf16>, %q: tensor<256xbf16>) {
       query(%q : tensor<256xbf16>) -> tensor<?x256xbf16>, tensor<?xf32>
   return
 }
+
+// -----
+
+// A row of 512 bf16 is 64 vectors, one a lane on two subgroups: the row sums
+// cross subgroups, and the walk keeps batches of two, unprefetched (eight
+// prefetched took 150 registers, and ptxas spilled the forward with an
+// output norm under its 128).
+// CHECK-LABEL: gpu.module @attnres_kernels
+// CHECK-SAME: source_batch = 2
+// CHECK-SAME: threads_per_row = 64
+// CHECK: gpu.func @two_subgroups_0_forward(
+// CHECK: scf.for {{.*}} -> (f32, f32, vector<8xf32>, !llvm.ptr<1>, !llvm.ptr<1>)
+func.func @two_subgroups(%v: tensor<16x?x512xbf16>, %q: tensor<512xbf16>) {
+  %o, %lse = attnres.forward packed(%v : tensor<16x?x512xbf16>)
+      query(%q : tensor<512xbf16>) -> tensor<?x512xbf16>, tensor<?xf32>
+  return
+}
