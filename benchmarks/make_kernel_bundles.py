@@ -97,8 +97,8 @@ def main():
     parser.add_argument("--out", required=True, type=pathlib.Path)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--shapes", default="",
-                        help="only these shapes of common.SHAPES, "
-                             "L,N,D;L,N,D...")
+                        help="these shapes instead of common.SHAPES (any, "
+                             "a decode-sized N included), L,N,D;L,N,D...")
     parser.add_argument("--options", default="",
                         help="kernel option sets to time next to the "
                              "defaults (and the --sweep grid), separated by "
@@ -117,8 +117,14 @@ def main():
     bundles, entries = {}, []
     shapes = common.SHAPES
     if args.shapes:
-        shapes = [tuple(int(x) for x in s.split(","))
-                  for s in args.shapes.split(";")]
+        try:
+            shapes = [tuple(int(x) for x in s.split(","))
+                      for s in args.shapes.split(";")]
+        except ValueError:
+            shapes = []
+        if not shapes or any(len(s) != 3 or min(s) < 1 for s in shapes):
+            parser.error(f"--shapes takes L,N,D;L,N,D... (positive "
+                         f"integers), got {args.shapes!r}")
     for L, N, D in shapes:
         variants = [""] + (sweep_options(L, D) if args.sweep else [])
         variants += [o.strip() for o in args.options.split(";") if o.strip()]
