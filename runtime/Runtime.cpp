@@ -873,14 +873,15 @@ const Kernel *clusterKernel(const AttnresRuntime &runtime, const Op &op) {
 
 /// Whether the forward over `partitions` partitions of `tokens` tokens runs
 /// as one clustered kernel rather than the partial kernel and the merge: it
-/// does where the device holds all of its clusters (one a token) at once.
-/// A second wave of clusters would double the time: on the H200 15
-/// clusters of 8 blocks of 256 threads fit, not 16.
+/// does where the device holds all of its clusters (one a block of
+/// rows_per_block tokens) at once. A second wave of clusters would double
+/// the time: on the H200 15 clusters of 8 blocks of 256 threads fit, not 16.
 bool clusteredForward(const AttnresRuntime &runtime, const Op &op,
                       int64_t tokens, int64_t partitions) {
   const Kernel *kernel = clusterKernel(runtime, op);
   return kernel && partitions >= 2 && partitions <= kMaxClusterBlocks &&
-         tokens <= kernel->clusterCapacity[partitions];
+         ceilDiv(tokens, op.integer("rows_per_block", 1)) <=
+             kernel->clusterCapacity[partitions];
 }
 
 int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
@@ -888,12 +889,19 @@ int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
   int64_t L = op.integer("num_sources"), D = op.integer("width");
   int64_t G = op.integer("rows_per_block", 1);
   int64_t bytes = elementBytes(op.text("value_type"));
+  int64_t resident = residentBlocks(runtime, op, "forward_partial");
   int64_t partitions = attnres::launch::forwardPartitions(
-      residentBlocks(runtime, op, "forward_partial"), ceilDiv(tokens, G), L,
-      L * D * bytes, runtime.rules);
-  // The clustered forward with as many of these partitions as keep all its
-  // clusters resident; the partial kernel and the merge where none does.
-  for (int64_t p = std::min(partitions, kMaxClusterBlocks); p >= 2; --p)
+      resident, ceilDiv(tokens, G), L, L * D * bytes, runtime.rules);
+  // The clustered forward with as many partitions as keep all its clusters
+  // resident, up to its own rule's count where that is more (rows too short
+  // for the partial kernel's merge); the partial kernel and the merge where
+  // no cluster fits.
+  int64_t clustered = partitions;
+  if (clusterKernel(runtime, op))
+    clustered = std::max(clustered,
+                         attnres::launch::clusteredForwardPartitions(
+                             resident, ceilDiv(tokens, G), L, runtime.rules));
+  for (int64_t p = std::min(clustered, kMaxClusterBlocks); p >= 2; --p)
     if (clusteredForward(runtime, op, tokens, p))
       return p;
   return partitions;

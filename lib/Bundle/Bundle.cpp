@@ -465,10 +465,13 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                 "(grid y = P) into FP32 workspaces partial_o [P, M, N, D] and "
                 "partial_lse [P, M, N], then `merge` with num_rows = M * N, "
                 "num_partitions = P and rows_per_weight = N. Where the op "
-                "also names `forward_cluster` (sm_90 and later), P <= 8 and "
-                "the device holds all N clusters of P of its blocks at once, "
-                "that one kernel (grid N x P, the P blocks of a row one "
-                "cluster: cluster_y) does both, with no workspace.",
+                "also names `forward_cluster` (sm_90 and later), that one "
+                "kernel (grid ceil(N / rows_per_block) x P', the P' blocks of "
+                "a block of rows one cluster: cluster_y) does both, with no "
+                "workspace, for the largest P' >= 2 up to max(P, min(floor({0} "
+                "* SMs / ceil(N / rows_per_block)), floor(L / {1}), 8)) for "
+                "which the device holds all ceil(N / rows_per_block) clusters "
+                "of P' blocks at once; where none does, the kernels above.",
                 rules.blocksPerMultiprocessor, rules.sourcesPerPartition,
                 rules.partitionBytes)
                 .str()},
@@ -563,9 +566,9 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   static const char *const flags[] = {"key_norm", "packed", "multi_query",
                                       "grad_lse", "accumulate"};
   static const char *const known[] = {
-      "L",           "D",        "R",           "M",      "dtype",
-      "param_dtype", "key_norm", "output_norm", "save",   "eps",
-      "scale",       "packed",   "multi_query", "tokens", "output_dtype",
+      "L",           "D",         "R",           "M",      "dtype",
+      "param_dtype", "key_norm",  "output_norm", "save",   "eps",
+      "scale",       "packed",    "multi_query", "tokens", "output_dtype",
       "grad_lse",    "accumulate"};
   for (StringRef part : parts) {
     StringRef item = part.trim();

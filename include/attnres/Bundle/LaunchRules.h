@@ -130,6 +130,26 @@ forwardPartitions(const A &a, typename A::Value residentBlocks,
                a.constant(std::max<int64_t>(numSources, 1)));
 }
 
+/// Partitions of a forward's L sources for its clustered kernel (the P
+/// blocks of a row merge their partial rows on chip, through distributed
+/// shared memory): floor(residentBlocks / tokenBlocks), at most
+/// L / sourcesPerPartition and kMaxClusterBlocks, at least 1. A row's bytes
+/// do not bound it as they bound forwardPartitions: that bound keeps the
+/// partial kernel's merge, a second launch that reads P rows back from
+/// global memory, cheap next to the reads it splits, and this merge is
+/// neither. Whether the clusters fit on the device at once is the caller's
+/// to check.
+template <typename A>
+typename A::Value
+clusteredForwardPartitions(const A &a, typename A::Value residentBlocks,
+                           typename A::Value tokenBlocks, int64_t numSources,
+                           const Rules &rules) {
+  auto wanted = a.div(residentBlocks, a.max(a.constant(1), tokenBlocks));
+  int64_t limit = std::clamp<int64_t>(numSources / rules.sourcesPerPartition, 1,
+                                      kMaxClusterBlocks);
+  return a.max(a.min(wanted, a.constant(limit)), a.constant(1));
+}
+
 /// Blocks of tokens of a backward over `tokens` tokens, each block taking at
 /// least `leastTokens`: min(residentBlocks, ceil(tokens / leastTokens)), at
 /// least 1.
@@ -203,6 +223,13 @@ inline int64_t forwardPartitions(int64_t residentBlocks, int64_t tokenBlocks,
                                  const Rules &rules) {
   return forwardPartitions(Integers(), residentBlocks, tokenBlocks, numSources,
                            rowSourceBytes, rules);
+}
+inline int64_t clusteredForwardPartitions(int64_t residentBlocks,
+                                          int64_t tokenBlocks,
+                                          int64_t numSources,
+                                          const Rules &rules) {
+  return clusteredForwardPartitions(Integers(), residentBlocks, tokenBlocks,
+                                    numSources, rules);
 }
 inline int64_t backwardBlocks(int64_t residentBlocks, int64_t tokens,
                               int64_t leastTokens) {

@@ -809,10 +809,9 @@ struct ConvertAttnResToGPUPass
     SourceSchedule schedule = choices().forwardSchedule(spec, layout);
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
-    SourceSchedule partialSchedule =
-        scheduleFor(choices().forwardBatch(layout), forwardPrefetch != 0,
-                    spec.numSources,
-                    choices().forwardStaging(layout, spec.value));
+    SourceSchedule partialSchedule = scheduleFor(
+        choices().forwardBatch(layout), forwardPrefetch != 0, spec.numSources,
+        choices().forwardStaging(layout, spec.value));
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "forward", spec);
     facts.append("output_type", b.getStringAttr(typeName(spec.output)));
@@ -840,10 +839,11 @@ struct ConvertAttnResToGPUPass
                  record(b, emitForwardKernel(
                                b, loc, prefix + "_forward_partial", spec,
                                layout, partialSchedule, ForwardKind::Partial)));
-    // The split forward merged in the cluster of a row's blocks: where a
-    // block covers one row and its partial rows fit next to the walk's
-    // workgroup data. The runtime uses it where all N clusters of a launch
-    // fit on the device at once, so registers decide which P it can take.
+    // The split forward merged in the cluster of a row's blocks: where the
+    // partial rows of a block's rows fit next to the walk's workgroup data.
+    // The runtime uses it where all clusters of a launch (one a block of
+    // rows) fit on the device at once, so registers decide which P it can
+    // take.
     // Blocks of 256 threads or more walk without prefetching and are held
     // to two blocks a multiprocessor (128 registers: all 16 clusters of 8 at
     // (32, 16, 8192) fit on the H200, 10.1 us; prefetching at 183
@@ -852,7 +852,7 @@ struct ConvertAttnResToGPUPass
     // without: docs/Performance.md).
     bool wideBlocks = layout.blockThreads() >= 256;
     SourceSchedule clusterSchedule = wideBlocks ? schedule : partialSchedule;
-    if (clusters && layout.rowsPerBlock == 1 && spec.width % 4 == 0 &&
+    if (clusters && spec.width % 4 == 0 &&
         forwardWorkgroupBytes(b, loc, spec, layout, clusterSchedule,
                               ForwardKind::ClusterMerged) <=
             kMaxWorkgroupBytes) {

@@ -660,18 +660,28 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
 
   // The split over sources, as the bundle runtime chooses it: P partitions
   // by LaunchRules.h's rule from the device's occupancy of the partial
-  // kernel; with P = 1 the kernel that walks all sources, else the
-  // clustered kernel with the most partitions up to P whose clusters (one
-  // a token) all fit on the device at once, else the partial kernel and
-  // the merge over a workspace.
+  // kernel; the clustered kernel with the most partitions up to P (or up to
+  // its own rule's count, clusteredForwardPartitions, where that is more)
+  // whose clusters (one a block of rows) all fit on the device at once;
+  // else, with P > 1, the partial kernel and the merge over a workspace;
+  // else the kernel that walks all sources.
   int64_t rowsPerBlock = integerFact(facts, "rows_per_block");
   const ::attnres::launch::Rules &rules = ::attnres::launch::kDefaultRules;
   int64_t fixed = counts.forwardPartitions;
+  int64_t rowBytes = L * D * elementBytes;
+  // The clustered kernel may take more partitions than the partial one:
+  // rows too short for the partial kernel's merge (never with a fixed
+  // count, which both take as given).
+  bool clusterBeyondSplit =
+      clustered && fixed == 0 &&
+      ::attnres::launch::clusteredForwardPartitions(INT64_MAX, 1, L, rules) >
+          ::attnres::launch::forwardPartitionLimit(L, rowBytes, rules);
   // Sources too few or rows too short ever to split (or one partition
   // asked for): the whole kernel.
   values["num_partitions"] = a.constant(1);
-  if (fixed == 1 || (fixed == 0 && ::attnres::launch::forwardPartitionLimit(
-                                       L, L * D * elementBytes, rules) == 1)) {
+  if (fixed == 1 ||
+      (fixed == 0 && !clusterBeyondSplit &&
+       ::attnres::launch::forwardPartitionLimit(L, rowBytes, rules) == 1)) {
     if (failed(host.launch(whole->first, whole->second, values, walkSymbols)))
       return failure();
     host.finish();
@@ -683,12 +693,17 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
       return a.ceilDiv(tokens64, a.constant(rowsPerBlock));
     return host.toI64(walkSymbols["blocks"]);
   };
+  Value resident = fixed ? Value() : host.residentBlocks(partial->second);
   Value partitions = fixed ? a.constant(fixed)
                            : ::attnres::launch::forwardPartitions(
-                                 a, host.residentBlocks(partial->second),
-                                 walkBlocks(), L, L * D * elementBytes, rules);
+                                 a, resident, walkBlocks(), L, rowBytes, rules);
+  Value clusterUpTo = partitions;
+  if (clusterBeyondSplit)
+    clusterUpTo =
+        a.max(partitions, ::attnres::launch::clusteredForwardPartitions(
+                              a, resident, walkBlocks(), L, rules));
   Value split = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
-                                      partitions, a.constant(1));
+                                      clusterUpTo, a.constant(1));
   auto ifSplit = scf::IfOp::create(b, loc, split, /*withElseRegion=*/true);
   {
     OpBuilder::InsertionGuard guard(b);
@@ -708,8 +723,9 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
       Value fits = arith::AndIOp::create(
           b, loc,
           arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
-                                a.constant(p), partitions),
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, tokens64,
+                                a.constant(p), clusterUpTo),
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
+                                rowsPerBlock == 1 ? tokens64 : walkBlocks(),
                                 capacity));
       clusterPartitions = arith::SelectOp::create(b, loc, fits, a.constant(p),
                                                   clusterPartitions);
@@ -728,6 +744,20 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
     }
 
     b.setInsertionPoint(ifCluster.elseBlock()->getTerminator());
+    if (clusterBeyondSplit) {
+      // No cluster fits, and the partial kernel's rule may keep the rows
+      // whole.
+      auto ifPartial = scf::IfOp::create(
+          b, loc,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt, partitions,
+                                a.constant(1)),
+          /*withElseRegion=*/true);
+      b.setInsertionPoint(ifPartial.elseBlock()->getTerminator());
+      values["num_partitions"] = a.constant(1);
+      if (failed(host.launch(whole->first, whole->second, values, walkSymbols)))
+        return failure();
+      b.setInsertionPoint(ifPartial.thenBlock()->getTerminator());
+    }
     values["num_partitions"] = partitions;
     auto layout = ::attnres::launch::forwardWorkspace(
         a, a.mul(partitions, mergedRows), D);

@@ -903,6 +903,17 @@ int64_t withStaging(SourceSchedule &schedule, const KernelEmitter &e,
 
 namespace {
 
+/// Floats of a row's region in a clustered forward's workgroup memory: M
+/// partial rows of D, M lse and M sums of squares.
+int64_t clusterRegionFloats(const AttnResSpec &spec) {
+  return spec.numQueries * (spec.width + 2);
+}
+/// Floats from one row's region to the next: 16-byte aligned, as the rows'
+/// vector stores and peer loads need.
+int64_t clusterRegionStride(const AttnResSpec &spec) {
+  return llvm::alignTo(clusterRegionFloats(spec), 4);
+}
+
 /// What a clustered forward writes once its blocks have merged.
 struct ClusterMergeArgs {
   Value tokens, partitions;
@@ -919,11 +930,13 @@ void clusterBarrier(KernelEmitter &e) {
 }
 
 /// The merge of the P partial rows of a row by the P blocks of its cluster
-/// (ForwardKind::ClusterMerged). Each block puts its normalized partial rows
-/// `oPreRows` and their `lses` into its workgroup memory at float
-/// `regionAt`; after a cluster barrier, block p of the cluster merges the
-/// p-th of P column tiles of every query's row from all P regions (reads
-/// through distributed shared memory, 16 bytes at a time), and writes o,
+/// (ForwardKind::ClusterMerged). Each row group of a block (one, or several
+/// small rows of a subgroup or less each) puts its normalized partial rows
+/// `oPreRows` and their `lses` into its region of the block's workgroup
+/// memory (from float `regionAt`, a region a row); after a cluster barrier,
+/// the row group of block p merges the p-th of P column tiles of every
+/// query's row from the P regions of its row (reads through distributed
+/// shared memory, 16 bytes at a time) with its own lanes, and writes o,
 /// o_pre and the residual there. An output norm needs the merged row's mean
 /// square: each block adds its tile's squares, the P sums go through the
 /// regions once more, and the tile is merged again to apply it. A last
@@ -937,20 +950,28 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
   MLIRContext *context = b.getContext();
   const RowLayout &layout = e.layout;
   int64_t M = spec.numQueries, D = spec.width, V = D / 4;
-  assert(D % 4 == 0 && layout.rowsPerBlock == 1);
+  assert(D % 4 == 0);
   Type f32 = e.f32;
   auto sharedPointer = LLVM::LLVMPointerType::get(context, 3);
   auto clusterPointer = LLVM::LLVMPointerType::get(context, 7);
   auto vector4 = VectorType::get({4}, f32);
-  // The region: M rows of D floats, M lse, M sums of squares.
+  // The region of a row: M rows of D floats, M lse, M sums of squares.
   int64_t lseAt = M * D, squaresAt = M * D + M;
-  Value region = e.workgroupPointer(e.constI64(regionAt));
+  // With one row a block its lanes are the block's threads (the index the
+  // kernels of one-row blocks have always used).
+  bool oneRow = layout.rowsPerBlock == 1;
+  Value laneOfRow = oneRow ? e.thread : e.lane;
+  Value regionOffset = e.constI64(regionAt);
+  if (!oneRow)
+    regionOffset = e.addI(
+        regionOffset, e.mulI(e.group, e.constI64(clusterRegionStride(spec))));
+  Value region = e.workgroupPointer(regionOffset);
   auto elementAt = [&](Value base, Type pointer, int64_t offset, Value index) {
     return LLVM::GEPOp::create(b, loc, pointer, f32, base,
                                ValueRange{e.addI(e.constI64(offset), index)});
   };
-  Value isThread0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                          e.thread, e.constI64(0));
+  Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                        laneOfRow, e.constI64(0));
 
   int64_t width = layout.vectorWidth;
   for (int64_t m = 0; m < M; ++m)
@@ -961,10 +982,10 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
                               elementAt(region, sharedPointer, m * D, index),
                               std::min<int64_t>(16, width * 4));
       });
-  // Thread 0 puts one scalar a query at `offset` of the region, then the
-  // cluster's blocks meet.
+  // Lane 0 of the row puts one scalar a query at `offset` of the region,
+  // then the cluster's blocks meet.
   auto publish = [&](ArrayRef<Value> values, int64_t offset) {
-    e.ifThen(isThread0, [&] {
+    e.ifThen(isLane0, [&] {
       for (auto [m, value] : llvm::enumerate(values))
         LLVM::StoreOp::create(
             b, loc, value,
@@ -1022,11 +1043,11 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
   }
 
   // This block's tile: vectors [begin, end) of the V vectors of 4 of a row,
-  // a vector a thread per step.
+  // a vector a lane of the row per step.
   Value tile = e.ceilDivI(e.constI64(V), P);
   Value begin = e.mulI(e.blockY, tile);
   Value end = e.minI(e.addI(begin, tile), e.constI64(V));
-  Value threads = e.constI64(layout.blockThreads());
+  Value threads = e.constI64(layout.threadsPerRow);
   Value steps = e.ceilDivI(tile, threads);
   Value zero = e.splat(e.constF32(0.0), 4);
   auto merged = [&](int64_t m, Value u) {
@@ -1074,7 +1095,7 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
               OpBuilder::InsertionGuard guard(b);
               b.setInsertionPoint(nested.getInsertionBlock(),
                                   nested.getInsertionPoint());
-              Value u = e.addI(begin, e.addI(e.thread, e.mulI(step, threads)));
+              Value u = e.addI(begin, e.addI(laneOfRow, e.mulI(step, threads)));
               Value active =
                   arith::AndIOp::create(b, loc, valid, e.lessThan(u, end));
               // Inactive lanes read a vector of the row and store nothing.
@@ -1140,7 +1161,7 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
     });
   }
   Value writesLse = arith::AndIOp::create(
-      b, loc, arith::AndIOp::create(b, loc, valid, isThread0),
+      b, loc, arith::AndIOp::create(b, loc, valid, isLane0),
       arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, e.blockY,
                             e.constI64(0)));
   e.ifThen(writesLse, [&] {
@@ -1160,8 +1181,7 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
 namespace {
 /// The workgroup memory of a forward kernel, in floats: the row sums `e`
 /// plans here, the staging ring (whose offset goes into `schedule`) and, for
-/// the clustered forward, its region (from `clusterAt`): M partial rows of
-/// D, M lse and M sums of squares.
+/// the clustered forward, a region a row of the block (from `clusterAt`).
 struct ForwardWorkgroup {
   int64_t floats = 0, clusterAt = 0;
 };
@@ -1174,7 +1194,9 @@ ForwardWorkgroup planForward(KernelEmitter &e, SourceSchedule &schedule,
   plan.floats = withStaging(schedule, e, e.layout, spec.value, L);
   plan.clusterAt = llvm::alignTo(plan.floats, 8);
   if (kind == ForwardKind::ClusterMerged)
-    plan.floats = plan.clusterAt + M * (spec.width + 2);
+    plan.floats = plan.clusterAt +
+                  (e.layout.rowsPerBlock - 1) * clusterRegionStride(spec) +
+                  clusterRegionFloats(spec);
   return plan;
 }
 } // namespace
@@ -1203,7 +1225,6 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
                   into);
   int64_t L = spec.numSources, D = spec.width, R = spec.rank,
           M = spec.numQueries, C = layout.chunks;
-  assert(!clustered || layout.rowsPerBlock == 1);
   Type f32 = b.getF32Type();
   unsigned sources = k.table("sources", spec.value, "L x [N, D]");
   unsigned query = queryBuffer(k, spec);
@@ -1400,15 +1421,9 @@ KernelInfo mlir::attnres::gpu_kernels::emitForwardKernel(
   });
   KernelInfo info = k.finish();
   info.vectorWidth = layout.vectorWidth;
-  if (clustered) {
-    info.grid[0] = {"N", 1, 1};
-    info.grid[1] = {"P", 1, 1};
-    info.grid[2] = {"1", 1, 1};
-    info.clusterY = true;
-    return info;
-  }
   info.grid[0] = GridDimension{"N", 1, layout.rowsPerBlock};
-  info.grid[1] = partial ? GridDimension{"P", 1, 1} : GridDimension{"1", 1, 1};
+  info.grid[1] = split ? GridDimension{"P", 1, 1} : GridDimension{"1", 1, 1};
+  info.clusterY = clustered;
   info.grid[2] = {"1", 1, 1};
   return info;
 }

@@ -139,6 +139,52 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 
 // -----
 
+// Rows of 8 KiB of sources (16 of D = 256 bf16) are too short for the
+// partial kernel's merge (P = min(resident / blocks, 16 / 4, 8 KiB / 32 KiB)
+// is 1), not for the clustered kernel, whose blocks (4 rows each) merge on
+// chip: it takes up to min(resident / blocks, 16 / 4, 8) = 4 partitions
+// where its clusters, one a block of 4 rows, fit at once; where none does,
+// the partial kernel's P decides between it and the whole kernel.
+// CHECK-LABEL: func.func @short_rows(
+// CHECK: %[[N:.*]] = arith.index_cast %{{.*}} : index to i64
+// CHECK: %[[RESIDENT:.*]] = call @attnresGpuResidentBlocks(%{{.*}}, %c128_i64{{.*}})
+// CHECK: arith.minsi %{{.*}}, %c1_i64
+// CHECK: %[[P:.*]] = arith.minsi %{{.*}}, %c16_i64
+// CHECK: %[[BLOCKS:.*]] = arith.ceildivsi %[[N]], %c4_i64
+// CHECK: %[[WANTED:.*]] = arith.divsi %[[RESIDENT]], %{{.*}}
+// CHECK: arith.minsi %[[WANTED]], %c4_i64
+// CHECK: %[[CLUSTERED:.*]] = arith.maxsi %{{.*}}, %c1_i64
+// CHECK: %[[UPTO:.*]] = arith.maxsi %[[P]], %[[CLUSTERED]]
+// CHECK: %[[SPLIT:.*]] = arith.cmpi sgt, %[[UPTO]], %c1_i64
+// CHECK: scf.if %[[SPLIT]] {
+// CHECK: %[[CAP2:.*]] = func.call @attnresGpuClusterCapacity(%{{.*}}, %c128_i64{{.*}}, %c2_i64{{.*}})
+// CHECK: %[[CLUSTERS:.*]] = arith.ceildivsi %[[N]], %c4_i64
+// CHECK: arith.cmpi sle, %[[CLUSTERS]], %[[CAP2]]
+// CHECK: arith.cmpi sle, %c2_i64{{.*}}, %[[UPTO]]
+// CHECK: %[[CP:.*]] = arith.select %{{.*}}, %c8_i64{{.*}}, %{{.*}} : i64
+// CHECK: %[[CLUSTER:.*]] = arith.cmpi sge, %[[CP]], %c2_i64
+// CHECK: scf.if %[[CLUSTER]] {
+// CHECK: gpu.launch_func  @attnres_kernels::@short_rows_0_forward_cluster clusters in (%c1{{.*}}, %[[Y:.*]], %c1{{.*}}) blocks in (%{{.*}}, %[[Y]], %c1{{.*}}) threads in (%c128, {{.*}}) args({{.*}}, %[[N]] : i64, %[[CP]] : i64)
+// CHECK: } else {
+// CHECK: %[[PARTIAL:.*]] = arith.cmpi sgt, %[[P]], %c1_i64
+// CHECK: scf.if %[[PARTIAL]] {
+// CHECK: gpu.launch_func  @attnres_kernels::@short_rows_0_forward_partial {{.*}} args({{.*}}, %[[N]] : i64, %[[P]] : i64)
+// CHECK: gpu.launch_func  @attnres_kernels::@short_rows_0_merge
+// CHECK: } else {
+// CHECK: gpu.launch_func  @attnres_kernels::@short_rows_0_forward blocks
+// CHECK: } else {
+// CHECK: gpu.launch_func  @attnres_kernels::@short_rows_0_forward blocks
+// CHECK: return
+func.func @short_rows(%v: tensor<16x?x256xbf16>, %q: tensor<256xbf16>)
+    -> tensor<?x256xbf16> {
+  %o, %lse = attnres.forward packed(%v : tensor<16x?x256xbf16>)
+      query(%q : tensor<256xbf16>) save(lse)
+      -> tensor<?x256xbf16>, tensor<?xf32>
+  return %o : tensor<?x256xbf16>
+}
+
+// -----
+
 // A backward: the gradients allocated with the shapes of their operands,
 // two tables (the source rows and the gradient rows, each checked), then the blocks B and partitions P of the runtime's rules
 // from the device's occupancy of the kernel (attnresGpuResidentBlocks):

@@ -427,6 +427,27 @@ func.func @accumulating(%v0: tensor<?x64xbf16>, %v1: tensor<?x64xbf16>, %q: tens
 // ASKED-SAME: source_batch = 2
 // ASKED: gpu.func @small_0_forward(
 // ASKED: scf.for {{.*}} -> (f32, f32, vector<8xf32>, !llvm.ptr<1>, !llvm.ptr<1>)
+// With clusters, a block of four rows merges each of them with the row's
+// own lanes: its rows' regions (258 floats each: the FP32 row, its lse and
+// sum of squares) lie 260 floats apart, so each starts 16-byte aligned
+// (from float 8, after the row sums: 8 + 3 x 260 + 258 floats), a row
+// group's offset taken from the thread's group (thread / 32), and the grid
+// has a block for four rows.
+// CLUSTER-LABEL: gpu.func @small_0_forward_cluster
+// CLUSTER-SAME: memref<1046xf32, #gpu.address_space<workgroup>>
+// CLUSTER-SAME: block = 128
+// CLUSTER-SAME: cluster_y = true
+// CLUSTER-SAME: grid = [{divisor = 4 : i64, scale = 1 : i64, symbol = "N"}, {divisor = 1 : i64, scale = 1 : i64, symbol = "P"}
+// CLUSTER: %[[GROUP:.*]] = arith.divui %{{.*}}, %c32_i64
+// CLUSTER: %[[OFFSET:.*]] = arith.muli %[[GROUP]], %c260_i64
+// CLUSTER: arith.addi %c8_i64{{.*}}, %[[OFFSET]]
+// CLUSTER: llvm.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : vector<8xf32>, !llvm.ptr<3>
+// CLUSTER: nvvm.cluster.arrive {aligned}
+// CLUSTER-COUNT-8: nvvm.mapa %{{.*}}, %{{.*}} : !llvm.ptr<3> -> !llvm.ptr<7>
+// CLUSTER: scf.for
+// CLUSTER-COUNT-8: llvm.load %{{.*}} {alignment = 16 : i64} : !llvm.ptr<7> -> vector<4xf32>
+// CLUSTER: nvvm.cluster.wait {aligned}
+// CLUSTER-NEXT: gpu.return
 func.func @small(%v: tensor<16x?x256xbf16>, %q: tensor<256xbf16>) {
   %o, %lse = attnres.forward packed(%v : tensor<16x?x256xbf16>)
       query(%q : tensor<256xbf16>) -> tensor<?x256xbf16>, tensor<?xf32>
