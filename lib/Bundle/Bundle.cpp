@@ -469,11 +469,12 @@ FailureOr<Bundle> mlir::attnres::compileBundle(ModuleOp module,
                 "kernel (grid ceil(N / rows_per_block) x P', the P' blocks of "
                 "a block of rows one cluster: cluster_y) does both, with no "
                 "workspace, for the largest P' >= 2 up to max(P, min(floor({0} "
-                "* SMs / ceil(N / rows_per_block)), floor(L / {1}), 8)) for "
-                "which the device holds all ceil(N / rows_per_block) clusters "
-                "of P' blocks at once; where none does, the kernels above.",
+                "* SMs / ceil(N / rows_per_block)), floor(L / {1}), 8)) (the "
+                "second term 1 where L < {3}) for which the device holds all "
+                "ceil(N / rows_per_block) clusters of P' blocks at once; "
+                "where none does, the kernels above.",
                 rules.blocksPerMultiprocessor, rules.sourcesPerPartition,
-                rules.partitionBytes)
+                rules.partitionBytes, launch::kClusteredMinSources)
                 .str()},
            {"backward",
             llvm::formatv(

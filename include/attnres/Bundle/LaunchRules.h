@@ -130,20 +130,30 @@ forwardPartitions(const A &a, typename A::Value residentBlocks,
                a.constant(std::max<int64_t>(numSources, 1)));
 }
 
+/// The fewest sources a forward splits over a cluster where its rows are too
+/// short for forwardPartitions: a clustered launch costs about what the
+/// unsplit kernel's walk over 32 sources does. On an H100 at (N, D) =
+/// (16, 256) (benchmarks/kernels.py, rows read from memory): unsplit 3.0 /
+/// 4.1 / 7.1 / 12.6 us at L = 8 / 16 / 32 / 64, clustered over 8 partitions
+/// 5.6 / 5.9 / 6.2 / 6.3 us.
+inline constexpr int64_t kClusteredMinSources = 32;
+
 /// Partitions of a forward's L sources for its clustered kernel (the P
 /// blocks of a row merge their partial rows on chip, through distributed
 /// shared memory): floor(residentBlocks / tokenBlocks), at most
-/// L / sourcesPerPartition and kMaxClusterBlocks, at least 1. A row's bytes
-/// do not bound it as they bound forwardPartitions: that bound keeps the
-/// partial kernel's merge, a second launch that reads P rows back from
-/// global memory, cheap next to the reads it splits, and this merge is
-/// neither. Whether the clusters fit on the device at once is the caller's
-/// to check.
+/// L / sourcesPerPartition and kMaxClusterBlocks; 1 below
+/// kClusteredMinSources sources. A row's bytes do not bound it as they bound
+/// forwardPartitions: that bound keeps the partial kernel's merge, a second
+/// launch that reads P rows back from global memory, cheap next to the
+/// reads it splits, and this merge is neither. Whether the clusters fit on
+/// the device at once is the caller's to check.
 template <typename A>
 typename A::Value
 clusteredForwardPartitions(const A &a, typename A::Value residentBlocks,
                            typename A::Value tokenBlocks, int64_t numSources,
                            const Rules &rules) {
+  if (numSources < kClusteredMinSources)
+    return a.constant(1);
   auto wanted = a.div(residentBlocks, a.max(a.constant(1), tokenBlocks));
   int64_t limit = std::clamp<int64_t>(numSources / rules.sourcesPerPartition, 1,
                                       kMaxClusterBlocks);

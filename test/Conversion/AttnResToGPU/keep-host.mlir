@@ -139,20 +139,22 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 
 // -----
 
-// Rows of 8 KiB of sources (16 of D = 256 bf16) are too short for the
-// partial kernel's merge (P = min(resident / blocks, 16 / 4, 8 KiB / 32 KiB)
-// is 1), not for the clustered kernel, whose blocks (4 rows each) merge on
-// chip: it takes up to min(resident / blocks, 16 / 4, 8) = 4 partitions
-// where its clusters, one a block of 4 rows, fit at once; where none does,
-// the partial kernel's P decides between it and the whole kernel.
+// Rows of 16 KiB of sources (32 of D = 256 bf16) are too short for the
+// partial kernel's merge (P = min(resident / blocks, 32 / 4, 16 KiB /
+// 32 KiB) is 1), not for the clustered kernel, whose blocks (4 rows each)
+// merge on chip: from 32 sources on it takes up to min(resident / blocks,
+// 32 / 4, 8) = 8 partitions where its clusters, one a block of 4 rows, fit
+// at once; where none does, the partial kernel's P decides between it and
+// the whole kernel. Fewer sources (@fewer_short_rows) always take the whole
+// kernel: a clustered launch costs about what its walk over 32 sources does.
 // CHECK-LABEL: func.func @short_rows(
 // CHECK: %[[N:.*]] = arith.index_cast %{{.*}} : index to i64
 // CHECK: %[[RESIDENT:.*]] = call @attnresGpuResidentBlocks(%{{.*}}, %c128_i64{{.*}})
 // CHECK: arith.minsi %{{.*}}, %c1_i64
-// CHECK: %[[P:.*]] = arith.minsi %{{.*}}, %c16_i64
+// CHECK: %[[P:.*]] = arith.minsi %{{.*}}, %c32_i64
 // CHECK: %[[BLOCKS:.*]] = arith.ceildivsi %[[N]], %c4_i64
 // CHECK: %[[WANTED:.*]] = arith.divsi %[[RESIDENT]], %{{.*}}
-// CHECK: arith.minsi %[[WANTED]], %c4_i64
+// CHECK: arith.minsi %[[WANTED]], %c8_i64
 // CHECK: %[[CLUSTERED:.*]] = arith.maxsi %{{.*}}, %c1_i64
 // CHECK: %[[UPTO:.*]] = arith.maxsi %[[P]], %[[CLUSTERED]]
 // CHECK: %[[SPLIT:.*]] = arith.cmpi sgt, %[[UPTO]], %c1_i64
@@ -175,9 +177,22 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // CHECK: } else {
 // CHECK: gpu.launch_func  @attnres_kernels::@short_rows_0_forward blocks
 // CHECK: return
-func.func @short_rows(%v: tensor<16x?x256xbf16>, %q: tensor<256xbf16>)
+// CHECK-LABEL: func.func @fewer_short_rows(
+// CHECK-NOT: attnresGpuClusterCapacity
+// CHECK-NOT: forward_partial
+// CHECK: gpu.launch_func  @attnres_kernels::@fewer_short_rows_0_forward blocks
+// CHECK-NOT: gpu.launch_func
+// CHECK: return
+func.func @short_rows(%v: tensor<32x?x256xbf16>, %q: tensor<256xbf16>)
     -> tensor<?x256xbf16> {
-  %o, %lse = attnres.forward packed(%v : tensor<16x?x256xbf16>)
+  %o, %lse = attnres.forward packed(%v : tensor<32x?x256xbf16>)
+      query(%q : tensor<256xbf16>) save(lse)
+      -> tensor<?x256xbf16>, tensor<?xf32>
+  return %o : tensor<?x256xbf16>
+}
+func.func @fewer_short_rows(%v: tensor<31x?x256xbf16>, %q: tensor<256xbf16>)
+    -> tensor<?x256xbf16> {
+  %o, %lse = attnres.forward packed(%v : tensor<31x?x256xbf16>)
       query(%q : tensor<256xbf16>) save(lse)
       -> tensor<?x256xbf16>, tensor<?xf32>
   return %o : tensor<?x256xbf16>
