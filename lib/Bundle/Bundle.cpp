@@ -567,9 +567,9 @@ mlir::attnres::moduleFromSpec(MLIRContext *context, StringRef spec,
   static const char *const flags[] = {"key_norm", "packed", "multi_query",
                                       "grad_lse", "accumulate"};
   static const char *const known[] = {
-      "L",           "D",         "R",           "M",      "dtype",
-      "param_dtype", "key_norm",  "output_norm", "save",   "eps",
-      "scale",       "packed",    "multi_query", "tokens", "output_dtype",
+      "L",           "D",        "R",           "M",      "dtype",
+      "param_dtype", "key_norm", "output_norm", "save",   "eps",
+      "scale",       "packed",   "multi_query", "tokens", "output_dtype",
       "grad_lse",    "accumulate"};
   for (StringRef part : parts) {
     StringRef item = part.trim();

@@ -809,9 +809,10 @@ struct ConvertAttnResToGPUPass
     SourceSchedule schedule = choices().forwardSchedule(spec, layout);
     // The split over sources runs when there are few rows: every block's
     // loads must then be in flight, prefetching included.
-    SourceSchedule partialSchedule = scheduleFor(
-        choices().forwardBatch(layout), forwardPrefetch != 0, spec.numSources,
-        choices().forwardStaging(layout, spec.value));
+    SourceSchedule partialSchedule =
+        scheduleFor(choices().forwardBatch(layout), forwardPrefetch != 0,
+                    spec.numSources,
+                    choices().forwardStaging(layout, spec.value));
     Location loc = op.getLoc();
     NamedAttrList facts = opFacts(b, "forward", spec);
     facts.append("output_type", b.getStringAttr(typeName(spec.output)));
