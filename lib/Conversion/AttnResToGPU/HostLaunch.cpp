@@ -720,13 +720,14 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
          (!fixed || p == fixed);
          ++p) {
       Value capacity = host.clusterCapacity(clustered->second, p);
-      Value fits = arith::AndIOp::create(
-          b, loc,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
-                                a.constant(p), clusterUpTo),
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
-                                rowsPerBlock == 1 ? tokens64 : walkBlocks(),
-                                capacity));
+      // One statement an op: the order of a call's arguments is the C++
+      // compiler's, and the IR must not depend on it.
+      Value clusters = rowsPerBlock == 1 ? tokens64 : walkBlocks();
+      Value allFit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
+                                           clusters, capacity);
+      Value withinCount = arith::CmpIOp::create(
+          b, loc, arith::CmpIPredicate::sle, a.constant(p), clusterUpTo);
+      Value fits = arith::AndIOp::create(b, loc, withinCount, allFit);
       clusterPartitions = arith::SelectOp::create(b, loc, fits, a.constant(p),
                                                   clusterPartitions);
     }
