@@ -890,17 +890,18 @@ int64_t forwardPartitions(const AttnresRuntime &runtime, const Op &op,
   int64_t G = op.integer("rows_per_block", 1);
   int64_t bytes = elementBytes(op.text("value_type"));
   int64_t resident = residentBlocks(runtime, op, "forward_partial");
+  int64_t tokenBlocks = ceilDiv(tokens, G);
   int64_t partitions = attnres::launch::forwardPartitions(
-      resident, ceilDiv(tokens, G), L, L * D * bytes, runtime.rules);
+      resident, tokenBlocks, L, L * D * bytes, runtime.rules);
   // The clustered forward with as many partitions as keep all its clusters
   // resident, up to its own rule's count where that is more (rows too short
   // for the partial kernel's merge); the partial kernel and the merge where
   // no cluster fits.
   int64_t clustered = partitions;
   if (clusterKernel(runtime, op))
-    clustered = std::max(clustered,
-                         attnres::launch::clusteredForwardPartitions(
-                             resident, ceilDiv(tokens, G), L, runtime.rules));
+    clustered =
+        std::max(clustered, attnres::launch::clusteredForwardPartitions(
+                                resident, tokenBlocks, L, runtime.rules));
   for (int64_t p = std::min(clustered, kMaxClusterBlocks); p >= 2; --p)
     if (clusteredForward(runtime, op, tokens, p))
       return p;

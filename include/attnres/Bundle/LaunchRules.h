@@ -141,23 +141,31 @@ inline constexpr int64_t kClusteredMinSources = 32;
 /// Partitions of a forward's L sources for its clustered kernel (the P
 /// blocks of a row merge their partial rows on chip, through distributed
 /// shared memory): floor(residentBlocks / tokenBlocks), at most
-/// L / sourcesPerPartition and kMaxClusterBlocks; 1 below
-/// kClusteredMinSources sources. A row's bytes do not bound it as they bound
-/// forwardPartitions: that bound keeps the partial kernel's merge, a second
-/// launch that reads P rows back from global memory, cheap next to the
-/// reads it splits, and this merge is neither. Whether the clusters fit on
-/// the device at once is the caller's to check.
+/// clusteredPartitionLimit (L / sourcesPerPartition and kMaxClusterBlocks;
+/// 1 below kClusteredMinSources sources), at least 1. A row's bytes do not
+/// bound it as they bound forwardPartitions: that bound keeps the partial
+/// kernel's merge, a second launch that reads P rows back from global memory,
+/// cheap next to the reads it splits, and this merge is neither. Whether the
+/// clusters fit on the device at once is the caller's to check.
+inline int64_t clusteredPartitionLimit(int64_t numSources, const Rules &rules) {
+  if (numSources < kClusteredMinSources)
+    return 1;
+  return std::clamp<int64_t>(numSources / rules.sourcesPerPartition, 1,
+                             kMaxClusterBlocks);
+}
 template <typename A>
 typename A::Value
 clusteredForwardPartitions(const A &a, typename A::Value residentBlocks,
                            typename A::Value tokenBlocks, int64_t numSources,
                            const Rules &rules) {
-  if (numSources < kClusteredMinSources)
+  int64_t limit = clusteredPartitionLimit(numSources, rules);
+  if (limit == 1)
     return a.constant(1);
   auto wanted = a.div(residentBlocks, a.max(a.constant(1), tokenBlocks));
-  int64_t limit = std::clamp<int64_t>(numSources / rules.sourcesPerPartition, 1,
-                                      kMaxClusterBlocks);
-  return a.max(a.min(wanted, a.constant(limit)), a.constant(1));
+  // One step a statement: on IR values the order of a call's arguments
+  // would be the order of the ops.
+  auto capped = a.min(wanted, a.constant(limit));
+  return a.max(capped, a.constant(1));
 }
 
 /// Blocks of tokens of a backward over `tokens` tokens, each block taking at

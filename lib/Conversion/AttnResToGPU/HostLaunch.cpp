@@ -674,7 +674,7 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
   // count, which both take as given).
   bool clusterBeyondSplit =
       clustered && fixed == 0 &&
-      ::attnres::launch::clusteredForwardPartitions(INT64_MAX, 1, L, rules) >
+      ::attnres::launch::clusteredPartitionLimit(L, rules) >
           ::attnres::launch::forwardPartitionLimit(L, rowBytes, rules);
   // Sources too few or rows too short ever to split (or one partition
   // asked for): the whole kernel.
@@ -687,21 +687,20 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
     host.finish();
     return success();
   }
-  // The blocks of one partition of the walk.
-  auto walkBlocks = [&]() -> Value {
-    if (!walkSymbols.count("blocks"))
-      return a.ceilDiv(tokens64, a.constant(rowsPerBlock));
-    return host.toI64(walkSymbols["blocks"]);
-  };
   Value resident = fixed ? Value() : host.residentBlocks(partial->second);
+  // The blocks of rows of one partition of the walk, and the clustered
+  // kernel's clusters (ceil(N / 1) is N).
+  Value tokenBlocks = rowsPerBlock == 1
+                          ? tokens64
+                          : a.ceilDiv(tokens64, a.constant(rowsPerBlock));
   Value partitions = fixed ? a.constant(fixed)
                            : ::attnres::launch::forwardPartitions(
-                                 a, resident, walkBlocks(), L, rowBytes, rules);
+                                 a, resident, tokenBlocks, L, rowBytes, rules);
   Value clusterUpTo = partitions;
   if (clusterBeyondSplit)
     clusterUpTo =
         a.max(partitions, ::attnres::launch::clusteredForwardPartitions(
-                              a, resident, walkBlocks(), L, rules));
+                              a, resident, tokenBlocks, L, rules));
   Value split = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
                                       clusterUpTo, a.constant(1));
   auto ifSplit = scf::IfOp::create(b, loc, split, /*withElseRegion=*/true);
@@ -722,9 +721,8 @@ LogicalResult replaceForward(ForwardIntoOp op, DictionaryAttr facts,
       Value capacity = host.clusterCapacity(clustered->second, p);
       // One statement an op: the order of a call's arguments is the C++
       // compiler's, and the IR must not depend on it.
-      Value clusters = rowsPerBlock == 1 ? tokens64 : walkBlocks();
       Value allFit = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle,
-                                           clusters, capacity);
+                                           tokenBlocks, capacity);
       Value withinCount = arith::CmpIOp::create(
           b, loc, arith::CmpIPredicate::sle, a.constant(p), clusterUpTo);
       Value fits = arith::AndIOp::create(b, loc, withinCount, allFit);

@@ -957,21 +957,18 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
   auto vector4 = VectorType::get({4}, f32);
   // The region of a row: M rows of D floats, M lse, M sums of squares.
   int64_t lseAt = M * D, squaresAt = M * D + M;
-  // With one row a block its lanes are the block's threads (the index the
-  // kernels of one-row blocks have always used).
-  bool oneRow = layout.rowsPerBlock == 1;
-  Value laneOfRow = oneRow ? e.thread : e.lane;
-  Value regionOffset = e.constI64(regionAt);
-  if (!oneRow)
-    regionOffset = e.addI(
-        regionOffset, e.mulI(e.group, e.constI64(clusterRegionStride(spec))));
-  Value region = e.workgroupPointer(regionOffset);
+  // The row group's region (one statement an op: the IR must not depend on
+  // the order the C++ compiler evaluates a call's arguments in). With one
+  // row a block the group is 0; LLVM folds the offset away.
+  Value stride = e.constI64(clusterRegionStride(spec));
+  Value groupOffset = e.mulI(e.group, stride);
+  Value region = e.workgroupPointer(e.addI(e.constI64(regionAt), groupOffset));
   auto elementAt = [&](Value base, Type pointer, int64_t offset, Value index) {
     return LLVM::GEPOp::create(b, loc, pointer, f32, base,
                                ValueRange{e.addI(e.constI64(offset), index)});
   };
   Value isLane0 = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                        laneOfRow, e.constI64(0));
+                                        e.lane, e.constI64(0));
 
   int64_t width = layout.vectorWidth;
   for (int64_t m = 0; m < M; ++m)
@@ -1095,7 +1092,7 @@ void mergeInCluster(KernelEmitter &e, const AttnResSpec &spec,
               OpBuilder::InsertionGuard guard(b);
               b.setInsertionPoint(nested.getInsertionBlock(),
                                   nested.getInsertionPoint());
-              Value u = e.addI(begin, e.addI(laneOfRow, e.mulI(step, threads)));
+              Value u = e.addI(begin, e.addI(e.lane, e.mulI(step, threads)));
               Value active =
                   arith::AndIOp::create(b, loc, valid, e.lessThan(u, end));
               // Inactive lanes read a vector of the row and store nothing.

@@ -150,9 +150,9 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // CHECK-LABEL: func.func @short_rows(
 // CHECK: %[[N:.*]] = arith.index_cast %{{.*}} : index to i64
 // CHECK: %[[RESIDENT:.*]] = call @attnresGpuResidentBlocks(%{{.*}}, %c128_i64{{.*}})
+// CHECK: %[[BLOCKS:.*]] = arith.ceildivsi %[[N]], %c4_i64
 // CHECK: arith.minsi %{{.*}}, %c1_i64
 // CHECK: %[[P:.*]] = arith.minsi %{{.*}}, %c32_i64
-// CHECK: %[[BLOCKS:.*]] = arith.ceildivsi %[[N]], %c4_i64
 // CHECK: %[[WANTED:.*]] = arith.divsi %[[RESIDENT]], %{{.*}}
 // CHECK: arith.minsi %[[WANTED]], %c8_i64
 // CHECK: %[[CLUSTERED:.*]] = arith.maxsi %{{.*}}, %c1_i64
@@ -160,8 +160,7 @@ func.func @decode(%v: tensor<16x?x4096xbf16>, %q: tensor<4096xbf16>)
 // CHECK: %[[SPLIT:.*]] = arith.cmpi sgt, %[[UPTO]], %c1_i64
 // CHECK: scf.if %[[SPLIT]] {
 // CHECK: %[[CAP2:.*]] = func.call @attnresGpuClusterCapacity(%{{.*}}, %c128_i64{{.*}}, %c2_i64{{.*}})
-// CHECK: %[[CLUSTERS:.*]] = arith.ceildivsi %[[N]], %c4_i64
-// CHECK: arith.cmpi sle, %[[CLUSTERS]], %[[CAP2]]
+// CHECK: arith.cmpi sle, %[[BLOCKS]], %[[CAP2]]
 // CHECK: arith.cmpi sle, %c2_i64{{.*}}, %[[UPTO]]
 // CHECK: %[[CP:.*]] = arith.select %{{.*}}, %c8_i64{{.*}}, %{{.*}} : i64
 // CHECK: %[[CLUSTER:.*]] = arith.cmpi sge, %[[CP]], %c2_i64
